@@ -1,0 +1,17 @@
+//! The pathlock engine: hierarchical path locks with leases and fences, in plain Rust.
+//!
+//! Nothing here knows about Redis. Time is passed in by the caller in milliseconds, so the
+//! engine is deterministic and the Redis layer decides which clock to use: the master's for
+//! decisions, the master's recorded deadlines when a replica applies them.
+//!
+//! * [`path`]: parsing and normalising client paths into trie keys.
+//! * [`lock`]: modes, tokens and the view of a lock.
+//! * [`table`]: the lock table of one project, where conflicts are decided.
+
+pub mod lock;
+pub mod path;
+pub mod table;
+
+pub use lock::{LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
+pub use path::{Path, PathError, PathLimits};
+pub use table::LockTable;

@@ -1,0 +1,343 @@
+//! Paths: parsing a client's bytes into a normalised path, and the key under which the path is
+//! stored in the trie.
+//!
+//! A path is a sequence of segments. The trie key of a path concatenates its segments, each
+//! escaped and then terminated by a `0x00` byte:
+//!
+//! * segment bytes `0x00` and `0x01` are written as `0x01 0x01` and `0x01 0x02`, so `0x00`
+//!   appears in a key only as a terminator;
+//! * the root (no segments) is the empty key.
+//!
+//! Two properties follow, and the engine relies on both. First, one path is an ancestor of
+//! another exactly when its key is a prefix of the other's key, because every key ends on a
+//! terminator: `/A/C` (`A\0C\0`) is a prefix of `/A/C/D` but not of `/A/CD` (`A\0CD\0`). Second,
+//! byte order on keys is depth-first order on paths with siblings in byte order of their
+//! segments, because the terminator sorts below every escaped byte. A plain `/`-joined key has
+//! the first property only with a trailing `/`, and loses the second: `/p/f1 copy` would sort
+//! before `/p/f1`.
+
+use std::fmt;
+
+const TERMINATOR: u8 = 0x00;
+const ESCAPE: u8 = 0x01;
+
+/// The limits a path must keep; the Redis layer fills them from the module's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathLimits {
+    /// The largest path argument accepted, in bytes, as the client sent it.
+    pub max_bytes: usize,
+    /// The largest number of segments after normalisation.
+    pub max_depth: usize,
+}
+
+impl Default for PathLimits {
+    fn default() -> Self {
+        PathLimits {
+            max_bytes: 4096,
+            max_depth: 256,
+        }
+    }
+}
+
+/// Why a client's path was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathError {
+    TooLong { max: usize },
+    TooDeep { max: usize },
+    DotDot,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathError::TooLong { max } => write!(f, "path too long: at most {max} bytes"),
+            PathError::TooDeep { max } => write!(f, "path too deep: at most {max} segments"),
+            PathError::DotDot => write!(f, "invalid path: '..' segments are not allowed"),
+        }
+    }
+}
+
+/// A normalised path, held as its trie key.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Path {
+    key: Vec<u8>,
+}
+
+impl Path {
+    /// The project root: a lock here covers the whole project.
+    pub fn root() -> Path {
+        Path { key: Vec::new() }
+    }
+
+    /// Parses a client's path. Empty segments and `.` are dropped, so `/A//C/`, `A/C` and
+    /// `/A/./C` are one path; `""` and `/` are the root; every other byte is ordinary.
+    pub fn parse(raw: &[u8], limits: &PathLimits) -> Result<Path, PathError> {
+        if raw.len() > limits.max_bytes {
+            return Err(PathError::TooLong {
+                max: limits.max_bytes,
+            });
+        }
+        let mut key = Vec::with_capacity(raw.len() + 1);
+        let mut depth = 0;
+        for segment in raw.split(|&b| b == b'/') {
+            match segment {
+                b"" | b"." => continue,
+                b".." => return Err(PathError::DotDot),
+                _ => {}
+            }
+            depth += 1;
+            if depth > limits.max_depth {
+                return Err(PathError::TooDeep {
+                    max: limits.max_depth,
+                });
+            }
+            push_segment(&mut key, segment);
+        }
+        Ok(Path { key })
+    }
+
+    /// Rebuilds a path from a stored trie key, refusing bytes that no parsed path produces.
+    /// Used when loading persisted data, which must be validated rather than trusted.
+    pub fn from_key(key: Vec<u8>) -> Option<Path> {
+        let mut escaped = false;
+        let mut segment_len = 0;
+        for &b in &key {
+            if escaped {
+                if b != 0x01 && b != 0x02 {
+                    return None;
+                }
+                escaped = false;
+                segment_len += 1;
+            } else if b == ESCAPE {
+                escaped = true;
+            } else if b == TERMINATOR {
+                if segment_len == 0 {
+                    return None;
+                }
+                segment_len = 0;
+            } else {
+                segment_len += 1;
+            }
+        }
+        if escaped || segment_len != 0 {
+            return None;
+        }
+        let path = Path { key };
+        // `.` and `..` never survive parsing, so a stored key holding one is corrupt.
+        if path.segments().any(|s| s == b"." || s == b"..") {
+            return None;
+        }
+        Some(path)
+    }
+
+    /// Wraps a key that came out of the engine's own index, so is known to be well formed.
+    pub(crate) fn from_trusted_key(key: Vec<u8>) -> Path {
+        Path { key }
+    }
+
+    /// The trie key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    pub fn into_key(self) -> Vec<u8> {
+        self.key
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.key.is_empty()
+    }
+
+    /// The number of segments.
+    pub fn depth(&self) -> usize {
+        self.key.iter().filter(|&&b| b == TERMINATOR).count()
+    }
+
+    /// True when `self` is `other` or one of its ancestors, that is when a lock on `self`
+    /// covers `other`.
+    pub fn covers(&self, other: &Path) -> bool {
+        other.key.starts_with(&self.key)
+    }
+
+    /// The keys of the strict ancestors of this path, root first.
+    pub fn ancestor_keys(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(0)
+            .chain(
+                self.key
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &b)| b == TERMINATOR)
+                    .map(|(i, _)| i + 1),
+            )
+            .filter(move |&end| end < self.key.len())
+            .map(move |end| &self.key[..end])
+    }
+
+    /// The segments, unescaped.
+    pub fn segments(&self) -> impl Iterator<Item = Vec<u8>> + '_ {
+        self.key
+            .split(|&b| b == TERMINATOR)
+            .take(self.depth())
+            .map(unescape)
+    }
+
+    /// The normalised form shown to clients: `/A/C`, and `/` for the root.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        if self.is_root() {
+            return b"/".to_vec();
+        }
+        let mut out = Vec::with_capacity(self.key.len());
+        for segment in self.segments() {
+            out.push(b'/');
+            out.extend_from_slice(&segment);
+        }
+        out
+    }
+}
+
+fn push_segment(key: &mut Vec<u8>, segment: &[u8]) {
+    for &b in segment {
+        match b {
+            0x00 => key.extend_from_slice(&[ESCAPE, 0x01]),
+            0x01 => key.extend_from_slice(&[ESCAPE, 0x02]),
+            _ => key.push(b),
+        }
+    }
+    key.push(TERMINATOR);
+}
+
+fn unescape(escaped: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.iter();
+    while let Some(&b) = bytes.next() {
+        if b == ESCAPE {
+            // A key built by `push_segment` always has a byte after an escape.
+            let next = bytes.next().copied().unwrap_or(0x01);
+            out.push(next - 1);
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
+impl fmt::Debug for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", String::from_utf8_lossy(&self.to_bytes()))
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", String::from_utf8_lossy(&self.to_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &[u8]) -> Path {
+        Path::parse(s, &PathLimits::default()).expect("valid path")
+    }
+
+    #[test]
+    fn normalisation_drops_empty_and_dot_segments() {
+        assert_eq!(p(b"/A//C/"), p(b"A/C"));
+        assert_eq!(p(b"/A/./C"), p(b"/A/C"));
+        assert_eq!(p(b"/A/C").to_bytes(), b"/A/C");
+        assert_eq!(p(b"").to_bytes(), b"/");
+        assert_eq!(p(b"/"), Path::root());
+        assert_eq!(p(b"/./"), Path::root());
+    }
+
+    #[test]
+    fn dot_dot_is_refused() {
+        let err = Path::parse(b"/A/../B", &PathLimits::default());
+        assert_eq!(err, Err(PathError::DotDot));
+        // Only the whole segment is special.
+        assert_eq!(p(b"/A/..x").to_bytes(), b"/A/..x");
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let limits = PathLimits {
+            max_bytes: 8,
+            max_depth: 2,
+        };
+        assert_eq!(
+            Path::parse(b"/123456789", &limits),
+            Err(PathError::TooLong { max: 8 })
+        );
+        assert_eq!(
+            Path::parse(b"/a/b/c", &limits),
+            Err(PathError::TooDeep { max: 2 })
+        );
+        assert!(Path::parse(b"/a//b", &limits).is_ok());
+    }
+
+    #[test]
+    fn siblings_are_not_ancestors() {
+        assert!(p(b"/A/C").covers(&p(b"/A/C/D")));
+        assert!(p(b"/A/C").covers(&p(b"/A/C")));
+        assert!(!p(b"/A/C").covers(&p(b"/A/CD")));
+        assert!(!p(b"/p/f1").covers(&p(b"/p/f10")));
+        assert!(Path::root().covers(&p(b"/x")));
+    }
+
+    #[test]
+    fn key_order_is_depth_first_with_siblings_in_byte_order() {
+        let mut paths = vec![
+            p(b"/p/f1 copy"),
+            p(b"/p/f1/x"),
+            p(b"/p/f1"),
+            p(b"/p"),
+            p(b"/p/f1-"),
+            p(b"/p/f\x00"),
+            p(b"/p/f\x01"),
+            p(b"/p/f"),
+        ];
+        paths.sort();
+        let shown: Vec<Vec<u8>> = paths.iter().map(Path::to_bytes).collect();
+        let expected: Vec<&[u8]> = vec![
+            b"/p",
+            b"/p/f",
+            b"/p/f\x00",
+            b"/p/f\x01",
+            b"/p/f1",
+            b"/p/f1/x",
+            b"/p/f1 copy",
+            b"/p/f1-",
+        ];
+        assert_eq!(shown, expected);
+    }
+
+    #[test]
+    fn binary_segments_round_trip() {
+        let raw = b"/\x00\x01\x02/\xe4\xb8\xad\xe6\x96\x87/a b%-[*";
+        let path = p(raw);
+        assert_eq!(path.to_bytes(), raw.to_vec());
+        assert_eq!(Path::from_key(path.key().to_vec()), Some(path));
+    }
+
+    #[test]
+    fn ancestor_keys_run_from_root_to_parent() {
+        let path = p(b"/A/B/C");
+        let ancestors: Vec<Vec<u8>> = path
+            .ancestor_keys()
+            .map(|k| Path::from_key(k.to_vec()).expect("key").to_bytes())
+            .collect();
+        assert_eq!(ancestors, vec![b"/".to_vec(), b"/A".to_vec(), b"/A/B".to_vec()]);
+        assert_eq!(Path::root().ancestor_keys().count(), 0);
+        assert_eq!(path.depth(), 3);
+    }
+
+    #[test]
+    fn corrupt_keys_are_refused() {
+        assert_eq!(Path::from_key(b"A".to_vec()), None);
+        assert_eq!(Path::from_key(b"\x00".to_vec()), None);
+        assert_eq!(Path::from_key(b"A\x01\x03\x00".to_vec()), None);
+        assert_eq!(Path::from_key(b"..\x00".to_vec()), None);
+        assert!(Path::from_key(Vec::new()).is_some());
+    }
+}

@@ -1,0 +1,213 @@
+//! Scenario tests of the engine through its public API.
+
+use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+
+fn p(s: &str) -> Path {
+    Path::parse(s.as_bytes(), &PathLimits::default()).expect("valid path")
+}
+
+fn t(s: &str) -> Token {
+    Token::new(s.as_bytes()).expect("valid token")
+}
+
+fn acquire(table: &mut LockTable, now: u64, token: &str, items: &[(Mode, &str)]) -> Option<u64> {
+    let items: Vec<(Mode, Path)> = items.iter().map(|(m, s)| (*m, p(s))).collect();
+    table.reclaim_expired(now);
+    let fence = table.acquire(now, &t(token), 1000, &items);
+    table.check_integrity().expect("integrity");
+    fence
+}
+
+use Mode::{Read, Write};
+
+#[test]
+fn the_conflict_rule_between_two_owners() {
+    // (held, requested, conflicts?)
+    let cases = [
+        ((Write, "/A/C"), (Write, "/A/C/D"), true),
+        ((Write, "/A/C"), (Read, "/A/C/D"), true),
+        ((Read, "/A/C"), (Read, "/A/C/D"), false),
+        ((Read, "/A/C"), (Write, "/A/C/D"), true),
+        ((Write, "/A/C/D"), (Write, "/A"), true),
+        ((Write, "/A/C/D"), (Read, "/A"), true),
+        ((Read, "/A/C/D"), (Read, "/A"), false),
+        ((Read, "/A/C/D"), (Write, "/A"), true),
+        ((Write, "/A/C"), (Write, "/A/C"), true),
+        ((Read, "/A/C"), (Read, "/A/C"), false),
+        ((Write, "/A/C"), (Write, "/A/CD"), false),
+        ((Write, "/A/C"), (Write, "/A/D"), false),
+        ((Write, "/p/f1"), (Write, "/p/f10"), false),
+        ((Write, "/"), (Read, "/x/y"), true),
+        ((Read, "/"), (Write, "/x"), true),
+        ((Read, "/"), (Read, "/x"), false),
+        ((Write, "/x/y/z"), (Write, "/"), true),
+    ];
+    for ((held_mode, held_path), (mode, path), conflicts) in cases {
+        let mut table = LockTable::new();
+        assert!(acquire(&mut table, 0, "owner", &[(held_mode, held_path)]).is_some());
+        let granted = acquire(&mut table, 0, "other", &[(mode, path)]).is_some();
+        assert_eq!(
+            granted, !conflicts,
+            "{held_mode} {held_path} then {mode} {path}"
+        );
+    }
+}
+
+#[test]
+fn the_same_token_never_conflicts_with_itself() {
+    let mut table = LockTable::new();
+    assert!(acquire(&mut table, 0, "me", &[(Read, "/A")]).is_some());
+    assert!(acquire(&mut table, 0, "me", &[(Write, "/A/x")]).is_some());
+    assert!(acquire(&mut table, 0, "me", &[(Write, "/A")]).is_some());
+    assert_eq!(table.len(), 3);
+    // Another owner is still blocked everywhere the first one holds anything.
+    assert!(acquire(&mut table, 0, "you", &[(Read, "/A/y")]).is_none());
+    assert!(acquire(&mut table, 0, "you", &[(Read, "/")]).is_none());
+}
+
+#[test]
+fn own_locks_beneath_do_not_hide_another_owners_lock() {
+    let mut table = LockTable::new();
+    assert!(acquire(&mut table, 0, "me", &[(Write, "/A/x")]).is_some());
+    assert!(acquire(&mut table, 0, "you", &[(Write, "/A/y")]).is_some());
+    assert!(acquire(&mut table, 0, "me", &[(Write, "/A")]).is_none());
+    assert!(acquire(&mut table, 0, "me", &[(Read, "/A")]).is_none());
+    table.release(&t("you"), None);
+    assert!(acquire(&mut table, 0, "me", &[(Write, "/A")]).is_some());
+}
+
+#[test]
+fn a_request_is_all_or_nothing_and_fences_count_calls() {
+    let mut table = LockTable::new();
+    assert_eq!(acquire(&mut table, 0, "a", &[(Write, "/B/x")]), Some(1));
+    // Moving /A into /B conflicts on /B/x: nothing of the request is granted.
+    assert_eq!(acquire(&mut table, 0, "b", &[(Write, "/A"), (Write, "/B")]), None);
+    assert_eq!(table.len(), 1);
+    assert_eq!(table.next_fence(), 2);
+    assert_eq!(acquire(&mut table, 0, "b", &[(Write, "/A"), (Write, "/C")]), Some(2));
+    assert_eq!(table.len(), 3);
+}
+
+#[test]
+fn reacquiring_refreshes_without_counting_twice() {
+    let mut table = LockTable::new();
+    let token = t("me");
+    assert_eq!(table.acquire(0, &token, 100, &[(Write, p("/A"))]), Some(1));
+    assert_eq!(table.acquire(50, &token, 100, &[(Write, p("/A"))]), Some(2));
+    assert_eq!(table.len(), 1);
+    let locks = table.locks(120, &Path::root());
+    assert_eq!(locks.len(), 1);
+    assert_eq!((locks[0].deadline, locks[0].fence), (150, 2));
+    assert_eq!(table.release(&token, Some(&[p("/A")])).len(), 1);
+    assert_eq!(table.node_count(), 0);
+}
+
+#[test]
+fn release_frees_every_mode_at_a_path_and_only_the_owners() {
+    let mut table = LockTable::new();
+    assert!(acquire(&mut table, 0, "me", &[(Read, "/A"), (Write, "/A"), (Write, "/B")]).is_some());
+    assert_eq!(table.release(&t("you"), None).len(), 0);
+    assert_eq!(table.release(&t("me"), Some(&[p("/A")])).len(), 2);
+    assert_eq!(table.release(&t("me"), Some(&[p("/A")])).len(), 0);
+    assert_eq!(table.release(&t("me"), None).len(), 1);
+    assert_eq!(table.node_count(), 0);
+    table.check_integrity().expect("integrity");
+}
+
+#[test]
+fn expired_locks_block_nobody_and_are_reclaimed_in_deadline_order() {
+    let mut table = LockTable::new();
+    let a = t("a");
+    let b = t("b");
+    table.acquire(0, &a, 30, &[(Write, p("/x/1"))]);
+    table.acquire(0, &b, 10, &[(Write, p("/x/2"))]);
+    assert!(table.locks(10, &Path::root()).iter().all(|l| l.token == a));
+    let reclaimed = table.reclaim_expired(30);
+    let order: Vec<Token> = reclaimed.iter().map(|l| l.token.clone()).collect();
+    assert_eq!(order, vec![b, a]);
+    assert_eq!(table.node_count(), 0);
+    assert_eq!(acquire(&mut table, 30, "c", &[(Write, "/")]), Some(3));
+}
+
+#[test]
+fn renew_moves_every_deadline_of_the_token() {
+    let mut table = LockTable::new();
+    let me = t("me");
+    table.acquire(0, &me, 10, &[(Read, p("/A")), (Write, p("/A/b"))]);
+    table.acquire(0, &t("you"), 10, &[(Read, p("/C"))]);
+    assert_eq!(table.renew(&me, 500), 2);
+    assert_eq!(table.renew(&t("nobody"), 500), 0);
+    assert_eq!(table.reclaim_expired(100).len(), 1);
+    assert_eq!(table.len(), 2);
+    table.check_integrity().expect("integrity");
+}
+
+#[test]
+fn listings_are_in_tree_order_and_scoped() {
+    let mut table = LockTable::new();
+    for (i, path) in ["/p/f1 copy", "/p/f1/x", "/p", "/p/f1", "/q", "/p/f10"]
+        .iter()
+        .enumerate()
+    {
+        table.acquire(0, &t(&format!("t{i}")), 100, &[(Read, p(path))]);
+    }
+    let shown: Vec<String> = table
+        .locks(0, &Path::root())
+        .iter()
+        .map(|l| l.path.to_string())
+        .collect();
+    assert_eq!(shown, ["/p", "/p/f1", "/p/f1/x", "/p/f1 copy", "/p/f10", "/q"]);
+    let under: Vec<String> = table
+        .locks(0, &p("/p/f1"))
+        .iter()
+        .map(|l| l.path.to_string())
+        .collect();
+    assert_eq!(under, ["/p/f1", "/p/f1/x"]);
+    assert!(table.locks(0, &p("/p/f")).is_empty());
+}
+
+#[test]
+fn blockers_name_exactly_the_conflicting_locks() {
+    let mut table = LockTable::new();
+    let names = |found: Vec<pathlock_core::LockInfo>| -> Vec<String> {
+        found.iter().map(|l| format!("{} {}", l.mode, l.path)).collect()
+    };
+    table.acquire(0, &t("mover"), 100, &[(Write, p("/A/C"))]);
+    table.acquire(0, &t("reader"), 100, &[(Read, p("/A/D/x"))]);
+    let found = table.blockers(0, Some(&t("me")), &[(Write, p("/A"))]);
+    assert_eq!(names(found), ["WRITE /A/C", "READ /A/D/x"]);
+    let found = table.blockers(0, Some(&t("me")), &[(Read, p("/A"))]);
+    assert_eq!(names(found), ["WRITE /A/C"]);
+    let found = table.blockers(0, None, &[(Read, p("/A/C/z")), (Write, p("/A/C"))]);
+    assert_eq!(names(found), ["WRITE /A/C"]);
+    assert!(table.blockers(0, Some(&t("mover")), &[(Read, p("/A/C/z"))]).is_empty());
+    assert!(table.blockers(0, None, &[(Read, p("/B"))]).is_empty());
+    table.release(&t("mover"), None);
+    table.acquire(0, &t("root"), 100, &[(Read, p("/"))]);
+    let found = table.blockers(0, Some(&t("me")), &[(Write, p("/A"))]);
+    assert_eq!(names(found), ["READ /", "READ /A/D/x"]);
+    // Expired locks are not blockers.
+    assert!(table.blockers(100, Some(&t("me")), &[(Write, p("/A"))]).is_empty());
+}
+
+#[test]
+fn many_readers_on_one_path_do_not_block_each_other() {
+    let mut table = LockTable::new();
+    for i in 0..1000 {
+        let token = t(&format!("r{i}"));
+        assert!(table.acquire(0, &token, 10, &[(Read, p("/shared"))]).is_some());
+    }
+    assert!(acquire(&mut table, 0, "w", &[(Write, "/shared/x")]).is_none());
+    assert!(acquire(&mut table, 0, "r", &[(Read, "/shared/x")]).is_some());
+}
+
+#[test]
+fn grant_applies_a_decided_grant_and_keeps_fences_ahead() {
+    let mut table = LockTable::new();
+    table.grant(&t("a"), 500, 41, &[(Write, p("/A"))]);
+    assert_eq!(table.next_fence(), 42);
+    table.grant(&t("b"), 500, 7, &[(Write, p("/B"))]);
+    assert_eq!(table.next_fence(), 42);
+    assert_eq!(table.acquire(0, &t("c"), 1, &[(Write, p("/C"))]), Some(42));
+    table.check_integrity().expect("integrity");
+}
