@@ -1,0 +1,267 @@
+//! Model-based property tests: random sequences of acquire, release, renew, check and clock
+//! advances run against the engine and against a naive reference that keeps a flat list of
+//! locks and scans all of them, comparing every answer.
+//!
+//! The paths come from a small alphabet chosen to collide: ancestors, siblings that share a
+//! byte prefix (`/a/b` and `/a/bc`, `/a` and `/ab`), the root, and bytes that sort around the
+//! separator.
+
+use std::collections::BTreeSet;
+
+use pathlock_core::{LockInfo, LockTable, Mode, Path, PathLimits, Token};
+use proptest::prelude::*;
+
+const PATHS: &[&str] = &[
+    "/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/a/bc/d", "/b", "/a-", "/a/b c", "/a/b/c/d",
+];
+const TOKENS: &[&str] = &["t0", "t1", "t2", "t3"];
+
+fn path(i: usize) -> Path {
+    Path::parse(PATHS[i].as_bytes(), &PathLimits::default()).expect("valid path")
+}
+
+fn token(i: usize) -> Token {
+    Token::new(TOKENS[i].as_bytes()).expect("valid token")
+}
+
+/// The reference: every lock in one list, every question answered by scanning it, and the
+/// ancestor relation computed on segments rather than on the engine's trie keys.
+#[derive(Clone, Debug, Default)]
+struct Model {
+    locks: Vec<LockInfo>,
+    next_fence: u64,
+}
+
+fn segments(path: &Path) -> Vec<Vec<u8>> {
+    path.segments().collect()
+}
+
+fn related(a: &Path, b: &Path) -> bool {
+    let (a, b) = (segments(a), segments(b));
+    a.starts_with(&b) || b.starts_with(&a)
+}
+
+fn conflicts(held: &LockInfo, token: Option<&Token>, mode: Mode, path: &Path) -> bool {
+    Some(&held.token) != token
+        && (held.mode == Mode::Write || mode == Mode::Write)
+        && related(&held.path, path)
+}
+
+impl Model {
+    fn new() -> Model {
+        Model {
+            locks: Vec::new(),
+            next_fence: 1,
+        }
+    }
+
+    fn reclaim(&mut self, now: u64) -> BTreeSet<LockInfo> {
+        let (expired, live) = self.locks.drain(..).partition(|l| l.deadline <= now);
+        self.locks = live;
+        expired.into_iter().collect()
+    }
+
+    fn acquire(&mut self, now: u64, token: &Token, ttl: u64, items: &[(Mode, Path)]) -> Option<u64> {
+        let blocked = items.iter().any(|(mode, path)| {
+            self.locks
+                .iter()
+                .any(|held| conflicts(held, Some(token), *mode, path))
+        });
+        if blocked {
+            return None;
+        }
+        let fence = self.next_fence;
+        self.next_fence += 1;
+        for (mode, path) in items {
+            self.locks
+                .retain(|l| !(l.token == *token && l.mode == *mode && l.path == *path));
+            self.locks.push(LockInfo {
+                path: path.clone(),
+                mode: *mode,
+                token: token.clone(),
+                deadline: now + ttl,
+                fence,
+            });
+        }
+        Some(fence)
+    }
+
+    fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {
+        let before = self.locks.len();
+        self.locks.retain(|l| {
+            l.token != *token || paths.is_some_and(|paths| !paths.contains(&l.path))
+        });
+        before - self.locks.len()
+    }
+
+    fn renew(&mut self, token: &Token, deadline: u64) -> usize {
+        let mut renewed = 0;
+        for lock in self.locks.iter_mut().filter(|l| l.token == *token) {
+            lock.deadline = deadline;
+            renewed += 1;
+        }
+        renewed
+    }
+
+    fn live(&self, now: u64) -> BTreeSet<LockInfo> {
+        self.locks.iter().filter(|l| l.deadline > now).cloned().collect()
+    }
+
+    fn blockers(&self, now: u64, token: Option<&Token>, items: &[(Mode, Path)]) -> BTreeSet<LockInfo> {
+        self.live(now)
+            .into_iter()
+            .filter(|held| items.iter().any(|(m, p)| conflicts(held, token, *m, p)))
+            .collect()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Acquire { token: usize, ttl: u64, items: Vec<(Mode, usize)> },
+    Release { token: usize, paths: Option<Vec<usize>> },
+    Renew { token: usize, ttl: u64 },
+    Check { token: Option<usize>, items: Vec<(Mode, usize)> },
+    Advance(u64),
+}
+
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![Just(Mode::Read), Just(Mode::Write)]
+}
+
+fn items() -> impl Strategy<Value = Vec<(Mode, usize)>> {
+    prop::collection::vec((mode(), 0..PATHS.len()), 1..4)
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0..TOKENS.len(), 1..60u64, items())
+            .prop_map(|(token, ttl, items)| Op::Acquire { token, ttl, items }),
+        2 => (0..TOKENS.len(), prop::option::of(prop::collection::vec(0..PATHS.len(), 0..3)))
+            .prop_map(|(token, paths)| Op::Release { token, paths }),
+        1 => (0..TOKENS.len(), 1..60u64).prop_map(|(token, ttl)| Op::Renew { token, ttl }),
+        1 => (prop::option::of(0..TOKENS.len()), items())
+            .prop_map(|(token, items)| Op::Check { token, items }),
+        2 => (0..30u64).prop_map(Op::Advance),
+    ]
+}
+
+fn resolve(items: &[(Mode, usize)]) -> Vec<(Mode, Path)> {
+    items.iter().map(|&(m, i)| (m, path(i))).collect()
+}
+
+/// No two live locks of different owners conflict.
+fn assert_no_conflicting_grants(live: &[LockInfo]) {
+    for a in live {
+        for b in live {
+            assert!(
+                !conflicts(a, Some(&b.token), b.mode, &b.path),
+                "{a:?} and {b:?} are held at once"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_matches_the_reference(ops in prop::collection::vec(op(), 1..60)) {
+        let mut table = LockTable::new();
+        let mut model = Model::new();
+        let mut now = 1_000u64;
+        let mut last_fence = 0;
+        for op in &ops {
+            // The Redis layer reclaims before every change; do the same to both sides.
+            let reclaimed: BTreeSet<LockInfo> = table.reclaim_expired(now).into_iter().collect();
+            prop_assert_eq!(reclaimed, model.reclaim(now));
+            match op {
+                Op::Acquire { token: t, ttl, items } => {
+                    let items = resolve(items);
+                    let before: Vec<LockInfo> = table.iter().collect();
+                    let got = table.acquire(now, &token(*t), *ttl, &items);
+                    prop_assert_eq!(got, model.acquire(now, &token(*t), *ttl, &items));
+                    match got {
+                        Some(fence) => {
+                            prop_assert!(fence > last_fence, "fence {} after {}", fence, last_fence);
+                            last_fence = fence;
+                        }
+                        None => {
+                            let after: Vec<LockInfo> = table.iter().collect();
+                            prop_assert_eq!(before, after, "a refused request changed the table");
+                        }
+                    }
+                }
+                Op::Release { token: t, paths } => {
+                    let paths: Option<Vec<Path>> =
+                        paths.as_ref().map(|ps| ps.iter().map(|&i| path(i)).collect());
+                    let mut unique = paths.clone();
+                    if let Some(ps) = unique.as_mut() {
+                        ps.sort();
+                        ps.dedup();
+                    }
+                    let got = table.release(&token(*t), paths.as_deref()).len();
+                    prop_assert_eq!(got, model.release(&token(*t), unique.as_deref()));
+                }
+                Op::Renew { token: t, ttl } => {
+                    let got = table.renew(&token(*t), now + ttl);
+                    prop_assert_eq!(got, model.renew(&token(*t), now + ttl));
+                }
+                Op::Check { token: t, items } => {
+                    let items = resolve(items);
+                    let who = t.map(token);
+                    let got: BTreeSet<LockInfo> =
+                        table.blockers(now, who.as_ref(), &items).into_iter().collect();
+                    prop_assert_eq!(got, model.blockers(now, who.as_ref(), &items));
+                    // Blockers exist exactly when an acquire by that token would be refused.
+                    if let Some(who) = who {
+                        let blocked = items.iter().any(|(m, p)| table.is_blocked(&who, *m, p));
+                        prop_assert_eq!(blocked, !model.blockers(now, Some(&who), &items).is_empty());
+                    }
+                }
+                Op::Advance(ms) => now += ms,
+            }
+            table.check_integrity().map_err(TestCaseError::fail)?;
+            let live: Vec<LockInfo> = table.locks(now, &Path::root());
+            prop_assert_eq!(live.iter().cloned().collect::<BTreeSet<_>>(), model.live(now));
+            prop_assert!(live.windows(2).all(|w| w[0].path <= w[1].path), "listing out of tree order");
+            assert_no_conflicting_grants(&live);
+        }
+        // Once everything is released, nothing is left behind.
+        for t in 0..TOKENS.len() {
+            table.release(&token(t), None);
+        }
+        prop_assert_eq!(table.node_count(), 0);
+        prop_assert!(table.is_empty());
+    }
+
+    #[test]
+    fn listing_a_subtree_matches_the_reference(
+        held in prop::collection::vec((0..TOKENS.len(), mode(), 0..PATHS.len()), 0..20),
+        under in 0..PATHS.len(),
+    ) {
+        let mut table = LockTable::new();
+        for (t, m, p) in &held {
+            table.grant(&token(*t), 100, 1, &[(*m, path(*p))]);
+        }
+        let got: Vec<LockInfo> = table.locks(0, &path(under));
+        let under_segments = segments(&path(under));
+        let expected: BTreeSet<LockInfo> = table
+            .iter()
+            .filter(|l| segments(&l.path).starts_with(&under_segments))
+            .collect();
+        prop_assert_eq!(got.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    }
+
+    #[test]
+    fn parsing_is_idempotent_and_round_trips(raw in prop::collection::vec(
+        prop_oneof![Just(b'/'), Just(b'.'), Just(b'a'), Just(0u8), Just(1u8), Just(b'-'), any::<u8>()],
+        0..40,
+    )) {
+        let limits = PathLimits::default();
+        if let Ok(parsed) = Path::parse(&raw, &limits) {
+            let shown = parsed.to_bytes();
+            prop_assert_eq!(Path::parse(&shown, &limits), Ok(parsed.clone()));
+            prop_assert_eq!(Path::from_key(parsed.key().to_vec()), Some(parsed));
+        }
+    }
+}
