@@ -1,0 +1,50 @@
+//! pathlock: hierarchical path locks for Redis.
+//!
+//! The engine lives in the `pathlock-core` crate and knows nothing of Redis. This crate adapts
+//! it: `commands/` holds the thin command handlers, `args.rs` the parsing of client arguments,
+//! `keytype.rs` the `path-lock` type's callbacks, `config.rs` the module configs and
+//! `errors.rs` every error a client can see.
+
+mod args;
+mod commands;
+mod config;
+mod errors;
+mod keytype;
+
+use commands::guarded;
+use keytype::PATHLOCK_TYPE;
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{redis_module, Context, RedisString, Status};
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    // Without this option a short read while loading an RDB or a RESTORE payload kills the
+    // server; with it, the loader sees the error and refuses the value.
+    ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
+    Status::Ok
+}
+
+redis_module! {
+    name: "pathlock",
+    version: 1,
+    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    data_types: [PATHLOCK_TYPE],
+    init: init,
+    commands: [
+        ["PATHLOCK.ACQUIRE", guarded(commands::acquire), "write deny-oom", 1, 1, 1, ""],
+        ["PATHLOCK.RELEASE", guarded(commands::release), "write", 1, 1, 1, ""],
+        ["PATHLOCK.RENEW", guarded(commands::renew), "write", 1, 1, 1, ""],
+    ],
+    configurations: [
+        i64: [
+            ["default-ttl", &config::DEFAULT_TTL, config::DEFAULT_TTL_MS, 1, config::TTL_CEILING_MS, ConfigurationFlags::DEFAULT, None],
+            ["max-ttl", &config::MAX_TTL, config::MAX_TTL_MS, 1, config::TTL_CEILING_MS, ConfigurationFlags::DEFAULT, None],
+            ["max-path-bytes", &config::PATH_BYTES, config::MAX_PATH_BYTES, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
+            ["max-depth", &config::DEPTH, config::MAX_DEPTH, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
+            ["max-paths-per-call", &config::PATHS_PER_CALL, config::MAX_PATHS_PER_CALL, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}

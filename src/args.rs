@@ -1,0 +1,113 @@
+//! Turning a client's arguments into engine requests. Everything a client sends is checked here,
+//! before any key is touched, so a bad argument anywhere fails the whole command unchanged.
+
+use pathlock_core::{Mode, Path, Token};
+
+use crate::config;
+use crate::errors::{shown, Error, ERR_MISSING_PATH, ERR_NO_PATHS, ERR_WAIT_UNSUPPORTED};
+
+/// `[TOKEN token] [TTL ms] [WAIT ms] mode path [mode path ...]`
+#[derive(Debug)]
+pub struct Acquire {
+    /// `None` when the module is to generate one.
+    pub token: Option<Token>,
+    pub ttl: u64,
+    pub items: Vec<(Mode, Path)>,
+}
+
+pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
+    let mut token = None;
+    let mut ttl = None;
+    let mut rest = words;
+    while let Some((&word, tail)) = rest.split_first() {
+        if Mode::parse(word).is_some() {
+            break;
+        }
+        let option = if word.eq_ignore_ascii_case(b"TOKEN") {
+            "TOKEN"
+        } else if word.eq_ignore_ascii_case(b"TTL") {
+            "TTL"
+        } else if word.eq_ignore_ascii_case(b"WAIT") {
+            "WAIT"
+        } else {
+            return Err(Error::UnknownWord(shown(word)));
+        };
+        let (&value, tail) = tail.split_first().ok_or(Error::MissingValue(option))?;
+        match option {
+            "TOKEN" if token.is_some() => return Err(Error::DuplicateOption(option)),
+            "TOKEN" => token = Some(Token::new(value)?),
+            "TTL" if ttl.is_some() => return Err(Error::DuplicateOption(option)),
+            "TTL" => ttl = Some(ttl_ms(value)?),
+            _ => return Err(ERR_WAIT_UNSUPPORTED.into()),
+        }
+        rest = tail;
+    }
+    let items = mode_paths(rest)?;
+    Ok(Acquire {
+        token,
+        ttl: match ttl {
+            Some(ttl) => ttl,
+            None => positive(config::default_ttl()),
+        },
+        items,
+    })
+}
+
+/// `mode path [mode path ...]`, at least one pair and at most `max-paths-per-call`.
+pub fn mode_paths(words: &[&[u8]]) -> Result<Vec<(Mode, Path)>, Error> {
+    if words.is_empty() {
+        return Err(ERR_NO_PATHS.into());
+    }
+    check_count(words.len().div_ceil(2))?;
+    let limits = config::path_limits();
+    words
+        .chunks(2)
+        .map(|pair| {
+            let mode = Mode::parse(pair[0]).ok_or_else(|| Error::InvalidMode(shown(pair[0])))?;
+            let raw = pair.get(1).ok_or(Error::Fixed(ERR_MISSING_PATH))?;
+            Ok((mode, Path::parse(raw, &limits)?))
+        })
+        .collect()
+}
+
+/// `[path ...]`: `None` when no path is given.
+pub fn paths(words: &[&[u8]]) -> Result<Option<Vec<Path>>, Error> {
+    if words.is_empty() {
+        return Ok(None);
+    }
+    check_count(words.len())?;
+    let limits = config::path_limits();
+    let paths = words
+        .iter()
+        .map(|raw| Path::parse(raw, &limits))
+        .collect::<Result<_, _>>()?;
+    Ok(Some(paths))
+}
+
+pub fn token(word: &[u8]) -> Result<Token, Error> {
+    Ok(Token::new(word)?)
+}
+
+/// A lease length in milliseconds: an integer from 1 to `pathlock.max-ttl`.
+pub fn ttl_ms(word: &[u8]) -> Result<u64, Error> {
+    let max = config::max_ttl();
+    std::str::from_utf8(word)
+        .ok()
+        .and_then(|text| text.parse::<i64>().ok())
+        .filter(|ms| (1..=max).contains(ms))
+        .map(positive)
+        .ok_or(Error::InvalidTtl { max })
+}
+
+fn check_count(count: usize) -> Result<(), Error> {
+    let max = config::max_paths_per_call();
+    if i64::try_from(count).map_or(true, |n| n > max) {
+        return Err(Error::TooManyPaths { max });
+    }
+    Ok(())
+}
+
+/// Values that the checks or the config ranges keep at one or more.
+fn positive(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(1).max(1)
+}

@@ -1,0 +1,20 @@
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::{change_project, notify, now_ms};
+use crate::args;
+
+/// PATHLOCK.RENEW key token ms
+pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let token = args::token(args[2].as_slice())?;
+    let ttl = args::ttl_ms(args[3].as_slice())?;
+    let deadline = now_ms().saturating_add(ttl);
+    let renewed = change_project(ctx, &args[1], false, |table| table.renew(&token, deadline))?
+        .unwrap_or(0);
+    if renewed > 0 {
+        notify(ctx, "pathlock.renew", &args[1]);
+    }
+    Ok(RedisValue::Integer(renewed as i64))
+}

@@ -1,0 +1,46 @@
+//! The module's configuration: `pathlock.*` module configs, settable in redis.conf after
+//! `loadmodule` and with `CONFIG SET`. Redis checks each value against the range registered in
+//! `lib.rs` and refuses the change with its own error otherwise.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use pathlock_core::PathLimits;
+
+pub const DEFAULT_TTL_MS: i64 = 30_000;
+pub const MAX_TTL_MS: i64 = 86_400_000;
+pub const MAX_PATH_BYTES: i64 = 4096;
+pub const MAX_DEPTH: i64 = 256;
+pub const MAX_PATHS_PER_CALL: i64 = 64;
+
+/// The largest value any of the limits may be set to: ten years of TTL, and limits far above
+/// what a file system uses.
+pub const TTL_CEILING_MS: i64 = 315_360_000_000;
+pub const LIMIT_CEILING: i64 = 1 << 20;
+
+pub static DEFAULT_TTL: AtomicI64 = AtomicI64::new(DEFAULT_TTL_MS);
+pub static MAX_TTL: AtomicI64 = AtomicI64::new(MAX_TTL_MS);
+pub static PATH_BYTES: AtomicI64 = AtomicI64::new(MAX_PATH_BYTES);
+pub static DEPTH: AtomicI64 = AtomicI64::new(MAX_DEPTH);
+pub static PATHS_PER_CALL: AtomicI64 = AtomicI64::new(MAX_PATHS_PER_CALL);
+
+pub fn max_ttl() -> i64 {
+    MAX_TTL.load(Ordering::Relaxed)
+}
+
+/// The TTL of an acquire that names none. A default above `max-ttl` is capped there, so
+/// lowering `max-ttl` alone is enough to bound every lease.
+pub fn default_ttl() -> i64 {
+    DEFAULT_TTL.load(Ordering::Relaxed).min(max_ttl())
+}
+
+pub fn max_paths_per_call() -> i64 {
+    PATHS_PER_CALL.load(Ordering::Relaxed)
+}
+
+pub fn path_limits() -> PathLimits {
+    // The registered ranges keep both values positive and small, so the casts are exact.
+    PathLimits {
+        max_bytes: PATH_BYTES.load(Ordering::Relaxed) as usize,
+        max_depth: DEPTH.load(Ordering::Relaxed) as usize,
+    }
+}

@@ -1,0 +1,140 @@
+//! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
+//!
+//! The RDB encoding, version [`ENCODING_VERSION`]:
+//!
+//! ```text
+//! unsigned  next fence
+//! unsigned  number of locks
+//! per lock, in tree order (path, then WRITE before READ, then token):
+//!   buffer    path trie key
+//!   unsigned  mode (0 WRITE, 1 READ)
+//!   buffer    token
+//!   unsigned  deadline, absolute milliseconds
+//!   unsigned  fence
+//! ```
+//!
+//! Loading checks every field and the strict order, so a corrupt payload (from a damaged file or
+//! a hand-made `RESTORE`) is refused instead of becoming a table whose indexes disagree.
+
+use std::os::raw::{c_int, c_void};
+
+use pathlock_core::{LockTable, Mode, Path, Token};
+use redis_module::{logging, raw, native_types::RedisType};
+
+/// The one encoding version. Raise it when the layout above changes, and keep reading the older
+/// versions; a version newer than this one is refused.
+pub const ENCODING_VERSION: i32 = 1;
+
+pub static PATHLOCK_TYPE: RedisType = RedisType::new(
+    "path-lock",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: None,
+        mem_usage: None,
+        digest: None,
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// # Safety
+/// Redis passes a value that `set_value` created from a `Box<LockTable>`.
+unsafe fn table<'a>(value: *mut c_void) -> &'a LockTable {
+    &*value.cast::<LockTable>()
+}
+
+extern "C" fn free(value: *mut c_void) {
+    if !value.is_null() {
+        // SAFETY: the value was created by `Box::new` in `RedisKeyWritable::set_value`.
+        drop(unsafe { Box::from_raw(value.cast::<LockTable>()) });
+    }
+}
+
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: see `table`.
+    let table = unsafe { table(value) };
+    raw::save_unsigned(rdb, table.next_fence());
+    raw::save_unsigned(rdb, table.len() as u64);
+    for lock in table.iter() {
+        raw::save_slice(rdb, lock.path.key());
+        raw::save_unsigned(rdb, mode_code(lock.mode));
+        raw::save_slice(rdb, lock.token.as_bytes());
+        raw::save_unsigned(rdb, lock.deadline);
+        raw::save_unsigned(rdb, lock.fence);
+    }
+}
+
+extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver > ENCODING_VERSION {
+        logging::log_warning(format!(
+            "pathlock: cannot load a path-lock value of encoding version {encver}; \
+             this module reads versions up to {ENCODING_VERSION}"
+        ));
+        return std::ptr::null_mut();
+    }
+    match load_table(rdb) {
+        Ok(table) => Box::into_raw(Box::new(table)).cast::<c_void>(),
+        Err(reason) => {
+            logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+fn load_table(rdb: *mut raw::RedisModuleIO) -> Result<LockTable, String> {
+    let io = |e: redis_module::error::Error| format!("short or unreadable payload ({e})");
+    let next_fence = raw::load_unsigned(rdb).map_err(io)?;
+    let count = raw::load_unsigned(rdb).map_err(io)?;
+    let mut table = LockTable::new();
+    let mut previous: Option<(Path, Mode, Token)> = None;
+    for _ in 0..count {
+        let key = raw::load_string_buffer(rdb).map_err(io)?.as_ref().to_vec();
+        let path = Path::from_key(key).ok_or("malformed path")?;
+        let mode = mode_from_code(raw::load_unsigned(rdb).map_err(io)?).ok_or("unknown mode")?;
+        let token = raw::load_string_buffer(rdb).map_err(io)?;
+        let token = Token::new(token.as_ref()).map_err(|e| e.to_string())?;
+        let deadline = raw::load_unsigned(rdb).map_err(io)?;
+        let fence = raw::load_unsigned(rdb).map_err(io)?;
+        if fence == 0 || fence >= next_fence {
+            return Err(format!("fence {fence} outside 1..{next_fence}"));
+        }
+        let order = (path, mode, token);
+        if previous.as_ref().is_some_and(|prev| *prev >= order) {
+            return Err("locks out of order or repeated".into());
+        }
+        let (path, mode, token) = &order;
+        table.grant(token, deadline, fence, &[(*mode, path.clone())]);
+        previous = Some(order);
+    }
+    table.raise_next_fence(next_fence);
+    Ok(table)
+}
+
+fn mode_code(mode: Mode) -> u64 {
+    match mode {
+        Mode::Write => 0,
+        Mode::Read => 1,
+    }
+}
+
+fn mode_from_code(code: u64) -> Option<Mode> {
+    match code {
+        0 => Some(Mode::Write),
+        1 => Some(Mode::Read),
+        _ => None,
+    }
+}
