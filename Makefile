@@ -1,0 +1,33 @@
+# pathlock: `make run` starts a local redis-server with the module; `make test` runs every test.
+# Both install what is missing (libclang, redis-server, redis-py) with apt-get on Debian/Ubuntu.
+
+CARGO ?= cargo
+PORT ?= 6379
+MODULE := $(CURDIR)/target/release/libpathlock.so
+export PATHLOCK_MODULE := $(MODULE)
+
+.PHONY: all build run test test-unit test-integration test-example lint clean
+
+all: build
+
+build:
+	@scripts/deps.sh build
+	$(CARGO) build --release
+
+# Foreground server with the module and every pathlock config at its default.
+run: build
+	@scripts/deps.sh run
+	redis-server redis.conf.example --port $(PORT)
+
+test: build
+	@scripts/deps.sh test
+	$(CARGO) test --release --workspace
+	scripts/with-redis.sh python3 examples/cloud_drive.py
+
+lint:
+	@scripts/deps.sh build
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing pathlock need on a Debian or Ubuntu machine that has
+# only the Rust toolchain, and says what to install by hand anywhere else.
+#
+#   scripts/deps.sh build   libclang (redis-module's bindings are generated with bindgen)
+#   scripts/deps.sh run     redis-server 7.0 or newer (module configs need 7.0)
+#   scripts/deps.sh test    redis-server, redis-cli, redis-py for the Python example
+set -euo pipefail
+
+apt_updated=""
+apt_install() {
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "pathlock: $* missing and this is not a Debian/Ubuntu machine; install it by hand" >&2
+        exit 1
+    fi
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+            sudo="sudo -n"
+        else
+            echo "pathlock: missing $*; run: sudo apt-get install -y $*" >&2
+            exit 1
+        fi
+    fi
+    echo "pathlock: installing $* with apt-get" >&2
+    if [ -z "$apt_updated" ]; then
+        $sudo apt-get update -qq >&2
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >&2
+}
+
+have_libclang() {
+    [ -n "${LIBCLANG_PATH:-}" ] && return 0
+    compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null ||
+        compgen -G "/usr/lib/*/libclang-*.so*" >/dev/null ||
+        compgen -G "/usr/lib/*/libclang.so*" >/dev/null
+}
+
+need_libclang() {
+    have_libclang || apt_install libclang-dev
+}
+
+need_redis() {
+    if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+        apt_install redis-server redis-tools
+    fi
+    # Debian's package starts a server of its own on port 6379; pathlock's tests and `make run`
+    # start their own, so that one is stopped when this script installed it.
+    if [ -n "$apt_updated" ] && command -v service >/dev/null 2>&1; then
+        service redis-server stop >/dev/null 2>&1 || true
+    fi
+    local version
+    version=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p')
+    if [ "${version:-0}" -lt 7 ]; then
+        echo "pathlock: redis-server $(redis-server --version) is too old; 7.0 or newer is needed" >&2
+        exit 1
+    fi
+}
+
+need_redis_py() {
+    python3 -c 'import redis' 2>/dev/null && return 0
+    echo "pathlock: installing redis-py for the Python example" >&2
+    python3 -m pip install --quiet --disable-pip-version-check redis >&2 2>/dev/null ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages redis >&2 ||
+        apt_install python3-redis
+}
+
+for what in "$@"; do
+    case "$what" in
+    build) need_libclang ;;
+    run) need_libclang; need_redis ;;
+    test) need_libclang; need_redis; need_redis_py ;;
+    *) echo "usage: $0 build|run|test ..." >&2; exit 2 ;;
+    esac
+done

@@ -1,0 +1,201 @@
+//! The harness of the integration tests: real `redis-server` processes with the module loaded,
+//! each on a free loopback port and in a directory of its own, killed when the test ends.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+pub use redis::{cmd, Connection, Value};
+
+/// The built module: `PATHLOCK_MODULE`, or the release build in this checkout.
+pub fn module_path() -> PathBuf {
+    let path = std::env::var_os("PATHLOCK_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libpathlock.so")
+        });
+    assert!(
+        path.exists(),
+        "module not built at {}: run `cargo build --release` (make test does)",
+        path.display()
+    );
+    path
+}
+
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+    args: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn fresh_dir() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pathlock-test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("test directory");
+    dir
+}
+
+impl Server {
+    /// A server with the module, no persistence, and `DEBUG` allowed.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let dir = fresh_dir();
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, port) = spawn(&dir, &args, None);
+        Server {
+            child,
+            port,
+            dir,
+            args,
+        }
+    }
+
+    pub fn conn(&self) -> Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
+            .and_then(|c| c.get_connection())
+            .expect("connection to the test server")
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and starts it again on the same port
+    /// and directory, so it reloads whatever it persisted there.
+    pub fn crash_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let (child, port) = spawn(&self.dir, &self.args, Some(self.port));
+        self.child = child;
+        self.port = port;
+    }
+
+    /// The server's log, for assertion messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+}
+
+fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u16) {
+    let module = module_path();
+    for _ in 0..10 {
+        let port = fixed_port.unwrap_or_else(free_port);
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(dir)
+            .args(["--save", "", "--appendonly", "no", "--enable-debug-command", "yes"])
+            .args(["--logfile", "redis.log"])
+            .arg("--loadmodule")
+            .arg(&module)
+            .args(extra)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH (make test installs it)");
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = child.try_wait() {
+                break; // Exited: most likely the port was taken in the meantime.
+            }
+            let ready = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| cmd("PING").query::<String>(&mut c));
+            if ready.is_ok() {
+                return (child, port);
+            }
+            sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        if fixed_port.is_some() {
+            sleep(Duration::from_millis(200));
+        }
+    }
+    let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
+    panic!("redis-server did not start; its log:\n{log}");
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `PATHLOCK.ACQUIRE key args...`: `Some((token, fence))` when granted, `None` when refused.
+pub fn acquire(con: &mut Connection, key: &str, args: &[&str]) -> Option<(String, i64)> {
+    try_acquire(con, key, args).unwrap_or_else(|e| panic!("ACQUIRE {args:?} failed: {e}"))
+}
+
+pub fn try_acquire(
+    con: &mut Connection,
+    key: &str,
+    args: &[&str],
+) -> redis::RedisResult<Option<(String, i64)>> {
+    cmd("PATHLOCK.ACQUIRE").arg(key).arg(args).query(con)
+}
+
+/// Acquire with a given token; true when granted.
+pub fn take(con: &mut Connection, key: &str, token: &str, requests: &[&str]) -> bool {
+    let mut args = vec!["TOKEN", token];
+    args.extend_from_slice(requests);
+    acquire(con, key, &args).is_some()
+}
+
+pub fn release(con: &mut Connection, key: &str, token: &str, paths: &[&str]) -> i64 {
+    cmd("PATHLOCK.RELEASE")
+        .arg(key)
+        .arg(token)
+        .arg(paths)
+        .query(con)
+        .expect("RELEASE")
+}
+
+pub fn renew(con: &mut Connection, key: &str, token: &str, ms: u64) -> i64 {
+    cmd("PATHLOCK.RENEW")
+        .arg(key)
+        .arg(token)
+        .arg(ms)
+        .query(con)
+        .expect("RENEW")
+}
+
+/// The text of the error a command answers; panics when it succeeds.
+pub fn error_of<T: std::fmt::Debug>(result: redis::RedisResult<T>) -> String {
+    match result {
+        Ok(value) => panic!("expected an error, got {value:?}"),
+        Err(e) => match (e.code(), e.detail()) {
+            (Some(code), Some(detail)) => format!("{code} {detail}"),
+            _ => e.to_string(),
+        },
+    }
+}
+
+/// Runs a raw command and returns its error text.
+pub fn error_from(con: &mut Connection, args: &[&[u8]]) -> String {
+    let mut command = cmd(std::str::from_utf8(args[0]).expect("command name"));
+    for arg in &args[1..] {
+        command.arg(*arg);
+    }
+    error_of(command.query::<Value>(con))
+}
