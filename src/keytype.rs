@@ -19,7 +19,7 @@
 use std::os::raw::{c_int, c_void};
 
 use pathlock_core::{LockTable, Mode, Path, Token};
-use redis_module::{logging, raw, native_types::RedisType};
+use redis_module::{logging, native_types::RedisType, raw};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.

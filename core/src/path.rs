@@ -287,7 +287,7 @@ mod tests {
 
     #[test]
     fn key_order_is_depth_first_with_siblings_in_byte_order() {
-        let mut paths = vec![
+        let mut paths = [
             p(b"/p/f1 copy"),
             p(b"/p/f1/x"),
             p(b"/p/f1"),
@@ -327,7 +327,10 @@ mod tests {
             .ancestor_keys()
             .map(|k| Path::from_key(k.to_vec()).expect("key").to_bytes())
             .collect();
-        assert_eq!(ancestors, vec![b"/".to_vec(), b"/A".to_vec(), b"/A/B".to_vec()]);
+        assert_eq!(
+            ancestors,
+            vec![b"/".to_vec(), b"/A".to_vec(), b"/A/B".to_vec()]
+        );
         assert_eq!(Path::root().ancestor_keys().count(), 0);
         assert_eq!(path.depth(), 3);
     }

@@ -151,7 +151,13 @@ impl LockTable {
     /// Records a grant that was already decided: by `acquire`, or by a master whose effect a
     /// replica or an AOF replay applies. Re-granting a `(path, mode)` the token holds refreshes
     /// its deadline and fence. Returns how many new locks it added.
-    pub fn grant(&mut self, token: &Token, deadline: u64, fence: u64, items: &[(Mode, Path)]) -> usize {
+    pub fn grant(
+        &mut self,
+        token: &Token,
+        deadline: u64,
+        fence: u64,
+        items: &[(Mode, Path)],
+    ) -> usize {
         self.raise_next_fence(fence.saturating_add(1));
         items
             .iter()
@@ -204,7 +210,8 @@ impl LockTable {
                 self.expiry
                     .remove(&(held.deadline, key.clone(), mode, token.clone()));
                 held.deadline = deadline;
-                self.expiry.insert((deadline, key.clone(), mode, token.clone()));
+                self.expiry
+                    .insert((deadline, key.clone(), mode, token.clone()));
                 renewed += 1;
             }
         }
@@ -313,13 +320,20 @@ impl LockTable {
             if node.is_unused() {
                 return Err(format!("unused node at {path}"));
             }
-            if !node.held.windows(2).all(|w| (w[0].mode, &w[0].token) < (w[1].mode, &w[1].token)) {
+            if !node
+                .held
+                .windows(2)
+                .all(|w| (w[0].mode, &w[0].token) < (w[1].mode, &w[1].token))
+            {
                 return Err(format!("locks at {path} are not in canonical order"));
             }
             for held in &node.held {
                 len += 1;
                 if held.fence >= self.next_fence {
-                    return Err(format!("fence {} at {path} is not below the counter", held.fence));
+                    return Err(format!(
+                        "fence {} at {path} is not below the counter",
+                        held.fence
+                    ));
                 }
                 for ancestor in path.ancestor_keys() {
                     below.entry(ancestor.to_vec()).or_default()[held.mode.index()] += 1;
@@ -332,7 +346,10 @@ impl LockTable {
             let expected = below.remove(key).unwrap_or_default();
             if node.below != expected {
                 let path = Path::from_trusted_key(key.clone());
-                return Err(format!("marks at {path} are {:?}, expected {expected:?}", node.below));
+                return Err(format!(
+                    "marks at {path} are {:?}, expected {expected:?}",
+                    node.below
+                ));
             }
         }
         if let Some(key) = below.keys().next() {
@@ -395,7 +412,14 @@ impl LockTable {
 
     /// Adds one lock, or refreshes it when the token already holds that mode on that path.
     /// Returns whether the lock is new.
-    fn insert(&mut self, path: &Path, token: &Token, mode: Mode, deadline: u64, fence: u64) -> bool {
+    fn insert(
+        &mut self,
+        path: &Path,
+        token: &Token,
+        mode: Mode,
+        deadline: u64,
+        fence: u64,
+    ) -> bool {
         let key = path.key();
         let held = Held {
             mode,
@@ -409,7 +433,8 @@ impl LockTable {
                     let old = std::mem::replace(&mut node.held[i], held);
                     self.expiry
                         .remove(&(old.deadline, key.to_vec(), mode, token.clone()));
-                    self.expiry.insert((deadline, key.to_vec(), mode, token.clone()));
+                    self.expiry
+                        .insert((deadline, key.to_vec(), mode, token.clone()));
                     return false;
                 }
                 Err(i) => node.held.insert(i, held),
@@ -440,7 +465,8 @@ impl LockTable {
             .or_default()
             .entry(key.to_vec())
             .or_insert(0) |= bit(mode);
-        self.expiry.insert((deadline, key.to_vec(), mode, token.clone()));
+        self.expiry
+            .insert((deadline, key.to_vec(), mode, token.clone()));
         self.len += 1;
         true
     }
@@ -503,7 +529,9 @@ fn collect_beneath(
     if let (Some(key), Some(node)) = (sub.key(), sub.value()) {
         if key.len() > under.len() && key.starts_with(under) {
             for held in &node.held {
-                if held.mode.conflicts_with(mode) && Some(&held.token) != token && held.deadline > now
+                if held.mode.conflicts_with(mode)
+                    && Some(&held.token) != token
+                    && held.deadline > now
                 {
                     found.insert(info(key, held));
                 }

@@ -81,10 +81,16 @@ fn a_request_is_all_or_nothing_and_fences_count_calls() {
     let mut table = LockTable::new();
     assert_eq!(acquire(&mut table, 0, "a", &[(Write, "/B/x")]), Some(1));
     // Moving /A into /B conflicts on /B/x: nothing of the request is granted.
-    assert_eq!(acquire(&mut table, 0, "b", &[(Write, "/A"), (Write, "/B")]), None);
+    assert_eq!(
+        acquire(&mut table, 0, "b", &[(Write, "/A"), (Write, "/B")]),
+        None
+    );
     assert_eq!(table.len(), 1);
     assert_eq!(table.next_fence(), 2);
-    assert_eq!(acquire(&mut table, 0, "b", &[(Write, "/A"), (Write, "/C")]), Some(2));
+    assert_eq!(
+        acquire(&mut table, 0, "b", &[(Write, "/A"), (Write, "/C")]),
+        Some(2)
+    );
     assert_eq!(table.len(), 3);
 }
 
@@ -105,7 +111,13 @@ fn reacquiring_refreshes_without_counting_twice() {
 #[test]
 fn release_frees_every_mode_at_a_path_and_only_the_owners() {
     let mut table = LockTable::new();
-    assert!(acquire(&mut table, 0, "me", &[(Read, "/A"), (Write, "/A"), (Write, "/B")]).is_some());
+    assert!(acquire(
+        &mut table,
+        0,
+        "me",
+        &[(Read, "/A"), (Write, "/A"), (Write, "/B")]
+    )
+    .is_some());
     assert_eq!(table.release(&t("you"), None).len(), 0);
     assert_eq!(table.release(&t("me"), Some(&[p("/A")])).len(), 2);
     assert_eq!(table.release(&t("me"), Some(&[p("/A")])).len(), 0);
@@ -156,7 +168,10 @@ fn listings_are_in_tree_order_and_scoped() {
         .iter()
         .map(|l| l.path.to_string())
         .collect();
-    assert_eq!(shown, ["/p", "/p/f1", "/p/f1/x", "/p/f1 copy", "/p/f10", "/q"]);
+    assert_eq!(
+        shown,
+        ["/p", "/p/f1", "/p/f1/x", "/p/f1 copy", "/p/f10", "/q"]
+    );
     let under: Vec<String> = table
         .locks(0, &p("/p/f1"))
         .iter()
@@ -170,7 +185,10 @@ fn listings_are_in_tree_order_and_scoped() {
 fn blockers_name_exactly_the_conflicting_locks() {
     let mut table = LockTable::new();
     let names = |found: Vec<pathlock_core::LockInfo>| -> Vec<String> {
-        found.iter().map(|l| format!("{} {}", l.mode, l.path)).collect()
+        found
+            .iter()
+            .map(|l| format!("{} {}", l.mode, l.path))
+            .collect()
     };
     table.acquire(0, &t("mover"), 100, &[(Write, p("/A/C"))]);
     table.acquire(0, &t("reader"), 100, &[(Read, p("/A/D/x"))]);
@@ -180,14 +198,18 @@ fn blockers_name_exactly_the_conflicting_locks() {
     assert_eq!(names(found), ["WRITE /A/C"]);
     let found = table.blockers(0, None, &[(Read, p("/A/C/z")), (Write, p("/A/C"))]);
     assert_eq!(names(found), ["WRITE /A/C"]);
-    assert!(table.blockers(0, Some(&t("mover")), &[(Read, p("/A/C/z"))]).is_empty());
+    assert!(table
+        .blockers(0, Some(&t("mover")), &[(Read, p("/A/C/z"))])
+        .is_empty());
     assert!(table.blockers(0, None, &[(Read, p("/B"))]).is_empty());
     table.release(&t("mover"), None);
     table.acquire(0, &t("root"), 100, &[(Read, p("/"))]);
     let found = table.blockers(0, Some(&t("me")), &[(Write, p("/A"))]);
     assert_eq!(names(found), ["READ /", "READ /A/D/x"]);
     // Expired locks are not blockers.
-    assert!(table.blockers(100, Some(&t("me")), &[(Write, p("/A"))]).is_empty());
+    assert!(table
+        .blockers(100, Some(&t("me")), &[(Write, p("/A"))])
+        .is_empty());
 }
 
 #[test]
@@ -195,7 +217,9 @@ fn many_readers_on_one_path_do_not_block_each_other() {
     let mut table = LockTable::new();
     for i in 0..1000 {
         let token = t(&format!("r{i}"));
-        assert!(table.acquire(0, &token, 10, &[(Read, p("/shared"))]).is_some());
+        assert!(table
+            .acquire(0, &token, 10, &[(Read, p("/shared"))])
+            .is_some());
     }
     assert!(acquire(&mut table, 0, "w", &[(Write, "/shared/x")]).is_none());
     assert!(acquire(&mut table, 0, "r", &[(Read, "/shared/x")]).is_some());

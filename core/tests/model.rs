@@ -61,7 +61,13 @@ impl Model {
         expired.into_iter().collect()
     }
 
-    fn acquire(&mut self, now: u64, token: &Token, ttl: u64, items: &[(Mode, Path)]) -> Option<u64> {
+    fn acquire(
+        &mut self,
+        now: u64,
+        token: &Token,
+        ttl: u64,
+        items: &[(Mode, Path)],
+    ) -> Option<u64> {
         let blocked = items.iter().any(|(mode, path)| {
             self.locks
                 .iter()
@@ -88,9 +94,8 @@ impl Model {
 
     fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {
         let before = self.locks.len();
-        self.locks.retain(|l| {
-            l.token != *token || paths.is_some_and(|paths| !paths.contains(&l.path))
-        });
+        self.locks
+            .retain(|l| l.token != *token || paths.is_some_and(|paths| !paths.contains(&l.path)));
         before - self.locks.len()
     }
 
@@ -104,10 +109,19 @@ impl Model {
     }
 
     fn live(&self, now: u64) -> BTreeSet<LockInfo> {
-        self.locks.iter().filter(|l| l.deadline > now).cloned().collect()
+        self.locks
+            .iter()
+            .filter(|l| l.deadline > now)
+            .cloned()
+            .collect()
     }
 
-    fn blockers(&self, now: u64, token: Option<&Token>, items: &[(Mode, Path)]) -> BTreeSet<LockInfo> {
+    fn blockers(
+        &self,
+        now: u64,
+        token: Option<&Token>,
+        items: &[(Mode, Path)],
+    ) -> BTreeSet<LockInfo> {
         self.live(now)
             .into_iter()
             .filter(|held| items.iter().any(|(m, p)| conflicts(held, token, *m, p)))
@@ -117,10 +131,23 @@ impl Model {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire { token: usize, ttl: u64, items: Vec<(Mode, usize)> },
-    Release { token: usize, paths: Option<Vec<usize>> },
-    Renew { token: usize, ttl: u64 },
-    Check { token: Option<usize>, items: Vec<(Mode, usize)> },
+    Acquire {
+        token: usize,
+        ttl: u64,
+        items: Vec<(Mode, usize)>,
+    },
+    Release {
+        token: usize,
+        paths: Option<Vec<usize>>,
+    },
+    Renew {
+        token: usize,
+        ttl: u64,
+    },
+    Check {
+        token: Option<usize>,
+        items: Vec<(Mode, usize)>,
+    },
     Advance(u64),
 }
 

@@ -55,13 +55,20 @@ fn change_project<R>(
 ) -> Result<Option<R>, RedisError> {
     let key = ctx.open_key_writable(key_name);
     let wrong_type = |_| RedisError::Str(WRONGTYPE);
-    if key.get_value::<LockTable>(&PATHLOCK_TYPE).map_err(wrong_type)?.is_none() {
+    if key
+        .get_value::<LockTable>(&PATHLOCK_TYPE)
+        .map_err(wrong_type)?
+        .is_none()
+    {
         if !create {
             return Ok(None);
         }
         key.set_value(&PATHLOCK_TYPE, LockTable::new())?;
     }
-    let Some(table) = key.get_value::<LockTable>(&PATHLOCK_TYPE).map_err(wrong_type)? else {
+    let Some(table) = key
+        .get_value::<LockTable>(&PATHLOCK_TYPE)
+        .map_err(wrong_type)?
+    else {
         return Ok(None);
     };
     if !table.reclaim_expired(now_ms()).is_empty() {

@@ -11,8 +11,8 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let token = args::token(args[2].as_slice())?;
     let ttl = args::ttl_ms(args[3].as_slice())?;
     let deadline = now_ms().saturating_add(ttl);
-    let renewed = change_project(ctx, &args[1], false, |table| table.renew(&token, deadline))?
-        .unwrap_or(0);
+    let renewed =
+        change_project(ctx, &args[1], false, |table| table.renew(&token, deadline))?.unwrap_or(0);
     if renewed > 0 {
         notify(ctx, "pathlock.renew", &args[1]);
     }

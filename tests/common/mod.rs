@@ -101,7 +101,14 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u1
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(dir)
-            .args(["--save", "", "--appendonly", "no", "--enable-debug-command", "yes"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--enable-debug-command",
+                "yes",
+            ])
             .args(["--logfile", "redis.log"])
             .arg("--loadmodule")
             .arg(&module)
