@@ -53,6 +53,26 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
     })
 }
 
+/// `[TOKEN token] mode path [mode path ...]`
+#[derive(Debug)]
+pub struct Check {
+    pub token: Option<Token>,
+    pub items: Vec<(Mode, Path)>,
+}
+
+pub fn check(words: &[&[u8]]) -> Result<Check, Error> {
+    match words {
+        [first, value, rest @ ..] if first.eq_ignore_ascii_case(b"TOKEN") => Ok(Check {
+            token: Some(Token::new(value)?),
+            items: mode_paths(rest)?,
+        }),
+        _ => Ok(Check {
+            token: None,
+            items: mode_paths(words)?,
+        }),
+    }
+}
+
 /// `mode path [mode path ...]`, at least one pair and at most `max-paths-per-call`.
 pub fn mode_paths(words: &[&[u8]]) -> Result<Vec<(Mode, Path)>, Error> {
     if words.is_empty() {

@@ -33,6 +33,8 @@ redis_module! {
         ["PATHLOCK.ACQUIRE", guarded(commands::acquire), "write deny-oom", 1, 1, 1, ""],
         ["PATHLOCK.RELEASE", guarded(commands::release), "write", 1, 1, 1, ""],
         ["PATHLOCK.RENEW", guarded(commands::renew), "write", 1, 1, 1, ""],
+        ["PATHLOCK.LOCKS", guarded(commands::locks), "readonly", 1, 1, 1, ""],
+        ["PATHLOCK.CHECK", guarded(commands::check), "readonly", 1, 1, 1, ""],
     ],
     configurations: [
         i64: [

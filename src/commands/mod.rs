@@ -2,17 +2,21 @@
 //! (`pathlock_core`), replies, and announces what changed. Nothing is decided here.
 
 mod acquire;
+mod check;
+mod locks;
 mod release;
 mod renew;
 
 pub use acquire::acquire;
+pub use check::check;
+pub use locks::locks;
 pub use release::release;
 pub use renew::renew;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pathlock_core::LockTable;
-use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString};
+use pathlock_core::{LockInfo, LockTable};
+use redis_module::{raw, Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::errors::{ERR_PANIC, WRONGTYPE};
 use crate::keytype::PATHLOCK_TYPE;
@@ -75,6 +79,43 @@ fn change_project<R>(
         notify(ctx, "pathlock.expired", key_name);
     }
     Ok(Some(change(table)))
+}
+
+/// Runs `read` on a project's table without changing it; a missing key answers `Ok(None)`.
+/// Expired locks are left in place (a replica must not reclaim them); the engine's reading
+/// methods hide them.
+fn read_project<R>(
+    ctx: &Context,
+    key_name: &RedisString,
+    read: impl FnOnce(&LockTable) -> R,
+) -> Result<Option<R>, RedisError> {
+    let key = ctx.open_key(key_name);
+    let table = key
+        .get_value::<LockTable>(&PATHLOCK_TYPE)
+        .map_err(|_| RedisError::Str(WRONGTYPE))?;
+    Ok(table.map(read))
+}
+
+/// The entries of LOCKS and CHECK: `[path, mode, token, ttl-ms, fence]`.
+fn lock_entries(locks: &[LockInfo], now: u64) -> RedisValue {
+    RedisValue::Array(
+        locks
+            .iter()
+            .map(|lock| {
+                RedisValue::Array(vec![
+                    RedisValue::StringBuffer(lock.path.to_bytes()),
+                    RedisValue::BulkString(lock.mode.as_str().to_owned()),
+                    RedisValue::StringBuffer(lock.token.as_bytes().to_vec()),
+                    RedisValue::Integer(clamp(lock.deadline.saturating_sub(now))),
+                    RedisValue::Integer(clamp(lock.fence)),
+                ])
+            })
+            .collect(),
+    )
+}
+
+fn clamp(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
 }
 
 fn notify(ctx: &Context, event: &str, key: &RedisString) {

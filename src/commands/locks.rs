@@ -1,0 +1,20 @@
+use pathlock_core::Path;
+use redis_module::{Context, RedisError, RedisResult, RedisString};
+
+use super::{lock_entries, now_ms, read_project};
+use crate::config;
+use crate::errors::Error;
+
+/// PATHLOCK.LOCKS key [path]
+pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if !(2..=3).contains(&args.len()) {
+        return Err(RedisError::WrongArity);
+    }
+    let under = match args.get(2) {
+        Some(raw) => Path::parse(raw.as_slice(), &config::path_limits()).map_err(Error::from)?,
+        None => Path::root(),
+    };
+    let now = now_ms();
+    let locks = read_project(ctx, &args[1], |table| table.locks(now, &under))?.unwrap_or_default();
+    Ok(lock_entries(&locks, now))
+}
