@@ -84,7 +84,19 @@ pub struct LockTable {
     expiry: BTreeSet<(u64, Vec<u8>, Mode, Token)>,
     next_fence: u64,
     len: usize,
+    /// Key bytes over all nodes, and key plus token bytes over all locks: what the memory
+    /// estimate needs beyond counts, kept up to date so that the estimate costs O(1).
+    node_key_bytes: usize,
+    lock_bytes: usize,
 }
+
+/// Bytes a trie node costs beyond its key: the radix node with its 16 child slots, the key-value
+/// box, and the `Node` itself.
+const NODE_OVERHEAD: usize = 224 + std::mem::size_of::<Node>();
+/// Bytes a lock costs beyond its key and token bytes: its entry in the node, in the owner's
+/// ordered map, and in the expiry set (which copy the key and token again, hence the factor 3
+/// applied to `lock_bytes`).
+const LOCK_OVERHEAD: usize = std::mem::size_of::<Held>() + 48 + 96;
 
 impl Default for LockTable {
     fn default() -> Self {
@@ -100,6 +112,8 @@ impl LockTable {
             expiry: BTreeSet::new(),
             next_fence: 1,
             len: 0,
+            node_key_bytes: 0,
+            lock_bytes: 0,
         }
     }
 
@@ -110,6 +124,22 @@ impl LockTable {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// An estimate of the heap bytes the table uses, for `MEMORY USAGE`. It depends only on what
+    /// the table holds, so a released lock takes its bytes back exactly.
+    pub fn memory_estimate(&self) -> usize {
+        std::mem::size_of::<LockTable>()
+            + self.index.len() * NODE_OVERHEAD
+            + self.node_key_bytes
+            + self.len * LOCK_OVERHEAD
+            + 3 * self.lock_bytes
+            + self.owners.len() * 64
+    }
+
+    /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
+    pub fn free_effort(&self) -> usize {
+        self.index.len() + 3 * self.len
     }
 
     /// The fence the next successful acquire will take.
@@ -315,7 +345,10 @@ impl LockTable {
         let mut owners: BTreeMap<(Token, Vec<u8>), ModeBits> = BTreeMap::new();
         let mut expiry = BTreeSet::new();
         let mut len = 0;
+        let mut node_key_bytes = 0;
+        let mut lock_bytes = 0;
         for (key, node) in self.index.iter() {
+            node_key_bytes += key.len();
             let path = Path::from_key(key.clone()).ok_or("malformed key in the index")?;
             if node.is_unused() {
                 return Err(format!("unused node at {path}"));
@@ -329,6 +362,7 @@ impl LockTable {
             }
             for held in &node.held {
                 len += 1;
+                lock_bytes += key.len() + held.token.as_bytes().len();
                 if held.fence >= self.next_fence {
                     return Err(format!(
                         "fence {} at {path} is not below the counter",
@@ -369,6 +403,9 @@ impl LockTable {
         }
         if len != self.len {
             return Err(format!("{} locks counted, {len} stored", self.len));
+        }
+        if (node_key_bytes, lock_bytes) != (self.node_key_bytes, self.lock_bytes) {
+            return Err("the byte counts disagree with the contents".into());
         }
         Ok(())
     }
@@ -447,6 +484,7 @@ impl LockTable {
                         below: [0, 0],
                     },
                 );
+                self.node_key_bytes += key.len();
             }
         }
         for ancestor in path.ancestor_keys() {
@@ -456,9 +494,11 @@ impl LockTable {
                     let mut node = Node::default();
                     node.below[mode.index()] = 1;
                     self.index.insert(ancestor.to_vec(), node);
+                    self.node_key_bytes += ancestor.len();
                 }
             }
         }
+        self.lock_bytes += key.len() + token.as_bytes().len();
         *self
             .owners
             .entry(token.clone())
@@ -479,15 +519,18 @@ impl LockTable {
         let held = node.held.remove(i);
         if node.is_unused() {
             self.index.remove(key);
+            self.node_key_bytes -= key.len();
         }
         for ancestor in path.ancestor_keys() {
             if let Some(node) = self.index.get_mut(ancestor) {
                 node.below[mode.index()] -= 1;
                 if node.is_unused() {
                     self.index.remove(ancestor);
+                    self.node_key_bytes -= ancestor.len();
                 }
             }
         }
+        self.lock_bytes -= key.len() + token.as_bytes().len();
         if let Some(paths) = self.owners.get_mut(token) {
             if let Some(bits) = paths.get_mut(key) {
                 *bits &= !bit(mode);

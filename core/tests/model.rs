@@ -259,6 +259,7 @@ proptest! {
         }
         prop_assert_eq!(table.node_count(), 0);
         prop_assert!(table.is_empty());
+        prop_assert_eq!(table.memory_estimate(), LockTable::new().memory_estimate());
     }
 
     #[test]
