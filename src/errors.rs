@@ -13,6 +13,8 @@ pub const ERR_NO_PATHS: &str =
 pub const ERR_MISSING_PATH: &str = "ERR missing path after mode";
 pub const ERR_WAIT_UNSUPPORTED: &str =
     "ERR WAIT is not supported yet: retry the acquire, or use PATHLOCK.CHECK to see who holds the path";
+pub const ERR_EFFECT_INTERNAL: &str = "ERR PATHLOCK.EFFECT is internal: it carries a master's decisions to its replicas and the AOF, and clients cannot send it";
+pub const ERR_EFFECT_SYNTAX: &str = "ERR malformed PATHLOCK.EFFECT";
 pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not applied";
 
 /// An error that carries a value in its message.

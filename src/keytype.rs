@@ -16,10 +16,13 @@
 //! Loading checks every field and the strict order, so a corrupt payload (from a damaged file or
 //! a hand-made `RESTORE`) is refused instead of becoming a table whose indexes disagree.
 
-use std::os::raw::{c_int, c_void};
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
 use pathlock_core::{LockTable, Mode, Path, Token};
 use redis_module::{logging, native_types::RedisType, raw};
+
+use crate::stats;
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -32,16 +35,16 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(rdb_load),
         rdb_save: Some(rdb_save),
-        aof_rewrite: None,
-        mem_usage: None,
-        digest: None,
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
         free: Some(free),
         aux_load: None,
         aux_save: None,
         aux_save_triggers: 0,
-        free_effort: None,
+        free_effort: Some(free_effort),
         unlink: None,
-        copy: None,
+        copy: Some(copy),
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
@@ -57,11 +60,131 @@ unsafe fn table<'a>(value: *mut c_void) -> &'a LockTable {
     &*value.cast::<LockTable>()
 }
 
+/// Hands a table to Redis, counting it in the INFO gauges until `free` takes it back.
+fn into_value(table: LockTable) -> *mut c_void {
+    stats::track(&stats::KEYS, 0, 1);
+    stats::track(&stats::LOCKS_HELD, 0, table.len());
+    Box::into_raw(Box::new(table)).cast::<c_void>()
+}
+
+/// Runs in Redis's lazy-free thread for large values, so it touches nothing but the table and
+/// the atomic gauges.
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
-        // SAFETY: the value was created by `Box::new` in `RedisKeyWritable::set_value`.
-        drop(unsafe { Box::from_raw(value.cast::<LockTable>()) });
+        // SAFETY: the value was created by `Box::new` in `into_value` or `set_value`.
+        let table = unsafe { Box::from_raw(value.cast::<LockTable>()) };
+        stats::track(&stats::KEYS, 1, 0);
+        stats::track(&stats::LOCKS_HELD, table.len(), 0);
     }
+}
+
+extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: see `table`.
+    let table = unsafe { &*value.cast::<LockTable>() };
+    into_value(table.clone())
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: see `table`.
+    unsafe { &*value.cast::<LockTable>() }.memory_estimate()
+}
+
+/// Above Redis's `lazyfree` threshold (64) for any table with a few locks, so `UNLINK`,
+/// `FLUSHALL ASYNC` and lazy deletes free large projects in the background.
+extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
+    // SAFETY: see `table`.
+    unsafe { &*value.cast::<LockTable>() }.free_effort()
+}
+
+/// Feeds every lock, in tree order, and the fence counter to `DEBUG DIGEST`, so a master and
+/// its replicas can be compared.
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: see `table`; the digest functions only read the buffers they are given.
+    let table = unsafe { table(value) };
+    unsafe {
+        let (Some(add_buffer), Some(add_number), Some(end)) = (
+            raw::RedisModule_DigestAddStringBuffer,
+            raw::RedisModule_DigestAddLongLong,
+            raw::RedisModule_DigestEndSequence,
+        ) else {
+            return;
+        };
+        for lock in table.iter() {
+            add_buffer(
+                md,
+                lock.path.key().as_ptr().cast::<c_char>(),
+                lock.path.key().len(),
+            );
+            add_number(md, mode_code(lock.mode) as c_longlong);
+            add_buffer(
+                md,
+                lock.token.as_bytes().as_ptr().cast::<c_char>(),
+                lock.token.as_bytes().len(),
+            );
+            add_number(md, lock.deadline as c_longlong);
+            add_number(md, lock.fence as c_longlong);
+            end(md);
+        }
+        add_number(md, table.next_fence() as c_longlong);
+        end(md);
+    }
+}
+
+/// Rewrites a project as the effects that rebuild it: its fence counter, then one `GRANT` per
+/// lock with its absolute deadline and fence.
+extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    // SAFETY: see `table`.
+    let table = unsafe { table(value) };
+    let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
+        return;
+    };
+    let command = cstr(b"PATHLOCK.EFFECT\0");
+    // SAFETY: every format letter matches its argument: `s` a RedisModuleString, `c` a C string,
+    // `l` a long long, `b` a pointer and a size_t length.
+    unsafe {
+        emit(
+            aof,
+            command,
+            cstr(b"scl\0"),
+            key,
+            cstr(b"FENCE\0"),
+            table.next_fence() as c_longlong,
+        );
+        for lock in table.iter() {
+            let token = lock.token.as_bytes();
+            let path = lock.path.to_bytes();
+            let mode = match lock.mode {
+                Mode::Write => cstr(b"WRITE\0"),
+                Mode::Read => cstr(b"READ\0"),
+            };
+            emit(
+                aof,
+                command,
+                cstr(b"scbllcb\0"),
+                key,
+                cstr(b"GRANT\0"),
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                lock.deadline as c_longlong,
+                lock.fence as c_longlong,
+                mode,
+                path.as_ptr().cast::<c_char>(),
+                path.len(),
+            );
+        }
+    }
+}
+
+fn cstr(bytes: &'static [u8]) -> *const c_char {
+    CStr::from_bytes_with_nul(bytes).map_or(std::ptr::null(), CStr::as_ptr)
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
@@ -87,7 +210,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         return std::ptr::null_mut();
     }
     match load_table(rdb) {
-        Ok(table) => Box::into_raw(Box::new(table)).cast::<c_void>(),
+        Ok(table) => into_value(table),
         Err(reason) => {
             logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));
             std::ptr::null_mut()

@@ -8,8 +8,13 @@
 mod args;
 mod commands;
 mod config;
+mod effects;
 mod errors;
+mod expiry;
+mod info;
 mod keytype;
+mod project;
+mod stats;
 
 use commands::guarded;
 use keytype::PATHLOCK_TYPE;
@@ -20,6 +25,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Without this option a short read while loading an RDB or a RESTORE payload kills the
     // server; with it, the loader sees the error and refuses the value.
     ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
+    expiry::start(ctx);
     Status::Ok
 }
 
@@ -35,6 +41,10 @@ redis_module! {
         ["PATHLOCK.RENEW", guarded(commands::renew), "write", 1, 1, 1, ""],
         ["PATHLOCK.LOCKS", guarded(commands::locks), "readonly", 1, 1, 1, ""],
         ["PATHLOCK.CHECK", guarded(commands::check), "readonly", 1, 1, 1, ""],
+        [effects::COMMAND, guarded(commands::effect), "write", 1, 1, 1, ""],
+    ],
+    event_handlers: [
+        [@GENERIC @LOADED: expiry::on_keyspace_event],
     ],
     configurations: [
         i64: [

@@ -1,7 +1,8 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
-use super::{lock_entries, now_ms, read_project, words};
+use super::{lock_entries, words};
 use crate::args;
+use crate::project::{self, now_ms};
 
 /// PATHLOCK.CHECK key [TOKEN token] mode path [mode path ...]
 pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -10,7 +11,7 @@ pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let request = args::check(&words(&args[2..]))?;
     let now = now_ms();
-    let blockers = read_project(ctx, &args[1], |table| {
+    let blockers = project::read(ctx, &args[1], |table| {
         table.blockers(now, request.token.as_ref(), &request.items)
     })?
     .unwrap_or_default();

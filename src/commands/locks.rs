@@ -1,9 +1,10 @@
 use pathlock_core::Path;
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
-use super::{lock_entries, now_ms, read_project};
+use super::lock_entries;
 use crate::config;
 use crate::errors::Error;
+use crate::project::{self, now_ms};
 
 /// PATHLOCK.LOCKS key [path]
 pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -15,6 +16,6 @@ pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => Path::root(),
     };
     let now = now_ms();
-    let locks = read_project(ctx, &args[1], |table| table.locks(now, &under))?.unwrap_or_default();
+    let locks = project::read(ctx, &args[1], |table| table.locks(now, &under))?.unwrap_or_default();
     Ok(lock_entries(&locks, now))
 }

@@ -1,7 +1,8 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{change_project, notify, words};
-use crate::args;
+use super::words;
+use crate::effects::Effect;
+use crate::{args, project, stats};
 
 /// PATHLOCK.RELEASE key token [path ...]
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -10,12 +11,14 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let token = args::token(args[2].as_slice())?;
     let paths = args::paths(&words(&args[3..]))?;
-    let freed = change_project(ctx, &args[1], false, |table| {
+    let freed = project::change(ctx, &args[1], false, |table| {
         table.release(&token, paths.as_deref()).len()
     })?
     .unwrap_or(0);
     if freed > 0 {
-        notify(ctx, "pathlock.release", &args[1]);
+        stats::count(&stats::RELEASES, freed);
+        Effect::Release { token, paths }.replicate(ctx, &args[1]);
+        project::notify(ctx, "pathlock.release", &args[1]);
     }
     Ok(RedisValue::Integer(freed as i64))
 }

@@ -1,7 +1,8 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::{change_project, notify, now_ms};
-use crate::args;
+use crate::effects::Effect;
+use crate::project::{self, now_ms};
+use crate::{args, stats};
 
 /// PATHLOCK.RENEW key token ms
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -12,9 +13,11 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let ttl = args::ttl_ms(args[3].as_slice())?;
     let deadline = now_ms().saturating_add(ttl);
     let renewed =
-        change_project(ctx, &args[1], false, |table| table.renew(&token, deadline))?.unwrap_or(0);
+        project::change(ctx, &args[1], false, |table| table.renew(&token, deadline))?.unwrap_or(0);
     if renewed > 0 {
-        notify(ctx, "pathlock.renew", &args[1]);
+        stats::count(&stats::RENEWALS, renewed);
+        Effect::Renew { token, deadline }.replicate(ctx, &args[1]);
+        project::notify(ctx, "pathlock.renew", &args[1]);
     }
     Ok(RedisValue::Integer(renewed as i64))
 }

@@ -1,0 +1,36 @@
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use super::words;
+use crate::effects::Effect;
+use crate::errors::ERR_EFFECT_INTERNAL;
+use crate::{project, stats};
+
+/// PATHLOCK.EFFECT key GRANT|RELEASE|RENEW|EXPIRE|FENCE ...: a master's decision, applied.
+/// Accepted only from the replication link and from the AOF; clients get an error.
+pub fn effect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if project::decides(ctx) {
+        return Err(RedisError::Str(ERR_EFFECT_INTERNAL));
+    }
+    if args.len() < 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let effect = Effect::parse(&words(&args[2..]))?;
+    let applied = project::change(ctx, &args[1], effect.creates_key(), |table| {
+        effect.apply(table)
+    })?;
+    if let Some(applied) = applied {
+        if applied.count > 0 {
+            let total = match effect {
+                Effect::Grant { .. } => &stats::GRANTS,
+                Effect::Release { .. } => &stats::RELEASES,
+                Effect::Renew { .. } => &stats::RENEWALS,
+                Effect::Expire { .. } | Effect::Fence { .. } => &stats::EXPIRATIONS,
+            };
+            stats::count(total, applied.count);
+            project::notify(ctx, applied.event, &args[1]);
+        }
+    }
+    // A replica's own AOF and its sub-replicas get the effect as it came.
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

@@ -1,0 +1,206 @@
+//! Effects: what a master's decision did to a project, with everything resolved (token, absolute
+//! deadline, fence, paths), so that a replica or an AOF replay reaches the master's state without
+//! deciding anything with its own clock.
+//!
+//! They travel as `PATHLOCK.EFFECT key <effect>`:
+//!
+//! ```text
+//! GRANT token deadline fence mode path [mode path ...]   a decided acquire
+//! RELEASE token [path ...]                               a release (no time involved)
+//! RENEW token deadline                                   a renew, at its absolute deadline
+//! EXPIRE now                                             reclaim every lock due by `now`
+//! FENCE next                                             raise the fence counter (AOF rewrite)
+//! ```
+//!
+//! `EXPIRE` and `RELEASE` are deterministic because the master sends every effect in the order it
+//! applied them, so a replica holds the same locks with the same deadlines when it applies one.
+
+use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+use redis_module::{Context, RedisString};
+
+use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
+
+pub const COMMAND: &str = "PATHLOCK.EFFECT";
+
+#[derive(Debug)]
+pub enum Effect {
+    Grant {
+        token: Token,
+        deadline: u64,
+        fence: u64,
+        items: Vec<(Mode, Path)>,
+    },
+    Release {
+        token: Token,
+        paths: Option<Vec<Path>>,
+    },
+    Renew {
+        token: Token,
+        deadline: u64,
+    },
+    Expire {
+        now: u64,
+    },
+    Fence {
+        next: u64,
+    },
+}
+
+/// What applying an effect changed, for the keyspace event and the totals.
+pub struct Applied {
+    pub event: &'static str,
+    pub count: usize,
+}
+
+impl Effect {
+    /// The effect's words after the key.
+    pub fn words(&self) -> Vec<Vec<u8>> {
+        let number = |n: u64| n.to_string().into_bytes();
+        let mut words: Vec<Vec<u8>> = Vec::new();
+        match self {
+            Effect::Grant {
+                token,
+                deadline,
+                fence,
+                items,
+            } => {
+                words.extend([
+                    b"GRANT".to_vec(),
+                    token.as_bytes().to_vec(),
+                    number(*deadline),
+                    number(*fence),
+                ]);
+                for (mode, path) in items {
+                    words.push(mode.as_str().as_bytes().to_vec());
+                    words.push(path.to_bytes());
+                }
+            }
+            Effect::Release { token, paths } => {
+                words.extend([b"RELEASE".to_vec(), token.as_bytes().to_vec()]);
+                words.extend(paths.iter().flatten().map(Path::to_bytes));
+            }
+            Effect::Renew { token, deadline } => {
+                words.extend([
+                    b"RENEW".to_vec(),
+                    token.as_bytes().to_vec(),
+                    number(*deadline),
+                ]);
+            }
+            Effect::Expire { now } => words.extend([b"EXPIRE".to_vec(), number(*now)]),
+            Effect::Fence { next } => words.extend([b"FENCE".to_vec(), number(*next)]),
+        }
+        words
+    }
+
+    /// Sends the effect to replicas and the AOF, after whatever the command sent before it.
+    pub fn replicate(&self, ctx: &Context, key: &RedisString) {
+        let words = self.words();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(words.len() + 1);
+        args.push(key.as_slice());
+        args.extend(words.iter().map(Vec::as_slice));
+        ctx.replicate(COMMAND, args.as_slice());
+    }
+
+    /// Parses the words after the key. Paths were normalised and checked by the master, so they
+    /// are not held to this server's limits, which may be set lower.
+    pub fn parse(words: &[&[u8]]) -> Result<Effect, Error> {
+        let unlimited = PathLimits {
+            max_bytes: usize::MAX,
+            max_depth: usize::MAX,
+        };
+        let path = |raw: &[u8]| Path::parse(raw, &unlimited).map_err(Error::from);
+        let (&op, rest) = words.split_first().ok_or(Error::Fixed(ERR_EFFECT_SYNTAX))?;
+        let op = op.to_ascii_uppercase();
+        match (op.as_slice(), rest) {
+            (b"GRANT", [token, deadline, fence, pairs @ ..]) if !pairs.is_empty() => {
+                let items = pairs
+                    .chunks(2)
+                    .map(|pair| match pair {
+                        [mode, raw] => {
+                            let mode =
+                                Mode::parse(mode).ok_or_else(|| Error::InvalidMode(shown(mode)))?;
+                            Ok((mode, path(raw)?))
+                        }
+                        _ => Err(Error::Fixed(ERR_EFFECT_SYNTAX)),
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(Effect::Grant {
+                    token: Token::new(token)?,
+                    deadline: number(deadline)?,
+                    fence: number(fence)?,
+                    items,
+                })
+            }
+            (b"RELEASE", [token, paths @ ..]) => Ok(Effect::Release {
+                token: Token::new(token)?,
+                paths: if paths.is_empty() {
+                    None
+                } else {
+                    Some(
+                        paths
+                            .iter()
+                            .map(|raw| path(raw))
+                            .collect::<Result<_, _>>()?,
+                    )
+                },
+            }),
+            (b"RENEW", [token, deadline]) => Ok(Effect::Renew {
+                token: Token::new(token)?,
+                deadline: number(deadline)?,
+            }),
+            (b"EXPIRE", [now]) => Ok(Effect::Expire { now: number(now)? }),
+            (b"FENCE", [next]) => Ok(Effect::Fence {
+                next: number(next)?,
+            }),
+            _ => Err(ERR_EFFECT_SYNTAX.into()),
+        }
+    }
+
+    /// Whether applying the effect to a missing key creates it.
+    pub fn creates_key(&self) -> bool {
+        matches!(self, Effect::Grant { .. } | Effect::Fence { .. })
+    }
+
+    pub fn apply(&self, table: &mut LockTable) -> Applied {
+        match self {
+            Effect::Grant {
+                token,
+                deadline,
+                fence,
+                items,
+            } => {
+                table.grant(token, *deadline, *fence, items);
+                Applied {
+                    event: "pathlock.acquire",
+                    count: 1,
+                }
+            }
+            Effect::Release { token, paths } => Applied {
+                event: "pathlock.release",
+                count: table.release(token, paths.as_deref()).len(),
+            },
+            Effect::Renew { token, deadline } => Applied {
+                event: "pathlock.renew",
+                count: table.renew(token, *deadline),
+            },
+            Effect::Expire { now } => Applied {
+                event: "pathlock.expired",
+                count: table.reclaim_expired(*now).len(),
+            },
+            Effect::Fence { next } => {
+                table.raise_next_fence(*next);
+                Applied {
+                    event: "",
+                    count: 0,
+                }
+            }
+        }
+    }
+}
+
+fn number(word: &[u8]) -> Result<u64, Error> {
+    std::str::from_utf8(word)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or(Error::Fixed(ERR_EFFECT_SYNTAX))
+}

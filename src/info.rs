@@ -1,0 +1,33 @@
+//! `INFO pathlock`: the section Redis shows for the module. Redis prefixes each field with the
+//! module's name, so `locks` appears as `pathlock_locks`.
+
+use redis_module::{raw, InfoContext, RedisResult};
+use redis_module_macros::info_command_handler;
+
+use crate::stats::{self, *};
+
+#[info_command_handler]
+fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
+    // The raw calls name the section after the module alone (`# pathlock`); the builder would
+    // call it `pathlock_<name>`.
+    raw::add_info_section(ctx.ctx, None);
+    for (name, gauge) in [
+        ("locks", &LOCKS_HELD),
+        ("keys", &KEYS),
+        ("clients_waiting", &CLIENTS_WAITING),
+    ] {
+        raw::add_info_field_long_long(ctx.ctx, name, stats::get(gauge));
+    }
+    for (name, total) in [
+        ("total_grants", &GRANTS),
+        ("total_conflicts", &CONFLICTS),
+        ("total_releases", &RELEASES),
+        ("total_renewals", &RENEWALS),
+        ("total_expirations", &EXPIRATIONS),
+        ("total_waits_granted", &WAITS_GRANTED),
+        ("total_wait_timeouts", &WAIT_TIMEOUTS),
+    ] {
+        raw::add_info_field_unsigned_long_long(ctx.ctx, name, stats::total(total));
+    }
+    Ok(())
+}

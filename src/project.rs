@@ -1,0 +1,93 @@
+//! Opening a project key: type checks, creation, lazy reclamation of expired locks, and the
+//! bookkeeping every change needs (effects, keyspace events, INFO gauges, the expiry schedule).
+
+use pathlock_core::LockTable;
+use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisError, RedisString};
+
+use crate::effects::Effect;
+use crate::errors::WRONGTYPE;
+use crate::keytype::PATHLOCK_TYPE;
+use crate::{expiry, stats};
+
+/// The server's time in milliseconds. Redis caches it when a command starts and keeps it for a
+/// whole `MULTI`/`EXEC` or script, so every lock of a transaction sees one instant.
+pub fn now_ms() -> u64 {
+    // SAFETY: both functions take no arguments and only read the server's clock.
+    let micros = unsafe {
+        match raw::RedisModule_CachedMicroseconds {
+            Some(cached) => cached(),
+            None => raw::RedisModule_Milliseconds.map_or(0, |ms| ms()) * 1000,
+        }
+    };
+    u64::try_from(micros / 1000).unwrap_or(0)
+}
+
+/// Whether this call decides, rather than applies a decision: a replica applying its master's
+/// stream and a server replaying its AOF must never reclaim or refuse on their own.
+pub fn decides(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+}
+
+/// Opens a project for a change and runs `change` on its table. A missing key is created when
+/// `create` is set, and otherwise answers `Ok(None)`. When this server decides, expired locks
+/// are reclaimed first and the reclamation is replicated ahead of whatever `change` replicates.
+pub fn change<R>(
+    ctx: &Context,
+    key_name: &RedisString,
+    create: bool,
+    change: impl FnOnce(&mut LockTable) -> R,
+) -> Result<Option<R>, RedisError> {
+    let key = ctx.open_key_writable(key_name);
+    let wrong_type = |_| RedisError::Str(WRONGTYPE);
+    if key
+        .get_value::<LockTable>(&PATHLOCK_TYPE)
+        .map_err(wrong_type)?
+        .is_none()
+    {
+        if !create {
+            return Ok(None);
+        }
+        key.set_value(&PATHLOCK_TYPE, LockTable::new())?;
+        stats::track(&stats::KEYS, 0, 1);
+    }
+    let Some(table) = key
+        .get_value::<LockTable>(&PATHLOCK_TYPE)
+        .map_err(wrong_type)?
+    else {
+        return Ok(None);
+    };
+    let before = table.len();
+    if decides(ctx) {
+        let now = now_ms();
+        let expired = table.reclaim_expired(now).len();
+        if expired > 0 {
+            Effect::Expire { now }.replicate(ctx, key_name);
+            stats::count(&stats::EXPIRATIONS, expired);
+            notify(ctx, "pathlock.expired", key_name);
+        }
+    }
+    let result = change(table);
+    stats::track(&stats::LOCKS_HELD, before, table.len());
+    expiry::schedule(ctx, key_name.as_slice(), table.next_deadline());
+    Ok(Some(result))
+}
+
+/// Runs `read` on a project's table without changing it; a missing key answers `Ok(None)`.
+/// Expired locks stay in place (a replica must not reclaim them); the engine's reading methods
+/// hide them.
+pub fn read<R>(
+    ctx: &Context,
+    key_name: &RedisString,
+    read: impl FnOnce(&LockTable) -> R,
+) -> Result<Option<R>, RedisError> {
+    let key = ctx.open_key(key_name);
+    let table = key
+        .get_value::<LockTable>(&PATHLOCK_TYPE)
+        .map_err(|_| RedisError::Str(WRONGTYPE))?;
+    Ok(table.map(read))
+}
+
+pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
+    ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);
+}

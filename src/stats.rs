@@ -1,0 +1,39 @@
+//! The figures behind `INFO pathlock`. Gauges (locks held, keys) follow the data, so they are
+//! right after `DEL`, `FLUSHALL`, reloads and full syncs; totals count this server's work since
+//! it started, like Redis's own `total_*` fields.
+//!
+//! Atomics, because Redis may free a value in its lazy-free thread.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+pub static LOCKS_HELD: AtomicI64 = AtomicI64::new(0);
+pub static KEYS: AtomicI64 = AtomicI64::new(0);
+pub static CLIENTS_WAITING: AtomicI64 = AtomicI64::new(0);
+
+pub static GRANTS: AtomicU64 = AtomicU64::new(0);
+pub static CONFLICTS: AtomicU64 = AtomicU64::new(0);
+pub static RELEASES: AtomicU64 = AtomicU64::new(0);
+pub static RENEWALS: AtomicU64 = AtomicU64::new(0);
+pub static EXPIRATIONS: AtomicU64 = AtomicU64::new(0);
+pub static WAITS_GRANTED: AtomicU64 = AtomicU64::new(0);
+pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+pub fn count(total: &AtomicU64, n: usize) {
+    total.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Moves a gauge by the difference between two sizes of one table.
+pub fn track(gauge: &AtomicI64, before: usize, after: usize) {
+    let delta = after as i64 - before as i64;
+    if delta != 0 {
+        gauge.fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+pub fn get(gauge: &AtomicI64) -> i64 {
+    gauge.load(Ordering::Relaxed)
+}
+
+pub fn total(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
