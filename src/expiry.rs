@@ -19,7 +19,7 @@ use pathlock_core::LockTable;
 use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisString};
 
 use crate::keytype::PATHLOCK_TYPE;
-use crate::project;
+use crate::{clock, project};
 
 const TICK: Duration = Duration::from_millis(100);
 /// The most keys one tick reclaims; the rest wait for the next tick, so a mass expiry never
@@ -97,9 +97,7 @@ fn reclaim_due(ctx: &Context) {
     if avoid || !ctx.get_flags().contains(ContextFlags::MASTER) {
         return;
     }
-    // SAFETY: as above.
-    let now = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
-    let now = u64::try_from(now).unwrap_or(0);
+    let now = clock::wall_ms();
     let due: Vec<KeyId> = with_schedule(|s| {
         let mut due = Vec::new();
         while due.len() < KEYS_PER_TICK {

@@ -6,6 +6,7 @@
 //! `errors.rs` every error a client can see.
 
 mod args;
+mod clock;
 mod commands;
 mod config;
 mod effects;
@@ -26,6 +27,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // server; with it, the loader sees the error and refuses the value.
     ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
     expiry::start(ctx);
+    clock::subscribe(ctx);
     Status::Ok
 }
 

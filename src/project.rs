@@ -2,25 +2,12 @@
 //! bookkeeping every change needs (effects, keyspace events, INFO gauges, the expiry schedule).
 
 use pathlock_core::LockTable;
-use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisError, RedisString};
+use redis_module::{Context, ContextFlags, NotifyEvent, RedisError, RedisString};
 
 use crate::effects::Effect;
 use crate::errors::WRONGTYPE;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{expiry, stats};
-
-/// The server's time in milliseconds. Redis caches it when a command starts and keeps it for a
-/// whole `MULTI`/`EXEC` or script, so every lock of a transaction sees one instant.
-pub fn now_ms() -> u64 {
-    // SAFETY: both functions take no arguments and only read the server's clock.
-    let micros = unsafe {
-        match raw::RedisModule_CachedMicroseconds {
-            Some(cached) => cached(),
-            None => raw::RedisModule_Milliseconds.map_or(0, |ms| ms()) * 1000,
-        }
-    };
-    u64::try_from(micros / 1000).unwrap_or(0)
-}
+use crate::{clock, expiry, stats};
 
 /// Whether this call decides, rather than applies a decision: a replica applying its master's
 /// stream and a server replaying its AOF must never reclaim or refuse on their own.
@@ -59,7 +46,7 @@ pub fn change<R>(
     };
     let before = table.len();
     if decides(ctx) {
-        let now = now_ms();
+        let now = clock::now_ms(ctx);
         let expired = table.reclaim_expired(now).len();
         if expired > 0 {
             Effect::Expire { now }.replicate(ctx, key_name);

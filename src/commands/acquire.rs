@@ -2,8 +2,9 @@ use pathlock_core::Token;
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::words;
+use crate::clock::now_ms;
 use crate::effects::Effect;
-use crate::project::{self, now_ms};
+use crate::project;
 use crate::{args, stats};
 
 /// PATHLOCK.ACQUIRE key [TOKEN token] [TTL ms] [WAIT ms] mode path [mode path ...]
@@ -13,7 +14,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let request = args::acquire(&words(&args[2..]))?;
     let token = request.token.unwrap_or_else(Token::generate);
-    let now = now_ms();
+    let now = now_ms(ctx);
     let deadline = now.saturating_add(request.ttl);
     let granted = project::change(ctx, &args[1], true, |table| {
         table.acquire(now, &token, request.ttl, &request.items)

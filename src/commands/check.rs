@@ -2,7 +2,8 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::{lock_entries, words};
 use crate::args;
-use crate::project::{self, now_ms};
+use crate::clock::now_ms;
+use crate::project;
 
 /// PATHLOCK.CHECK key [TOKEN token] mode path [mode path ...]
 pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -10,7 +11,7 @@ pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let request = args::check(&words(&args[2..]))?;
-    let now = now_ms();
+    let now = now_ms(ctx);
     let blockers = project::read(ctx, &args[1], |table| {
         table.blockers(now, request.token.as_ref(), &request.items)
     })?

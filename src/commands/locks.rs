@@ -2,9 +2,10 @@ use pathlock_core::Path;
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use super::lock_entries;
+use crate::clock::now_ms;
 use crate::config;
 use crate::errors::Error;
-use crate::project::{self, now_ms};
+use crate::project;
 
 /// PATHLOCK.LOCKS key [path]
 pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -15,7 +16,7 @@ pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         Some(raw) => Path::parse(raw.as_slice(), &config::path_limits()).map_err(Error::from)?,
         None => Path::root(),
     };
-    let now = now_ms();
+    let now = now_ms(ctx);
     let locks = project::read(ctx, &args[1], |table| table.locks(now, &under))?.unwrap_or_default();
     Ok(lock_entries(&locks, now))
 }

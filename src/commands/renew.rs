@@ -1,7 +1,8 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use crate::clock::now_ms;
 use crate::effects::Effect;
-use crate::project::{self, now_ms};
+use crate::project;
 use crate::{args, stats};
 
 /// PATHLOCK.RENEW key token ms
@@ -11,7 +12,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let token = args::token(args[2].as_slice())?;
     let ttl = args::ttl_ms(args[3].as_slice())?;
-    let deadline = now_ms().saturating_add(ttl);
+    let deadline = now_ms(ctx).saturating_add(ttl);
     let renewed =
         project::change(ctx, &args[1], false, |table| table.renew(&token, deadline))?.unwrap_or(0);
     if renewed > 0 {

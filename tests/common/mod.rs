@@ -206,3 +206,90 @@ pub fn error_from(con: &mut Connection, args: &[&[u8]]) -> String {
     }
     error_of(command.query::<Value>(con))
 }
+
+impl Server {
+    /// A replica of `master`, started with the same module and synced before it returns.
+    pub fn replica_of(master: &Server, extra: &[&str]) -> Server {
+        let port = master.port.to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
+        args.extend_from_slice(extra);
+        let replica = Server::start_with(&args);
+        let mut con = replica.conn();
+        wait_until(Duration::from_secs(20), "the replica to sync", || {
+            info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
+        });
+        replica
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds, panicking with `what` after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !condition() {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        sleep(Duration::from_millis(10));
+    }
+}
+
+/// One field of an `INFO` section.
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let text: String = cmd("INFO").arg(section).query(con).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .map(|value| value.trim().to_string())
+}
+
+pub fn info_number(con: &mut Connection, section: &str, field: &str) -> i64 {
+    info_field(con, section, field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no numeric {field}"))
+}
+
+/// `DEBUG DIGEST-VALUE key`: equal on two servers exactly when the values are.
+pub fn digest_of(con: &mut Connection, key: &str) -> String {
+    let values: Vec<String> = cmd("DEBUG")
+        .arg("DIGEST-VALUE")
+        .arg(key)
+        .query(con)
+        .expect("DEBUG DIGEST-VALUE");
+    values.into_iter().next().unwrap_or_default()
+}
+
+/// `DEBUG DIGEST`: the whole dataset.
+pub fn dataset_digest(con: &mut Connection) -> String {
+    cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
+}
+
+/// Every lock of a key as `(path, mode, token, fence)`, without the moving TTL.
+pub fn lock_set(con: &mut Connection, key: &str) -> Vec<(Vec<u8>, String, Vec<u8>, i64)> {
+    let entries: Vec<(Vec<u8>, String, Vec<u8>, i64, i64)> =
+        cmd("PATHLOCK.LOCKS").arg(key).query(con).expect("LOCKS");
+    entries
+        .into_iter()
+        .map(|(path, mode, token, _, fence)| (path, mode, token, fence))
+        .collect()
+}
+
+/// A small deterministic generator, so a failing workload can be replayed from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}

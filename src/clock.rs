@@ -1,0 +1,78 @@
+//! The time every decision uses, in milliseconds.
+//!
+//! A command sees the time Redis cached when it started. Redis 7.0 refreshes that cache before
+//! each command even inside `MULTI`/`EXEC` and scripts, so a transaction that granted a 1 ms
+//! lease could see it expire before its own next command. Within a transaction or a script, the
+//! first pathlock command therefore takes a snapshot that the rest of it reuses; the snapshot is
+//! forgotten before Redis next sleeps, so it never outlives the event-loop iteration that ran
+//! the transaction.
+
+use std::os::raw::c_void;
+use std::sync::Mutex;
+
+use redis_module::{raw, Context, ContextFlags};
+
+/// `(client id, ms)` of the transaction or script running now.
+static SNAPSHOT: Mutex<Option<(u64, u64)>> = Mutex::new(None);
+
+fn cached_ms() -> u64 {
+    // SAFETY: both functions take no arguments and only read the server's clock.
+    let micros = unsafe {
+        match raw::RedisModule_CachedMicroseconds {
+            Some(cached) => cached(),
+            None => raw::RedisModule_Milliseconds.map_or(0, |ms| ms()) * 1000,
+        }
+    };
+    u64::try_from(micros / 1000).unwrap_or(0)
+}
+
+pub fn now_ms(ctx: &Context) -> u64 {
+    let now = cached_ms();
+    if !ctx
+        .get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA)
+    {
+        return now;
+    }
+    // SAFETY: the context is the live one Redis gave this command.
+    let client = unsafe { raw::RedisModule_GetClientId.map_or(0, |id| id(ctx.ctx)) };
+    let mut snapshot = SNAPSHOT.lock().unwrap_or_else(|p| p.into_inner());
+    match *snapshot {
+        Some((owner, ms)) if owner == client => ms,
+        _ => {
+            *snapshot = Some((client, now));
+            now
+        }
+    }
+}
+
+/// Real time, for the expiry timer, which runs outside any command.
+pub fn wall_ms() -> u64 {
+    // SAFETY: takes no arguments and only reads the clock.
+    let ms = unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) };
+    u64::try_from(ms).unwrap_or(0)
+}
+
+extern "C" fn on_event_loop(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
+        *SNAPSHOT.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+pub fn subscribe(ctx: &Context) {
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_EVENTLOOP,
+        dataver: 1,
+    };
+    // SAFETY: subscribing with a callback that lives as long as the module.
+    unsafe {
+        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+            subscribe(ctx.ctx, event, Some(on_event_loop));
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! Persistence and the key's life in the keyspace: RDB, AOF with and without the RDB preamble,
+//! crashes, COPY/RENAME/MOVE/SWAPDB, DUMP/RESTORE (including payloads that lie), lazy free,
+//! transactions, and the INFO gauges through all of it.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A project with a bit of everything: shared and exclusive locks, one owner holding READ and
+/// WRITE on one path, binary bytes, multi-path grants, leases of different lengths.
+fn populate(con: &mut Connection, key: &str) {
+    assert!(take(
+        con,
+        key,
+        "mover",
+        &["TTL", "600000", "WRITE", "/A/C", "WRITE", "/B/C"]
+    ));
+    assert!(take(
+        con,
+        key,
+        "reader1",
+        &["TTL", "500000", "READ", "/docs/a.txt"]
+    ));
+    assert!(take(
+        con,
+        key,
+        "reader2",
+        &["TTL", "400000", "READ", "/docs/a.txt"]
+    ));
+    assert!(take(
+        con,
+        key,
+        "six",
+        &["TTL", "300000", "READ", "/E", "WRITE", "/E/x"]
+    ));
+    assert!(take(con, key, "six", &["TTL", "300000", "WRITE", "/E"]));
+    let _: Option<(Vec<u8>, i64)> = cmd("PATHLOCK.ACQUIRE")
+        .arg(key)
+        .arg(&["TOKEN", "bin", "TTL", "200000", "WRITE"])
+        .arg(&b"/\x00\xff/\xe6\x96\x87"[..])
+        .query(con)
+        .expect("binary acquire");
+}
+
+fn fence_of_next_acquire(con: &mut Connection, key: &str) -> i64 {
+    acquire(con, key, &["WRITE", "/fresh/path"])
+        .expect("granted")
+        .1
+}
+
+#[test]
+fn debug_reload_and_a_restart_from_rdb_keep_every_lock() {
+    let mut server = Server::start();
+    let mut con = server.conn();
+    populate(&mut con, "p");
+    let digest = digest_of(&mut con, "p");
+    let locks = lock_set(&mut con, "p");
+    assert_eq!(locks.len(), 8);
+    let _: () = cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut con)
+        .expect("DEBUG RELOAD");
+    assert_eq!(
+        digest_of(&mut con, "p"),
+        digest,
+        "tokens, deadlines, fences and counter"
+    );
+    assert_eq!(lock_set(&mut con, "p"), locks);
+    let _: () = cmd("SAVE").query(&mut con).expect("SAVE");
+    server.crash_and_restart();
+    let mut con = server.conn();
+    assert_eq!(digest_of(&mut con, "p"), digest);
+    // Six acquires made the eight locks, so the next grant takes fence 7.
+    assert_eq!(
+        fence_of_next_acquire(&mut con, "p"),
+        7,
+        "the fence continues above its old value"
+    );
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 9);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 1);
+}
+
+fn burst(con: &mut Connection, key: &str, from: usize, count: usize) -> Vec<(String, i64)> {
+    (from..from + count)
+        .map(|i| {
+            let path = format!("/burst/{i}");
+            let token = format!("owner-{}", i % 7);
+            acquire(
+                con,
+                key,
+                &["TOKEN", &token, "TTL", "600000", "WRITE", &path],
+            )
+            .expect("granted")
+        })
+        .collect()
+}
+
+#[test]
+fn acknowledged_grants_survive_sigkill_with_appendfsync_always() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.conn();
+    populate(&mut con, "p");
+    let acknowledged = burst(&mut con, "p", 0, 300);
+    assert_eq!(acknowledged.last().map(|a| a.1), Some(306));
+    release(&mut con, "p", "owner-3", &["/burst/3"]);
+    renew(&mut con, "p", "owner-4", 900_000);
+    let digest = digest_of(&mut con, "p");
+    server.crash_and_restart();
+    let mut con = server.conn();
+    assert_eq!(
+        digest_of(&mut con, "p"),
+        digest,
+        "server log:\n{}",
+        server.log()
+    );
+    assert_eq!(lock_set(&mut con, "p").len(), 8 + 299);
+    assert_eq!(fence_of_next_acquire(&mut con, "p"), 307);
+}
+
+#[test]
+fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
+    let mut server = Server::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
+    let mut con = server.conn();
+    populate(&mut con, "p");
+    burst(&mut con, "p", 0, 100);
+    let _: () = cmd("PATHLOCK.RELEASE")
+        .arg(&["q", "x"])
+        .query(&mut con)
+        .unwrap_or(());
+    let _: String = cmd("BGREWRITEAOF").query(&mut con).expect("BGREWRITEAOF");
+    wait_until(Duration::from_secs(20), "the AOF rewrite", || {
+        info_number(&mut con, "persistence", "aof_rewrite_in_progress") == 0
+            && info_number(&mut con, "persistence", "aof_rewrite_scheduled") == 0
+    });
+    // The rewrite wrote effects, not an RDB preamble.
+    let base = std::fs::read_dir(server.dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().contains(".base.aof"))
+        .expect("a base AOF");
+    let text = std::fs::read(base.path()).expect("base AOF");
+    assert!(text.starts_with(b"*"), "the base AOF is in command form");
+    assert!(text.windows(15).any(|w| w == b"PATHLOCK.EFFECT"));
+    burst(&mut con, "p", 100, 50);
+    release(&mut con, "p", "owner-1", &[]);
+    renew(&mut con, "p", "owner-2", 700_000);
+    let digest = digest_of(&mut con, "p");
+    server.crash_and_restart();
+    let mut con = server.conn();
+    assert_eq!(
+        digest_of(&mut con, "p"),
+        digest,
+        "server log:\n{}",
+        server.log()
+    );
+}
+
+#[test]
+fn copy_rename_move_and_swapdb_carry_the_locks() {
+    let server = Server::start();
+    let mut con = server.conn();
+    populate(&mut con, "a");
+    let digest = digest_of(&mut con, "a");
+    let copied: i64 = cmd("COPY").arg(&["a", "b"]).query(&mut con).expect("COPY");
+    assert_eq!(copied, 1);
+    assert_eq!(digest_of(&mut con, "b"), digest);
+    // A deep copy: changing the copy leaves the original alone.
+    assert_eq!(release(&mut con, "b", "mover", &[]), 2);
+    assert_eq!(digest_of(&mut con, "a"), digest);
+    assert_ne!(digest_of(&mut con, "b"), digest);
+    assert!(take(&mut con, "b", "x", &["WRITE", "/A/C"]));
+    assert!(!take(&mut con, "a", "x", &["WRITE", "/A/C"]));
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 2);
+
+    let _: () = cmd("RENAME")
+        .arg(&["a", "renamed"])
+        .query(&mut con)
+        .expect("RENAME");
+    assert_eq!(digest_of(&mut con, "renamed"), digest);
+    let moved: i64 = cmd("MOVE")
+        .arg(&["renamed", "1"])
+        .query(&mut con)
+        .expect("MOVE");
+    assert_eq!(moved, 1);
+    let _: () = cmd("SWAPDB")
+        .arg(&["0", "1"])
+        .query(&mut con)
+        .expect("SWAPDB");
+    assert_eq!(
+        digest_of(&mut con, "renamed"),
+        digest,
+        "back in db 0 after SWAPDB"
+    );
+    assert!(!take(&mut con, "renamed", "x", &["WRITE", "/A/C"]));
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 2);
+}
+
+#[test]
+fn dump_and_restore_round_trip() {
+    let server = Server::start();
+    let mut con = server.conn();
+    populate(&mut con, "p");
+    let digest = digest_of(&mut con, "p");
+    let payload: Vec<u8> = cmd("DUMP").arg("p").query(&mut con).expect("DUMP");
+    let _: () = cmd("RESTORE")
+        .arg("q")
+        .arg(0)
+        .arg(&payload)
+        .query(&mut con)
+        .expect("RESTORE");
+    assert_eq!(digest_of(&mut con, "q"), digest);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 16);
+}
+
+/// Redis's CRC-64 (Jones polynomial, reflected), which seals a DUMP payload.
+fn crc64(bytes: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &byte in bytes {
+        crc ^= u64::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+fn rdb_len(out: &mut Vec<u8>, n: u64) {
+    if n < 64 {
+        out.push(n as u8);
+    } else if n < 16384 {
+        out.extend([0x40 | (n >> 8) as u8, n as u8]);
+    } else if n <= u64::from(u32::MAX) {
+        out.push(0x80);
+        out.extend((n as u32).to_be_bytes());
+    } else {
+        out.push(0x81);
+        out.extend(n.to_be_bytes());
+    }
+}
+
+/// Builds a DUMP payload for a module value from scratch: what a forged or damaged file would
+/// hold, with a valid checksum so that only the module's own checks stand in the way.
+struct Payload {
+    module_id: u64,
+    rdb_version: [u8; 2],
+    body: Vec<u8>,
+}
+
+impl Payload {
+    fn unsigned(&mut self, n: u64) -> &mut Self {
+        self.body.push(2);
+        rdb_len(&mut self.body, n);
+        self
+    }
+
+    fn buffer(&mut self, bytes: &[u8]) -> &mut Self {
+        self.body.push(5);
+        rdb_len(&mut self.body, bytes.len() as u64);
+        self.body.extend_from_slice(bytes);
+        self
+    }
+
+    fn lock(
+        &mut self,
+        key: &[u8],
+        mode: u64,
+        token: &[u8],
+        deadline: u64,
+        fence: u64,
+    ) -> &mut Self {
+        self.buffer(key)
+            .unsigned(mode)
+            .buffer(token)
+            .unsigned(deadline)
+            .unsigned(fence)
+    }
+
+    fn seal(&self) -> Vec<u8> {
+        let mut out = vec![7u8, 0x81];
+        out.extend(self.module_id.to_be_bytes());
+        out.extend(&self.body);
+        out.push(0); // module EOF opcode
+        out.extend(self.rdb_version);
+        let crc = crc64(&out);
+        out.extend(crc.to_le_bytes());
+        out
+    }
+}
+
+#[test]
+fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
+    assert_eq!(
+        crc64(b"123456789"),
+        0xe9c6_d914_c4b8_d9ca,
+        "the checksum helper is Redis's"
+    );
+    let server = Server::start();
+    let mut con = server.conn();
+    assert!(take(&mut con, "p", "t", &["WRITE", "/A"]));
+    let real: Vec<u8> = cmd("DUMP").arg("p").query(&mut con).expect("DUMP");
+    assert_eq!(
+        (real[0], real[1]),
+        (7, 0x81),
+        "a module value with a 64-bit module id"
+    );
+    let module_id = u64::from_be_bytes(real[2..10].try_into().expect("8 bytes"));
+    assert_eq!(module_id & 0x3ff, 1, "encoding version 1");
+    let rdb_version = [real[real.len() - 10], real[real.len() - 9]];
+    let new = || Payload {
+        module_id,
+        rdb_version,
+        body: Vec::new(),
+    };
+    let far = 4_000_000_000_000u64;
+
+    // Positive control: a payload built by hand the way the module writes one is accepted.
+    let good = new()
+        .unsigned(2)
+        .unsigned(1)
+        .lock(b"A\x00", 0, b"t", far, 1)
+        .seal();
+    let _: () = cmd("RESTORE")
+        .arg("ok")
+        .arg(0)
+        .arg(&good)
+        .query(&mut con)
+        .expect("RESTORE");
+    let restored = lock_set(&mut con, "ok");
+    assert_eq!(
+        restored,
+        vec![(b"/A".to_vec(), "WRITE".to_string(), b"t".to_vec(), 1)]
+    );
+
+    let mut truncated = real.clone();
+    truncated.truncate(real.len() - 15);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated", truncated),
+        (
+            "newer encoding version",
+            Payload {
+                module_id: module_id + 1,
+                ..new()
+            }
+            .unsigned(1)
+            .unsigned(0)
+            .seal(),
+        ),
+        (
+            "unknown mode",
+            new()
+                .unsigned(2)
+                .unsigned(1)
+                .lock(b"A\x00", 7, b"t", far, 1)
+                .seal(),
+        ),
+        (
+            "fence at the counter",
+            new()
+                .unsigned(2)
+                .unsigned(1)
+                .lock(b"A\x00", 0, b"t", far, 2)
+                .seal(),
+        ),
+        (
+            "fence zero",
+            new()
+                .unsigned(2)
+                .unsigned(1)
+                .lock(b"A\x00", 0, b"t", far, 0)
+                .seal(),
+        ),
+        (
+            "malformed path key",
+            new()
+                .unsigned(2)
+                .unsigned(1)
+                .lock(b"A", 0, b"t", far, 1)
+                .seal(),
+        ),
+        (
+            "dot-dot segment",
+            new()
+                .unsigned(2)
+                .unsigned(1)
+                .lock(b"..\x00", 0, b"t", far, 1)
+                .seal(),
+        ),
+        (
+            "empty token",
+            new()
+                .unsigned(2)
+                .unsigned(1)
+                .lock(b"A\x00", 0, b"", far, 1)
+                .seal(),
+        ),
+        (
+            "locks out of order",
+            new()
+                .unsigned(3)
+                .unsigned(2)
+                .lock(b"B\x00", 0, b"t", far, 1)
+                .lock(b"A\x00", 0, b"t", far, 2)
+                .seal(),
+        ),
+        (
+            "a lock repeated",
+            new()
+                .unsigned(3)
+                .unsigned(2)
+                .lock(b"A\x00", 1, b"t", far, 1)
+                .lock(b"A\x00", 1, b"t", far, 2)
+                .seal(),
+        ),
+        (
+            "fewer locks than counted",
+            new()
+                .unsigned(3)
+                .unsigned(2)
+                .lock(b"A\x00", 0, b"t", far, 1)
+                .seal(),
+        ),
+        (
+            "a string where a number belongs",
+            new().buffer(b"2").unsigned(0).seal(),
+        ),
+    ];
+    for (name, payload) in cases {
+        let result = cmd("RESTORE")
+            .arg("bad")
+            .arg(0)
+            .arg(&payload)
+            .query::<()>(&mut con);
+        assert!(result.is_err(), "{name}: accepted");
+        let pong: String = cmd("PING").query(&mut con).expect("the server lives");
+        assert_eq!(pong, "PONG");
+        let exists: i64 = cmd("EXISTS").arg("bad").query(&mut con).expect("EXISTS");
+        assert_eq!(exists, 0, "{name}: left a key");
+    }
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 2);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 2);
+}
+
+#[test]
+fn unlink_of_a_huge_project_returns_at_once_and_frees_in_the_background() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let count = 100_000;
+    for chunk in 0..(count / 1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            pipe.cmd("PATHLOCK.ACQUIRE")
+                .arg(&["big", "TTL", "600000", "WRITE"])
+                .arg(format!("/d{}/f{i}", i % 100))
+                .ignore();
+        }
+        let _: () = pipe.query(&mut con).expect("pipeline");
+    }
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), count);
+    let _: i64 = cmd("COPY")
+        .arg(&["big", "twin"])
+        .query(&mut con)
+        .expect("COPY");
+    let freed_before = info_number(&mut con, "memory", "lazyfreed_objects");
+
+    let started = Instant::now();
+    let unlinked: i64 = cmd("UNLINK").arg("big").query(&mut con).expect("UNLINK");
+    let unlink_time = started.elapsed();
+    assert_eq!(unlinked, 1);
+    wait_until(Duration::from_secs(20), "the background free", || {
+        info_number(&mut con, "memory", "lazyfreed_objects") > freed_before
+    });
+
+    let started = Instant::now();
+    let deleted: i64 = cmd("DEL").arg("twin").query(&mut con).expect("DEL");
+    let del_time = started.elapsed();
+    assert_eq!(deleted, 1);
+    println!("UNLINK of {count} locks: {unlink_time:?}; DEL of the same: {del_time:?}");
+    assert!(
+        unlink_time < Duration::from_millis(200),
+        "UNLINK took {unlink_time:?}"
+    );
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 0);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 0);
+}
+
+#[test]
+fn time_stands_still_inside_multi_exec_and_scripts() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // Outside a transaction, a 1 ms lease is gone 50 ms later.
+    assert!(take(&mut con, "out", "a", &["TTL", "1", "WRITE", "/A"]));
+    sleep(Duration::from_millis(50));
+    assert!(take(&mut con, "out", "b", &["WRITE", "/A"]));
+    // Inside one, the whole transaction sees the instant it started.
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("PATHLOCK.ACQUIRE")
+        .arg(&["in", "TOKEN", "a", "TTL", "1", "WRITE", "/A"])
+        .cmd("DEBUG")
+        .arg(&["SLEEP", "0.05"])
+        .cmd("PATHLOCK.ACQUIRE")
+        .arg(&["in", "TOKEN", "b", "WRITE", "/A"])
+        .query(&mut con)
+        .expect("EXEC");
+    assert_eq!(
+        replies[2],
+        Value::Nil,
+        "the 1 ms lease is still live within the transaction"
+    );
+    let script = "redis.call('PATHLOCK.ACQUIRE', KEYS[1], 'TOKEN', 'a', 'TTL', 1, 'WRITE', '/A') \
+                  local t0 = redis.call('TIME') \
+                  repeat local t = redis.call('TIME') \
+                  until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 50000 \
+                  return redis.call('PATHLOCK.ACQUIRE', KEYS[1], 'TOKEN', 'b', 'WRITE', '/A')";
+    let reply: Value = cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg("lua")
+        .query(&mut con)
+        .expect("EVAL");
+    assert_eq!(reply, Value::Nil);
+}
+
+#[test]
+fn info_gauges_follow_del_flushall_and_reload() {
+    let server = Server::start();
+    let mut con = server.conn();
+    populate(&mut con, "a");
+    populate(&mut con, "b");
+    let gauges = |con: &mut Connection| {
+        (
+            info_number(con, "pathlock", "pathlock_locks"),
+            info_number(con, "pathlock", "pathlock_keys"),
+        )
+    };
+    assert_eq!(gauges(&mut con), (16, 2));
+    assert_eq!(release(&mut con, "a", "mover", &[]), 2);
+    assert_eq!(gauges(&mut con), (14, 2));
+    let _: () = cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut con)
+        .expect("DEBUG RELOAD");
+    assert_eq!(gauges(&mut con), (14, 2));
+    let _: i64 = cmd("DEL").arg("a").query(&mut con).expect("DEL");
+    assert_eq!(gauges(&mut con), (8, 1));
+    let _: () = cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+    assert_eq!(gauges(&mut con), (0, 0));
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_total_grants"),
+        12
+    );
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_total_releases"),
+        2
+    );
+}
