@@ -260,10 +260,12 @@ pub fn dataset_digest(con: &mut Connection) -> String {
     cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
 }
 
+/// One entry of LOCKS or CHECK: `(path, mode, token, ttl-ms, fence)`.
+pub type LockEntry = (Vec<u8>, String, Vec<u8>, i64, i64);
+
 /// Every lock of a key as `(path, mode, token, fence)`, without the moving TTL.
 pub fn lock_set(con: &mut Connection, key: &str) -> Vec<(Vec<u8>, String, Vec<u8>, i64)> {
-    let entries: Vec<(Vec<u8>, String, Vec<u8>, i64, i64)> =
-        cmd("PATHLOCK.LOCKS").arg(key).query(con).expect("LOCKS");
+    let entries: Vec<LockEntry> = cmd("PATHLOCK.LOCKS").arg(key).query(con).expect("LOCKS");
     entries
         .into_iter()
         .map(|(path, mode, token, _, fence)| (path, mode, token, fence))
