@@ -110,6 +110,8 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u1
                 "yes",
             ])
             .args(["--logfile", "redis.log"])
+            // Full syncs start at once instead of waiting for more replicas.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--loadmodule")
             .arg(&module)
             .args(extra)

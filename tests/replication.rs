@@ -1,0 +1,237 @@
+//! Replication of effects: a master and a replica on loopback agree after random workloads with
+//! expiries, an AOF replay reaches the same state, a replica never decides on its own, and a
+//! promoted replica takes over expiry and fencing.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::Duration;
+
+use common::*;
+
+const KEYS: &[&str] = &["proj:1", "proj:2", "proj:3", "{x}:4"];
+const TOKENS: &[&str] = &["t0", "t1", "t2", "t3", "t4", "t5"];
+const PATHS: &[&str] = &[
+    "/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/b", "/b/x y", "/a-", "/c/%", "/d/1", "/d/2",
+    "/d/3", "/d/4", "/e/1/x", "/e/2/x", "/e/3/x", "/f", "/g", "/h",
+];
+
+/// One random command: acquires (some multi-path, some with generated tokens, most with short
+/// leases so that expiries happen throughout), releases, renews, reads and the odd DEL.
+fn random_command(con: &mut Connection, rng: &mut Rng) {
+    let key = *rng.pick(KEYS);
+    let token = *rng.pick(TOKENS);
+    match rng.below(100) {
+        0..=49 => {
+            let ttl = if rng.below(20) == 0 {
+                60_000
+            } else {
+                5 + rng.below(150)
+            };
+            let mut command = cmd("PATHLOCK.ACQUIRE");
+            command.arg(key);
+            if rng.below(10) > 0 {
+                command.arg("TOKEN").arg(token);
+            }
+            command.arg("TTL").arg(ttl);
+            for _ in 0..=rng.below(3) {
+                let mode = if rng.below(2) == 0 { "READ" } else { "WRITE" };
+                command.arg(mode).arg(*rng.pick(PATHS));
+            }
+            let _: Value = command.query(con).expect("ACQUIRE");
+        }
+        50..=69 => {
+            let mut command = cmd("PATHLOCK.RELEASE");
+            command.arg(key).arg(token);
+            for _ in 0..rng.below(3) {
+                command.arg(*rng.pick(PATHS));
+            }
+            let _: i64 = command.query(con).expect("RELEASE");
+        }
+        70..=79 => {
+            let ms = if rng.below(5) == 0 {
+                60_000
+            } else {
+                1 + rng.below(100)
+            };
+            renew(con, key, token, ms);
+        }
+        80..=93 => {
+            let _: Value = cmd("PATHLOCK.CHECK")
+                .arg(key)
+                .arg(&["WRITE", *rng.pick(PATHS)])
+                .query(con)
+                .expect("CHECK");
+        }
+        94..=98 => {
+            let _: Value = cmd("PATHLOCK.LOCKS").arg(key).query(con).expect("LOCKS");
+        }
+        _ => {
+            let _: i64 = cmd("DEL").arg(key).query(con).expect("DEL");
+        }
+    }
+}
+
+/// Stops the master's writes (its expiry cycle included), lets the replica catch up, and
+/// compares every key's digest and the whole dataset's.
+fn assert_replica_agrees(master: &mut Connection, replica: &mut Connection) {
+    let _: () = cmd("CLIENT")
+        .arg(&["PAUSE", "10000", "WRITE"])
+        .query(master)
+        .expect("PAUSE");
+    let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(master).expect("WAIT");
+    assert_eq!(acked, 1, "the replica acknowledged the stream");
+    for key in KEYS {
+        assert_eq!(digest_of(master, key), digest_of(replica, key), "{key}");
+    }
+    assert_eq!(dataset_digest(master), dataset_digest(replica));
+    for gauge in ["pathlock_locks", "pathlock_keys"] {
+        assert_eq!(
+            info_number(master, "pathlock", gauge),
+            info_number(replica, "pathlock", gauge),
+            "{gauge}"
+        );
+    }
+    let _: () = cmd("CLIENT").arg("UNPAUSE").query(master).expect("UNPAUSE");
+}
+
+#[test]
+fn a_replica_reaches_the_masters_state_after_a_random_workload() {
+    let master = Server::start_with(&["--appendonly", "yes"]);
+    let replica = Server::replica_of(&master, &["--appendonly", "yes"]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let mut rng = Rng::new(0x5eed_0001);
+    for round in 0..4 {
+        for _ in 0..1000 {
+            random_command(&mut m, &mut rng);
+        }
+        if round == 1 {
+            // Let short leases lapse so that the expiry cycle, not a command, reclaims them.
+            sleep(Duration::from_millis(300));
+        }
+        assert_replica_agrees(&mut m, &mut r);
+    }
+    let expirations = info_number(&mut m, "pathlock", "pathlock_total_expirations");
+    let grants = info_number(&mut m, "pathlock", "pathlock_total_grants");
+    let conflicts = info_number(&mut m, "pathlock", "pathlock_total_conflicts");
+    println!("workload: {grants} grants, {conflicts} conflicts, {expirations} expirations");
+    assert!(
+        expirations > 100 && conflicts > 100 && grants > 500,
+        "the workload exercised little"
+    );
+
+    // An AOF replay, on the master and on the replica (whose AOF holds the effects it
+    // applied), reaches the same state.
+    let _: () = cmd("CLIENT")
+        .arg(&["PAUSE", "10000", "WRITE"])
+        .query(&mut m)
+        .expect("PAUSE");
+    let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
+    assert_eq!(acked, 1);
+    let before = dataset_digest(&mut m);
+    for con in [&mut m, &mut r] {
+        let _: () = cmd("DEBUG")
+            .arg("LOADAOF")
+            .query(con)
+            .expect("DEBUG LOADAOF");
+        assert_eq!(dataset_digest(con), before);
+    }
+    let _: () = cmd("CLIENT").arg("UNPAUSE").query(&mut m).expect("UNPAUSE");
+}
+
+#[test]
+fn a_replica_refuses_writes_and_never_expires_on_its_own() {
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    assert!(take(&mut m, "p", "long", &["TTL", "60000", "WRITE", "/A"]));
+    assert!(take(&mut m, "p", "brief", &["TTL", "200", "WRITE", "/B"]));
+    let _: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
+
+    let error = error_of(try_acquire(&mut r, "p", &["WRITE", "/C"]));
+    assert!(error.starts_with("READONLY"), "{error}");
+    let error = error_of(
+        cmd("PATHLOCK.EFFECT")
+            .arg(&["p", "FENCE", "99"])
+            .query::<()>(&mut m),
+    );
+    assert!(
+        error.starts_with("ERR PATHLOCK.EFFECT is internal"),
+        "{error}"
+    );
+
+    // With the master paused, the brief lease lapses. The replica hides it from reads but keeps
+    // it, because only the master's effect may remove it.
+    let _: () = cmd("CLIENT")
+        .arg(&["PAUSE", "5000", "WRITE"])
+        .query(&mut m)
+        .expect("PAUSE");
+    sleep(Duration::from_millis(400));
+    let listed = lock_set(&mut r, "p");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 2);
+    assert_eq!(digest_of(&mut r, "p"), digest_of(&mut m, "p"));
+    let _: () = cmd("CLIENT").arg("UNPAUSE").query(&mut m).expect("UNPAUSE");
+    // Unpaused, the master reclaims it and the replica follows.
+    wait_until(
+        Duration::from_secs(5),
+        "the reclamation to replicate",
+        || info_number(&mut r, "pathlock", "pathlock_locks") == 1,
+    );
+    assert_eq!(digest_of(&mut r, "p"), digest_of(&mut m, "p"));
+}
+
+#[test]
+fn a_promoted_replica_expires_locks_and_fences_above_what_it_received() {
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    for i in 0..50 {
+        assert!(take(
+            &mut m,
+            "p",
+            &format!("t{i}"),
+            &["TTL", "60000", "WRITE", &format!("/f{i}")]
+        ));
+    }
+    for i in 0..5 {
+        assert!(take(
+            &mut m,
+            "p",
+            "brief",
+            &["TTL", "300", "WRITE", &format!("/g{i}")]
+        ));
+    }
+    let _: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
+    // Freeze the master so that it reclaims nothing, then lose it.
+    let _: () = cmd("CLIENT")
+        .arg(&["PAUSE", "20000", "WRITE"])
+        .query(&mut m)
+        .expect("PAUSE");
+    drop(m);
+    drop(master);
+    assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 55);
+
+    let _: () = cmd("REPLICAOF")
+        .arg(&["NO", "ONE"])
+        .query(&mut r)
+        .expect("REPLICAOF NO ONE");
+    wait_until(
+        Duration::from_secs(5),
+        "the promoted replica to reclaim",
+        || info_number(&mut r, "pathlock", "pathlock_locks") == 50,
+    );
+    assert!(info_number(&mut r, "pathlock", "pathlock_total_expirations") >= 5);
+    // 55 acquires were granted on the old master: the next fence is 56, never a reused one.
+    assert_eq!(
+        acquire(&mut r, "p", &["WRITE", "/new"]).map(|g| g.1),
+        Some(56)
+    );
+    assert!(
+        !take(&mut r, "p", "x", &["READ", "/f7"]),
+        "received locks still hold"
+    );
+}
