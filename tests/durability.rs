@@ -576,13 +576,26 @@ fn memory_usage_grows_with_the_project_and_returns_when_locks_go() {
     let mut con = server.conn();
     assert!(take(&mut con, "p", "seed", &["WRITE", "/seed"]));
     let usage = |con: &mut Connection| -> i64 {
-        cmd("MEMORY").arg(&["USAGE", "p"]).query(con).expect("MEMORY USAGE")
+        cmd("MEMORY")
+            .arg(&["USAGE", "p"])
+            .query(con)
+            .expect("MEMORY USAGE")
     };
     let base = usage(&mut con);
-    assert!(take(&mut con, "p", "a", &["WRITE", "/x/y/z/file.txt", "READ", "/q"]));
+    assert!(take(
+        &mut con,
+        "p",
+        "a",
+        &["WRITE", "/x/y/z/file.txt", "READ", "/q"]
+    ));
     let one = usage(&mut con);
     for i in 0..100 {
-        assert!(take(&mut con, "p", &format!("t{i}"), &["WRITE", &format!("/many/{i}")]));
+        assert!(take(
+            &mut con,
+            "p",
+            &format!("t{i}"),
+            &["WRITE", &format!("/many/{i}")]
+        ));
     }
     let many = usage(&mut con);
     assert!(base < one && one < many, "{base} < {one} < {many}");
@@ -591,5 +604,9 @@ fn memory_usage_grows_with_the_project_and_returns_when_locks_go() {
     }
     assert_eq!(usage(&mut con), one);
     release(&mut con, "p", "a", &[]);
-    assert_eq!(usage(&mut con), base, "a released lock leaves nothing behind");
+    assert_eq!(
+        usage(&mut con),
+        base,
+        "a released lock leaves nothing behind"
+    );
 }

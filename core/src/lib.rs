@@ -7,11 +7,14 @@
 //! * [`path`]: parsing and normalising client paths into trie keys.
 //! * [`lock`]: modes, tokens and the view of a lock.
 //! * [`table`]: the lock table of one project, where conflicts are decided.
+//! * [`project`]: a lock table with its queue of waiting requests, served in arrival order.
 
 pub mod lock;
 pub mod path;
+pub mod project;
 pub mod table;
 
 pub use lock::{LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
 pub use path::{Path, PathError, PathLimits};
+pub use project::{Grant, Project, Waiter};
 pub use table::LockTable;
