@@ -4,7 +4,7 @@
 use pathlock_core::{Mode, Path, Token};
 
 use crate::config;
-use crate::errors::{shown, Error, ERR_MISSING_PATH, ERR_NO_PATHS, ERR_WAIT_UNSUPPORTED};
+use crate::errors::{shown, Error, ERR_MISSING_PATH, ERR_NO_PATHS};
 
 /// `[TOKEN token] [TTL ms] [WAIT ms] mode path [mode path ...]`
 #[derive(Debug)]
@@ -12,12 +12,15 @@ pub struct Acquire {
     /// `None` when the module is to generate one.
     pub token: Option<Token>,
     pub ttl: u64,
+    /// How long to block for the locks; 0 does not block.
+    pub wait: u64,
     pub items: Vec<(Mode, Path)>,
 }
 
 pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
     let mut token = None;
     let mut ttl = None;
+    let mut wait = None;
     let mut rest = words;
     while let Some((&word, tail)) = rest.split_first() {
         if Mode::parse(word).is_some() {
@@ -38,7 +41,8 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
             "TOKEN" => token = Some(Token::new(value)?),
             "TTL" if ttl.is_some() => return Err(Error::DuplicateOption(option)),
             "TTL" => ttl = Some(ttl_ms(value)?),
-            _ => return Err(ERR_WAIT_UNSUPPORTED.into()),
+            _ if wait.is_some() => return Err(Error::DuplicateOption(option)),
+            _ => wait = Some(wait_ms(value)?),
         }
         rest = tail;
     }
@@ -49,6 +53,7 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
             Some(ttl) => ttl,
             None => positive(config::default_ttl()),
         },
+        wait: wait.unwrap_or(0),
         items,
     })
 }
@@ -117,6 +122,17 @@ pub fn ttl_ms(word: &[u8]) -> Result<u64, Error> {
         .filter(|ms| (1..=max).contains(ms))
         .map(positive)
         .ok_or(Error::InvalidTtl { max })
+}
+
+/// How long to wait, in milliseconds: an integer from 0 (do not wait) to `pathlock.max-ttl`.
+pub fn wait_ms(word: &[u8]) -> Result<u64, Error> {
+    let max = config::max_ttl();
+    std::str::from_utf8(word)
+        .ok()
+        .and_then(|text| text.parse::<i64>().ok())
+        .filter(|ms| (0..=max).contains(ms))
+        .map(|ms| u64::try_from(ms).unwrap_or(0))
+        .ok_or(Error::InvalidWait { max })
 }
 
 fn check_count(count: usize) -> Result<(), Error> {

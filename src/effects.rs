@@ -15,7 +15,7 @@
 //! `EXPIRE` and `RELEASE` are deterministic because the master sends every effect in the order it
 //! applied them, so a replica holds the same locks with the same deadlines when it applies one.
 
-use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+use pathlock_core::{Mode, Path, PathLimits, Project, Token};
 use redis_module::{Context, RedisString};
 
 use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
@@ -161,7 +161,10 @@ impl Effect {
         matches!(self, Effect::Grant { .. } | Effect::Fence { .. })
     }
 
-    pub fn apply(&self, table: &mut LockTable) -> Applied {
+    /// Applies the effect to the locks. Nobody waits on a server that applies effects (a
+    /// replica, or a server loading its AOF), so the queue is left alone.
+    pub fn apply(&self, project: &mut Project) -> Applied {
+        let table = project.locks_mut();
         match self {
             Effect::Grant {
                 token,

@@ -11,8 +11,6 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 pub const ERR_NO_PATHS: &str =
     "ERR no lock requested: give at least one mode and path, e.g. WRITE /A";
 pub const ERR_MISSING_PATH: &str = "ERR missing path after mode";
-pub const ERR_WAIT_UNSUPPORTED: &str =
-    "ERR WAIT is not supported yet: retry the acquire, or use PATHLOCK.CHECK to see who holds the path";
 pub const ERR_EFFECT_INTERNAL: &str = "ERR PATHLOCK.EFFECT is internal: it carries a master's decisions to its replicas and the AOF, and clients cannot send it";
 pub const ERR_EFFECT_SYNTAX: &str = "ERR malformed PATHLOCK.EFFECT";
 pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not applied";
@@ -22,6 +20,7 @@ pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not
 pub enum Error {
     Fixed(&'static str),
     InvalidTtl { max: i64 },
+    InvalidWait { max: i64 },
     UnknownWord(String),
     InvalidMode(String),
     DuplicateOption(&'static str),
@@ -37,6 +36,9 @@ impl fmt::Display for Error {
             Error::Fixed(message) => f.write_str(message),
             Error::InvalidTtl { max } => {
                 write!(f, "ERR invalid TTL: must be an integer from 1 to {max}")
+            }
+            Error::InvalidWait { max } => {
+                write!(f, "ERR invalid WAIT: must be an integer from 0 to {max}")
             }
             Error::UnknownWord(word) => write!(
                 f,

@@ -15,11 +15,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use pathlock_core::LockTable;
+use pathlock_core::Project;
 use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisString};
 
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{clock, project};
+use crate::{clock, project, waits};
 
 const TICK: Duration = Duration::from_millis(100);
 /// The most keys one tick reclaims; the rest wait for the next tick, so a mass expiry never
@@ -76,8 +76,11 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let name = RedisString::create_from_slice(ctx.ctx, key);
         let opened = ctx.open_key(&name);
-        if let Ok(Some(table)) = opened.get_value::<LockTable>(&PATHLOCK_TYPE) {
-            schedule(ctx, key, table.next_deadline());
+        if let Ok(Some(project)) = opened.get_value::<Project>(&PATHLOCK_TYPE) {
+            schedule(ctx, key, project.locks().next_deadline());
+            if project.waiting() > 0 && matches!(event, "rename_to" | "move_to") {
+                waits::value_moved(ctx, key);
+            }
         }
     }));
 }

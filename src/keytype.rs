@@ -19,10 +19,10 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
-use pathlock_core::{LockTable, Mode, Path, Token};
+use pathlock_core::{LockTable, Mode, Path, Project, Token};
 use redis_module::{logging, native_types::RedisType, raw};
 
-use crate::stats;
+use crate::{stats, waits};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -43,7 +43,7 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         aux_save: None,
         aux_save_triggers: 0,
         free_effort: Some(free_effort),
-        unlink: None,
+        unlink: Some(unlink),
         copy: Some(copy),
         defrag: None,
         mem_usage2: None,
@@ -55,16 +55,22 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
 );
 
 /// # Safety
-/// Redis passes a value that `set_value` created from a `Box<LockTable>`.
-unsafe fn table<'a>(value: *mut c_void) -> &'a LockTable {
-    &*value.cast::<LockTable>()
+/// Redis passes a value that `set_value` or `into_value` created from a `Box<Project>`.
+unsafe fn project<'a>(value: *const c_void) -> &'a Project {
+    &*value.cast::<Project>()
 }
 
-/// Hands a table to Redis, counting it in the INFO gauges until `free` takes it back.
-fn into_value(table: LockTable) -> *mut c_void {
+/// # Safety
+/// As `project`.
+unsafe fn table<'a>(value: *const c_void) -> &'a LockTable {
+    project(value).locks()
+}
+
+/// Hands a project to Redis, counting it in the INFO gauges until `free` takes it back.
+fn into_value(project: Project) -> *mut c_void {
     stats::track(&stats::KEYS, 0, 1);
-    stats::track(&stats::LOCKS_HELD, 0, table.len());
-    Box::into_raw(Box::new(table)).cast::<c_void>()
+    stats::track(&stats::LOCKS_HELD, 0, project.locks().len());
+    Box::into_raw(Box::new(project)).cast::<c_void>()
 }
 
 /// Runs in Redis's lazy-free thread for large values, so it touches nothing but the table and
@@ -72,10 +78,18 @@ fn into_value(table: LockTable) -> *mut c_void {
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value was created by `Box::new` in `into_value` or `set_value`.
-        let table = unsafe { Box::from_raw(value.cast::<LockTable>()) };
+        let project = unsafe { Box::from_raw(value.cast::<Project>()) };
         stats::track(&stats::KEYS, 1, 0);
-        stats::track(&stats::LOCKS_HELD, table.len(), 0);
+        stats::track(&stats::LOCKS_HELD, project.locks().len(), 0);
     }
+}
+
+/// The key is leaving the keyspace (`DEL`, `UNLINK`, overwritten): clients waiting on it are
+/// queued again on the key name, where the next acquire finds no locks.
+extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
+    // SAFETY: see `project`; called on the main thread before the value is freed.
+    let ids: Vec<u64> = unsafe { project(value) }.waiter_ids().collect();
+    waits::requeue(ids);
 }
 
 extern "C" fn copy(
@@ -83,21 +97,20 @@ extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    // SAFETY: see `table`.
-    let table = unsafe { &*value.cast::<LockTable>() };
-    into_value(table.clone())
+    // SAFETY: see `project`. A copy carries the locks, not the waiters.
+    into_value(unsafe { project(value) }.clone())
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: see `table`.
-    unsafe { &*value.cast::<LockTable>() }.memory_estimate()
+    unsafe { table(value) }.memory_estimate()
 }
 
 /// Above Redis's `lazyfree` threshold (64) for any table with a few locks, so `UNLINK`,
 /// `FLUSHALL ASYNC` and lazy deletes free large projects in the background.
 extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
     // SAFETY: see `table`.
-    unsafe { &*value.cast::<LockTable>() }.free_effort()
+    unsafe { table(value) }.free_effort()
 }
 
 /// Feeds every lock, in tree order, and the fence counter to `DEBUG DIGEST`, so a master and
@@ -210,7 +223,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         return std::ptr::null_mut();
     }
     match load_table(rdb) {
-        Ok(table) => into_value(table),
+        Ok(table) => into_value(Project::from_locks(table)),
         Err(reason) => {
             logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));
             std::ptr::null_mut()

@@ -16,6 +16,7 @@ mod info;
 mod keytype;
 mod project;
 mod stats;
+mod waits;
 
 use commands::guarded;
 use keytype::PATHLOCK_TYPE;
@@ -28,6 +29,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
     expiry::start(ctx);
     clock::subscribe(ctx);
+    waits::init(ctx);
     Status::Ok
 }
 

@@ -1,13 +1,13 @@
 //! Opening a project key: type checks, creation, lazy reclamation of expired locks, and the
 //! bookkeeping every change needs (effects, keyspace events, INFO gauges, the expiry schedule).
 
-use pathlock_core::LockTable;
+use pathlock_core::Project;
 use redis_module::{Context, ContextFlags, NotifyEvent, RedisError, RedisString};
 
 use crate::effects::Effect;
 use crate::errors::WRONGTYPE;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{clock, expiry, stats};
+use crate::{clock, expiry, stats, waits};
 
 /// Whether this call decides, rather than applies a decision: a replica applying its master's
 /// stream and a server replaying its AOF must never reclaim or refuse on their own.
@@ -23,40 +23,41 @@ pub fn change<R>(
     ctx: &Context,
     key_name: &RedisString,
     create: bool,
-    change: impl FnOnce(&mut LockTable) -> R,
+    change: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
     let key = ctx.open_key_writable(key_name);
     let wrong_type = |_| RedisError::Str(WRONGTYPE);
     if key
-        .get_value::<LockTable>(&PATHLOCK_TYPE)
+        .get_value::<Project>(&PATHLOCK_TYPE)
         .map_err(wrong_type)?
         .is_none()
     {
         if !create {
             return Ok(None);
         }
-        key.set_value(&PATHLOCK_TYPE, LockTable::new())?;
+        key.set_value(&PATHLOCK_TYPE, Project::new())?;
         stats::track(&stats::KEYS, 0, 1);
     }
-    let Some(table) = key
-        .get_value::<LockTable>(&PATHLOCK_TYPE)
+    let Some(project) = key
+        .get_value::<Project>(&PATHLOCK_TYPE)
         .map_err(wrong_type)?
     else {
         return Ok(None);
     };
-    let before = table.len();
+    let before = project.locks().len();
     if decides(ctx) {
         let now = clock::now_ms(ctx);
-        let expired = table.reclaim_expired(now).len();
-        if expired > 0 {
+        let (expired, grants) = project.reclaim_expired(now);
+        if !expired.is_empty() {
             Effect::Expire { now }.replicate(ctx, key_name);
-            stats::count(&stats::EXPIRATIONS, expired);
+            stats::count(&stats::EXPIRATIONS, expired.len());
             notify(ctx, "pathlock.expired", key_name);
+            waits::deliver(ctx, key_name, grants);
         }
     }
-    let result = change(table);
-    stats::track(&stats::LOCKS_HELD, before, table.len());
-    expiry::schedule(ctx, key_name.as_slice(), table.next_deadline());
+    let result = change(project);
+    stats::track(&stats::LOCKS_HELD, before, project.locks().len());
+    expiry::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
     Ok(Some(result))
 }
 
@@ -66,13 +67,13 @@ pub fn change<R>(
 pub fn read<R>(
     ctx: &Context,
     key_name: &RedisString,
-    read: impl FnOnce(&LockTable) -> R,
+    read: impl FnOnce(&Project) -> R,
 ) -> Result<Option<R>, RedisError> {
     let key = ctx.open_key(key_name);
-    let table = key
-        .get_value::<LockTable>(&PATHLOCK_TYPE)
+    let project = key
+        .get_value::<Project>(&PATHLOCK_TYPE)
         .map_err(|_| RedisError::Str(WRONGTYPE))?;
-    Ok(table.map(read))
+    Ok(project.map(read))
 }
 
 pub fn notify(ctx: &Context, event: &str, key: &RedisString) {

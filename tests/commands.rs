@@ -304,8 +304,13 @@ fn bad_input_is_refused_with_a_clear_error() {
             "ERR invalid token",
         ),
         (
-            vec![b"WAIT", b"100", b"WRITE", b"/A"],
-            "ERR WAIT is not supported yet",
+            vec![b"WAIT", b"-1", b"WRITE", b"/A"],
+            "ERR invalid WAIT: must be an integer from 0 to 86400000",
+        ),
+        (vec![b"WAIT", b"soon", b"WRITE", b"/A"], "ERR invalid WAIT"),
+        (
+            vec![b"WAIT", b"1", b"WAIT", b"1", b"WRITE", b"/A"],
+            "ERR WAIT given more than once",
         ),
         (
             vec![b"SHARED", b"/A"],

@@ -86,6 +86,11 @@ impl Project {
         self.waiters.len()
     }
 
+    /// The ids of the waiting requests, oldest first.
+    pub fn waiter_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.waiters.keys().copied()
+    }
+
     /// Grants `items` to `token` unless a lock or an earlier waiter of another owner conflicts.
     pub fn acquire(
         &mut self,

@@ -1,11 +1,16 @@
-use pathlock_core::Token;
+use pathlock_core::{Token, Waiter};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::words;
 use crate::clock::now_ms;
 use crate::effects::Effect;
-use crate::project;
-use crate::{args, stats};
+use crate::{args, project, stats, waits};
+
+enum Outcome {
+    Granted(u64),
+    Waiting,
+    Refused,
+}
 
 /// PATHLOCK.ACQUIRE key [TOKEN token] [TTL ms] [WAIT ms] mode path [mode path ...]
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -15,14 +20,37 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let request = args::acquire(&words(&args[2..]))?;
     let token = request.token.unwrap_or_else(Token::generate);
     let now = now_ms(ctx);
-    let deadline = now.saturating_add(request.ttl);
-    let granted = project::change(ctx, &args[1], true, |table| {
-        table.acquire(now, &token, request.ttl, &request.items)
+    let wait = if waits::may_block(ctx) {
+        request.wait
+    } else {
+        0
+    };
+    let outcome = project::change(ctx, &args[1], true, |project| {
+        match project.acquire(now, &token, request.ttl, &request.items) {
+            Some(fence) => Outcome::Granted(fence),
+            None if wait > 0 => {
+                let waiter = Waiter {
+                    token: token.clone(),
+                    ttl: request.ttl,
+                    items: request.items.clone(),
+                };
+                if waits::block(ctx, &args[1], project, waiter, wait) {
+                    Outcome::Waiting
+                } else {
+                    Outcome::Refused
+                }
+            }
+            None => Outcome::Refused,
+        }
     })?
-    .flatten();
-    let Some(fence) = granted else {
-        stats::count(&stats::CONFLICTS, 1);
-        return Ok(RedisValue::Null);
+    .unwrap_or(Outcome::Refused);
+    let fence = match outcome {
+        Outcome::Granted(fence) => fence,
+        Outcome::Waiting => return Ok(RedisValue::NoReply),
+        Outcome::Refused => {
+            stats::count(&stats::CONFLICTS, 1);
+            return Ok(RedisValue::Null);
+        }
     };
     stats::count(&stats::GRANTS, 1);
     let reply = RedisValue::Array(vec![
@@ -31,7 +59,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     ]);
     Effect::Grant {
         token,
-        deadline,
+        deadline: now.saturating_add(request.ttl),
         fence,
         items: request.items,
     }

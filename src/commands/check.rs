@@ -12,8 +12,10 @@ pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let request = args::check(&words(&args[2..]))?;
     let now = now_ms(ctx);
-    let blockers = project::read(ctx, &args[1], |table| {
-        table.blockers(now, request.token.as_ref(), &request.items)
+    let blockers = project::read(ctx, &args[1], |project| {
+        project
+            .locks()
+            .blockers(now, request.token.as_ref(), &request.items)
     })?
     .unwrap_or_default();
     Ok(lock_entries(&blockers, now))

@@ -15,8 +15,8 @@ pub fn effect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let effect = Effect::parse(&words(&args[2..]))?;
-    let applied = project::change(ctx, &args[1], effect.creates_key(), |table| {
-        effect.apply(table)
+    let applied = project::change(ctx, &args[1], effect.creates_key(), |project| {
+        effect.apply(project)
     })?;
     if let Some(applied) = applied {
         if applied.count > 0 {

@@ -17,6 +17,7 @@ pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => Path::root(),
     };
     let now = now_ms(ctx);
-    let locks = project::read(ctx, &args[1], |table| table.locks(now, &under))?.unwrap_or_default();
+    let locks = project::read(ctx, &args[1], |project| project.locks().locks(now, &under))?
+        .unwrap_or_default();
     Ok(lock_entries(&locks, now))
 }

@@ -1,8 +1,9 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::words;
+use crate::clock::now_ms;
 use crate::effects::Effect;
-use crate::{args, project, stats};
+use crate::{args, project, stats, waits};
 
 /// PATHLOCK.RELEASE key token [path ...]
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -11,14 +12,16 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let token = args::token(args[2].as_slice())?;
     let paths = args::paths(&words(&args[3..]))?;
-    let freed = project::change(ctx, &args[1], false, |table| {
-        table.release(&token, paths.as_deref()).len()
+    let now = now_ms(ctx);
+    let (freed, grants) = project::change(ctx, &args[1], false, |project| {
+        project.release(now, &token, paths.as_deref())
     })?
-    .unwrap_or(0);
-    if freed > 0 {
-        stats::count(&stats::RELEASES, freed);
+    .unwrap_or_default();
+    if !freed.is_empty() {
+        stats::count(&stats::RELEASES, freed.len());
         Effect::Release { token, paths }.replicate(ctx, &args[1]);
         project::notify(ctx, "pathlock.release", &args[1]);
+        waits::deliver(ctx, &args[1], grants);
     }
-    Ok(RedisValue::Integer(freed as i64))
+    Ok(RedisValue::Integer(freed.len() as i64))
 }
