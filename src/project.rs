@@ -47,6 +47,8 @@ pub fn change<R>(
     let before = project.locks().len();
     if decides(ctx) {
         let now = clock::now_ms(ctx);
+        let grants = waits::purge_cancelled(ctx, key_name.as_slice(), project, now);
+        waits::deliver(ctx, key_name, grants);
         let (expired, grants) = project.reclaim_expired(now);
         if !expired.is_empty() {
             Effect::Expire { now }.replicate(ctx, key_name);

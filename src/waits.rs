@@ -6,11 +6,16 @@
 //! is replicated as a `GRANT` effect right after the effect that made room for it, and the
 //! client is unblocked with its `[token, fence]`.
 //!
+//! Timeouts are the module's own timers, not Redis's: in Redis 7.0, a grant (`UnblockClient`)
+//! and Redis's timeout of the same client in one event-loop iteration lose the grant's reply and
+//! leave the client hanging. With module timers, a waiter leaves by exactly one `UnblockClient`,
+//! from a grant or from its timer, whichever comes first.
+//!
 //! Work that Redis announces outside a command runs from a zero-delay timer, where keys can be
-//! opened and effects replicated: a waiter that timed out, disconnected or was `CLIENT
-//! UNBLOCK`ed leaves the queue and may let later waiters through; waiters whose key was deleted,
-//! overwritten, renamed or moved away, or flushed, are queued again on the key name they asked
-//! for, in their original order.
+//! opened and effects replicated: a waiter that disconnected or was `CLIENT UNBLOCK`ed leaves
+//! the queue and may let later waiters through (and a change to its key purges it first, so it
+//! is never granted); waiters whose key was deleted, overwritten, renamed or moved away, or
+//! flushed, are queued again on the key name they asked for, in their original order.
 
 use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
@@ -84,12 +89,14 @@ pub fn block(
         let Some(block) = raw::RedisModule_BlockClient else {
             return false;
         };
+        // No Redis timeout (see the top of this file); the timeout callback stays for
+        // `CLIENT UNBLOCK`, which Redis allows only for clients that have one.
         block(
             ctx.ctx,
             Some(on_reply),
             Some(on_timeout),
             Some(free_reply),
-            i64::try_from(timeout_ms).unwrap_or(i64::MAX),
+            0,
         )
     };
     if client.is_null() {
@@ -118,13 +125,68 @@ pub fn block(
     });
     project.enqueue(id, waiter);
     stats::track(&stats::CLIENTS_WAITING, 0, 1);
+    ctx.create_timer(Duration::from_millis(timeout_ms), time_out, id);
     true
+}
+
+/// A waiter's time is up: answer nil, take it out of its queue, and let through the later
+/// waiters it alone held up. Does nothing when the waiter was granted first.
+fn time_out(ctx: &Context, id: u64) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(entry) = with_registry(|r| forget(r, id)) else {
+            return;
+        };
+        stats::count(&stats::WAIT_TIMEOUTS, 1);
+        unblock(entry.client, None);
+        let original_db = selected_db(ctx);
+        select_db(ctx, entry.db);
+        let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
+        let now = clock::now_ms(ctx);
+        if let Ok(Some(grants)) = project::change(ctx, &name, false, |p| p.cancel(now, id).1) {
+            deliver(ctx, &name, grants);
+        }
+        select_db(ctx, original_db);
+    }));
+}
+
+/// Unblocks a client with its reply (`None` answers nil). Every blocked client goes through
+/// here exactly once, which also frees Redis's handle.
+fn unblock(client: usize, reply: Option<(Token, u64)>) {
+    let data = reply.map_or(std::ptr::null_mut(), |r| {
+        Box::into_raw(Box::new(r)).cast::<c_void>()
+    });
+    // SAFETY: `client` came from BlockClient and has not been unblocked: registry entries are
+    // removed before this is called, once.
+    unsafe {
+        if let Some(unblock) = raw::RedisModule_UnblockClient {
+            unblock(client as *mut raw::RedisModuleBlockedClient, data);
+        }
+    }
+}
+
+/// Cancellations waiting for the timer on this key: applied before any change to the key, so a
+/// waiter that gave up is never granted.
+pub fn purge_cancelled(ctx: &Context, key: &[u8], project: &mut Project, now: u64) -> Vec<Grant> {
+    let db = selected_db(ctx);
+    let ids: Vec<u64> = with_registry(|r| {
+        if r.cancelled.is_empty() {
+            return Vec::new();
+        }
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut r.cancelled)
+            .into_iter()
+            .partition(|(d, k, _)| *d == db && k == key);
+        r.cancelled = rest;
+        mine.into_iter().map(|(_, _, id)| id).collect()
+    });
+    ids.into_iter()
+        .flat_map(|id| project.cancel(now, id).1)
+        .collect()
 }
 
 /// Replicates and announces grants made for waiters, and unblocks their clients.
 pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
     for grant in grants {
-        let reply = Box::new((grant.token.clone(), grant.fence));
+        let reply = (grant.token.clone(), grant.fence);
         Effect::Grant {
             token: grant.token,
             deadline: grant.deadline,
@@ -135,17 +197,8 @@ pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
         project::notify(ctx, "pathlock.acquire", key);
         stats::count(&stats::GRANTS, 1);
         stats::count(&stats::WAITS_GRANTED, 1);
-        let Some(entry) = with_registry(|r| forget(r, grant.waiter)) else {
-            continue;
-        };
-        // SAFETY: the client is still blocked: entries leave the registry when it stops waiting.
-        unsafe {
-            if let Some(unblock) = raw::RedisModule_UnblockClient {
-                unblock(
-                    entry.client as *mut raw::RedisModuleBlockedClient,
-                    Box::into_raw(reply).cast(),
-                );
-            }
+        if let Some(entry) = with_registry(|r| forget(r, grant.waiter)) {
+            unblock(entry.client, Some(reply));
         }
     }
 }
@@ -157,17 +210,23 @@ fn forget(registry: &mut Registry, id: u64) -> Option<Entry> {
     Some(entry)
 }
 
-/// The client stopped waiting without a grant: forget it now, and have the timer take it out of
-/// its queue, which may let later waiters through.
+/// The client stopped waiting without a grant (it disconnected, or `CLIENT UNBLOCK`): forget it
+/// now, release Redis's handle, and have the timer take it out of its queue, which may let later
+/// waiters through.
 fn give_up(client: usize) {
-    let armed = with_registry(|r| {
-        if let Some(id) = r.by_client.get(&client).copied() {
-            if let Some(entry) = forget(r, id) {
-                r.cancelled.push((entry.db, entry.key, id));
-            }
+    let (found, armed) = with_registry(|r| {
+        let Some(id) = r.by_client.get(&client).copied() else {
+            return (false, true);
+        };
+        if let Some(entry) = forget(r, id) {
+            r.cancelled.push((entry.db, entry.key, id));
         }
-        std::mem::replace(&mut r.timer_armed, true)
+        (true, std::mem::replace(&mut r.timer_armed, true))
     });
+    if found {
+        // Redis has already let the client go; this frees the handle without a reply.
+        unblock(client, None);
+    }
     if !armed {
         arm_timer();
     }
