@@ -9,6 +9,7 @@ mod args;
 mod clock;
 mod commands;
 mod config;
+mod docs;
 mod effects;
 mod errors;
 mod expiry;
@@ -30,6 +31,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     expiry::start(ctx);
     clock::subscribe(ctx);
     waits::init(ctx);
+    docs::register(ctx);
     Status::Ok
 }
 

@@ -95,9 +95,15 @@ impl Server {
 
 fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u16) {
     let module = module_path();
+    // A leading `*.conf` argument is a configuration file, which redis-server wants first.
+    let (config, extra) = match extra.split_first() {
+        Some((first, rest)) if first.ends_with(".conf") => (Some(first.as_str()), rest),
+        _ => (None, extra),
+    };
     for _ in 0..10 {
         let port = fixed_port.unwrap_or_else(free_port);
         let mut child = Command::new("redis-server")
+            .args(config)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(dir)

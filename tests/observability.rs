@@ -1,0 +1,282 @@
+//! What operators and applications see: keyspace events, module configs (from a config file and
+//! at run time), COMMAND DOCS, ACL key patterns, and inspection of a large project.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn events_for(
+    server: &Server,
+    key: &str,
+    keyspace_events: &str,
+    actions: impl FnOnce(&mut Connection),
+) -> Vec<String> {
+    let mut con = server.conn();
+    let _: () = cmd("CONFIG")
+        .arg(&["SET", "notify-keyspace-events", keyspace_events])
+        .query(&mut con)
+        .expect("CONFIG SET");
+    let mut subscriber = server.conn();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.psubscribe("__keyspace@*__:*").expect("PSUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    actions(&mut con);
+    let mut events = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        if let Ok(message) = pubsub.get_message() {
+            assert_eq!(message.get_channel_name(), format!("__keyspace@0__:{key}"));
+            events.push(message.get_payload::<String>().expect("event name"));
+        }
+    }
+    events
+}
+
+#[test]
+fn changes_raise_module_keyspace_events() {
+    let server = Server::start();
+    let events = events_for(&server, "proj:9", "Kd", |con| {
+        assert!(take(con, "proj:9", "a", &["WRITE", "/A"]));
+        assert!(
+            !take(con, "proj:9", "b", &["WRITE", "/A"]),
+            "a refusal raises nothing"
+        );
+        assert_eq!(renew(con, "proj:9", "a", 60_000), 1);
+        assert_eq!(renew(con, "proj:9", "nobody", 60_000), 0);
+        assert_eq!(release(con, "proj:9", "a", &[]), 1);
+        assert_eq!(release(con, "proj:9", "a", &[]), 0);
+        assert!(take(con, "proj:9", "brief", &["TTL", "50", "WRITE", "/B"]));
+    });
+    assert_eq!(
+        events,
+        [
+            "pathlock.acquire",
+            "pathlock.renew",
+            "pathlock.release",
+            "pathlock.acquire",
+            "pathlock.expired"
+        ]
+    );
+    // Without the module class enabled, subscribers hear nothing.
+    let events = events_for(&server, "proj:9", "Kg", |con| {
+        assert!(take(con, "proj:9", "c", &["WRITE", "/C"]));
+    });
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[test]
+fn the_example_config_sets_every_module_config_to_its_default() {
+    let example =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/redis.conf.example"))
+            .expect("redis.conf.example");
+    let settings: Vec<(String, String)> = example
+        .lines()
+        .filter(|l| l.starts_with("pathlock."))
+        .map(|l| {
+            let (name, value) = l.split_once(' ').expect("name value");
+            (name.to_string(), value.trim().to_string())
+        })
+        .collect();
+    assert_eq!(settings.len(), 5, "{settings:?}");
+    let plain = Server::start();
+    let mut con = plain.conn();
+    for (name, value) in &settings {
+        let got: Vec<String> = cmd("CONFIG")
+            .arg(&["GET", name])
+            .query(&mut con)
+            .expect("CONFIG GET");
+        assert_eq!(&got[1], value, "{name}: the example shows the default");
+    }
+    // The example itself loads, with the module path it names replaced by this build's.
+    let dir = std::env::temp_dir().join(format!("pathlock-conf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let conf = dir.join("example.conf");
+    let text: String = example
+        .lines()
+        .filter(|l| !l.starts_with("loadmodule"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace("pathlock.max-depth 256", "pathlock.max-depth 3");
+    std::fs::write(&conf, text).expect("write conf");
+    let server = Server::start_with(&[conf.to_str().expect("utf-8 path")]);
+    let mut con = server.conn();
+    let depth: Vec<String> = cmd("CONFIG")
+        .arg(&["GET", "pathlock.max-depth"])
+        .query(&mut con)
+        .expect("GET");
+    assert_eq!(depth[1], "3");
+    let error = error_of(try_acquire(&mut con, "p", &["WRITE", "/a/b/c/d"]));
+    assert!(
+        error.starts_with("ERR path too deep: at most 3 segments"),
+        "{error}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn configs_are_validated_and_changed_at_run_time() {
+    let server = Server::start_with(&["--pathlock.default-ttl", "150"]);
+    let mut con = server.conn();
+    let all: Vec<String> = cmd("CONFIG")
+        .arg(&["GET", "pathlock.*"])
+        .query(&mut con)
+        .expect("GET");
+    assert_eq!(all.len(), 10, "five configs: {all:?}");
+    for (name, bad) in [
+        ("pathlock.max-ttl", "0"),
+        ("pathlock.default-ttl", "-1"),
+        ("pathlock.max-depth", "lots"),
+        ("pathlock.max-path-bytes", "0"),
+        ("pathlock.max-paths-per-call", "99999999"),
+    ] {
+        let error = error_of(cmd("CONFIG").arg(&["SET", name, bad]).query::<()>(&mut con));
+        assert!(error.contains(name), "{name} {bad}: {error}");
+    }
+    let ttl: Vec<String> = cmd("CONFIG")
+        .arg(&["GET", "pathlock.default-ttl"])
+        .query(&mut con)
+        .expect("GET");
+    assert_eq!(
+        ttl[1], "150",
+        "set from the command line, untouched by refused changes"
+    );
+    let _: () = cmd("CONFIG")
+        .arg(&["SET", "pathlock.max-paths-per-call", "1"])
+        .query(&mut con)
+        .expect("SET");
+    let error = error_of(try_acquire(&mut con, "p", &["READ", "/a", "READ", "/b"]));
+    assert!(
+        error.starts_with("ERR too many paths: at most 1 per call"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_server_refuses_to_start_with_a_bad_config() {
+    let status = std::process::Command::new("redis-server")
+        .args(["--port", "0", "--loadmodule"])
+        .arg(module_path())
+        .args(["--pathlock.max-depth", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("redis-server");
+    assert!(!status.success());
+}
+
+#[test]
+fn command_docs_and_arity_come_from_the_module() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let docs: Value = cmd("COMMAND")
+        .arg(&["DOCS", "pathlock.acquire"])
+        .query(&mut con)
+        .expect("DOCS");
+    let text = format!("{docs:?}");
+    assert!(text.contains("all or nothing"), "{text}");
+    assert!(text.contains("complexity"), "{text}");
+    let error = error_from(&mut con, &[b"PATHLOCK.LOCKS"]);
+    assert!(
+        error.starts_with("ERR wrong number of arguments"),
+        "{error}"
+    );
+}
+
+#[test]
+fn acl_key_patterns_apply_to_pathlock_commands() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let _: () = cmd("ACL")
+        .arg(&["SETUSER", "alice", "on", ">secret", "~proj:*", "+@all"])
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    assert!(take(&mut admin, "other:1", "admin", &["WRITE", "/x"]));
+    let mut alice = server.conn();
+    let _: () = cmd("AUTH")
+        .arg(&["alice", "secret"])
+        .query(&mut alice)
+        .expect("AUTH");
+    assert!(take(&mut alice, "proj:1", "alice", &["WRITE", "/A"]));
+    for args in [
+        &[&b"PATHLOCK.ACQUIRE"[..], b"other:1", b"WRITE", b"/A"][..],
+        &[b"PATHLOCK.RELEASE", b"other:1", b"admin"],
+        &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
+        &[b"PATHLOCK.LOCKS", b"other:1"],
+        &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
+    ] {
+        let error = error_from(&mut alice, args);
+        assert!(error.starts_with("NOPERM"), "{args:?}: {error}");
+    }
+    assert_eq!(
+        lock_set(&mut admin, "other:1").len(),
+        1,
+        "alice changed nothing"
+    );
+}
+
+fn usec_per_call(con: &mut Connection, command: &str) -> f64 {
+    let text: String = cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    text.lines()
+        .find(|l| {
+            l.to_ascii_uppercase()
+                .starts_with(&format!("CMDSTAT_{}:", command.to_ascii_uppercase()))
+        })
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no stats for {command}"))
+}
+
+#[test]
+fn inspecting_a_narrow_subtree_of_a_large_project_is_cheap() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let n = 100_000;
+    for chunk in 0..(n / 1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk * 1000..(chunk + 1) * 1000 {
+            pipe.cmd("PATHLOCK.ACQUIRE")
+                .arg(&["big", "TTL", "600000", "READ"])
+                .arg(format!("/d{}/f{i}", i % 1000))
+                .ignore();
+        }
+        let _: () = pipe.query(&mut con).expect("pipeline");
+    }
+    let time = |con: &mut Connection, command: &str, args: &[&str]| -> (usize, f64) {
+        let _: () = cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(con)
+            .expect("RESETSTAT");
+        let mut count = 0;
+        for _ in 0..5 {
+            let entries: Vec<LockEntry> =
+                cmd(command).arg("big").arg(args).query(con).expect("query");
+            count = entries.len();
+        }
+        (count, usec_per_call(con, command))
+    };
+    let (narrow, narrow_us) = time(&mut con, "PATHLOCK.LOCKS", &["/d7"]);
+    let (all, all_us) = time(&mut con, "PATHLOCK.LOCKS", &[]);
+    assert_eq!((narrow, all), (100, n));
+    let (blockers, check_narrow_us) = time(&mut con, "PATHLOCK.CHECK", &["WRITE", "/d7"]);
+    let (none, check_read_us) = time(&mut con, "PATHLOCK.CHECK", &["READ", "/"]);
+    let (every, check_all_us) = time(&mut con, "PATHLOCK.CHECK", &["WRITE", "/"]);
+    assert_eq!((blockers, none, every), (100, 0, n));
+    println!(
+        "100k locks: LOCKS /d7 {narrow_us} us, LOCKS all {all_us} us; CHECK WRITE /d7 {check_narrow_us} us, \
+         CHECK READ / {check_read_us} us, CHECK WRITE / {check_all_us} us"
+    );
+    // Work follows what is returned, not what is held.
+    assert!(narrow_us * 50.0 < all_us, "{narrow_us} vs {all_us}");
+    assert!(
+        check_narrow_us * 50.0 < check_all_us,
+        "{check_narrow_us} vs {check_all_us}"
+    );
+    assert!(
+        check_read_us * 50.0 < check_all_us,
+        "{check_read_us} vs {check_all_us}"
+    );
+}
