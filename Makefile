@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-unit test-integration test-example lint clean
+.PHONY: all build run test lint bench clean
 
 all: build
 
@@ -23,6 +23,12 @@ test: build
 	@scripts/deps.sh test
 	$(CARGO) test --release --workspace
 	scripts/with-redis.sh python3 examples/cloud_drive.py
+
+# Side by side with the old Lua script and SET NX PX, then the engine alone; see bench/README.md.
+bench: build
+	@scripts/deps.sh bench
+	python3 bench/bench.py
+	$(CARGO) bench -p pathlock-core --bench engine
 
 lint:
 	@scripts/deps.sh build

@@ -5,6 +5,7 @@
 #   scripts/deps.sh build   libclang (redis-module's bindings are generated with bindgen)
 #   scripts/deps.sh run     redis-server 7.0 or newer (module configs need 7.0)
 #   scripts/deps.sh test    redis-server, redis-cli, redis-py for the Python example
+#   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 set -euo pipefail
 
 apt_updated=""
@@ -66,11 +67,20 @@ need_redis_py() {
         apt_install python3-redis
 }
 
+need_matplotlib() {
+    python3 -c 'import matplotlib' 2>/dev/null && return 0
+    echo "pathlock: installing matplotlib for the benchmark chart" >&2
+    python3 -m pip install --quiet --disable-pip-version-check matplotlib >&2 2>/dev/null ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages matplotlib >&2 ||
+        apt_install python3-matplotlib
+}
+
 for what in "$@"; do
     case "$what" in
     build) need_libclang ;;
     run) need_libclang; need_redis ;;
     test) need_libclang; need_redis; need_redis_py ;;
-    *) echo "usage: $0 build|run|test ..." >&2; exit 2 ;;
+    bench) need_libclang; need_redis; need_matplotlib ;;
+    *) echo "usage: $0 build|run|test|bench ..." >&2; exit 2 ;;
     esac
 done

@@ -472,10 +472,10 @@ fn limits_follow_the_module_configs() {
 fn commands_declare_their_flags_and_key_position() {
     let server = Server::start();
     let mut con = server.conn();
-    for (name, flag) in [
-        ("pathlock.acquire", "denyoom"),
-        ("pathlock.release", "write"),
-        ("pathlock.renew", "write"),
+    for (name, flag, args) in [
+        ("pathlock.acquire", "denyoom", &["WRITE", "/A"][..]),
+        ("pathlock.release", "write", &["token"][..]),
+        ("pathlock.renew", "write", &["token", "100"][..]),
     ] {
         let info: Value = cmd("COMMAND")
             .arg("INFO")
@@ -486,10 +486,23 @@ fn commands_declare_their_flags_and_key_position() {
         assert!(text.contains(&format!("\"{flag}\"")), "{name}: {text}");
         assert!(text.contains("\"write\""), "{name}: {text}");
         let keys: Vec<String> = cmd("COMMAND")
-            .arg(&["GETKEYS", name, "proj:7", "WRITE", "/A", "x"])
+            .arg(&["GETKEYS", name, "proj:7"])
+            .arg(args)
             .query(&mut con)
             .expect("COMMAND GETKEYS");
         assert_eq!(keys, vec!["proj:7".to_string()]);
+    }
+    for name in ["pathlock.locks", "pathlock.check"] {
+        let info: Value = cmd("COMMAND")
+            .arg("INFO")
+            .arg(name)
+            .query(&mut con)
+            .expect("INFO");
+        let text = format!("{info:?}");
+        assert!(
+            text.contains("\"readonly\"") && !text.contains("\"write\""),
+            "{name}: {text}"
+        );
     }
 }
 

@@ -147,7 +147,7 @@ fn a_replica_refuses_writes_and_never_expires_on_its_own() {
     let mut m = master.conn();
     let mut r = replica.conn();
     assert!(take(&mut m, "p", "long", &["TTL", "60000", "WRITE", "/A"]));
-    assert!(take(&mut m, "p", "brief", &["TTL", "200", "WRITE", "/B"]));
+    assert!(take(&mut m, "p", "brief", &["TTL", "1000", "WRITE", "/B"]));
     let _: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
 
     let error = error_of(try_acquire(&mut r, "p", &["WRITE", "/C"]));
@@ -168,7 +168,8 @@ fn a_replica_refuses_writes_and_never_expires_on_its_own() {
         .arg(&["PAUSE", "5000", "WRITE"])
         .query(&mut m)
         .expect("PAUSE");
-    sleep(Duration::from_millis(400));
+    assert_eq!(lock_set(&mut r, "p").len(), 2, "both leases are live before the pause ends");
+    sleep(Duration::from_millis(1200));
     let listed = lock_set(&mut r, "p");
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 2);
