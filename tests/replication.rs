@@ -203,7 +203,7 @@ fn a_promoted_replica_expires_locks_and_fences_above_what_it_received() {
             &mut m,
             "p",
             "brief",
-            &["TTL", "300", "WRITE", &format!("/g{i}")]
+            &["TTL", "1500", "WRITE", &format!("/g{i}")]
         ));
     }
     let _: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
