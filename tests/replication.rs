@@ -168,7 +168,11 @@ fn a_replica_refuses_writes_and_never_expires_on_its_own() {
         .arg(&["PAUSE", "5000", "WRITE"])
         .query(&mut m)
         .expect("PAUSE");
-    assert_eq!(lock_set(&mut r, "p").len(), 2, "both leases are live before the pause ends");
+    assert_eq!(
+        lock_set(&mut r, "p").len(),
+        2,
+        "both leases are live before the pause ends"
+    );
     sleep(Duration::from_millis(1200));
     let listed = lock_set(&mut r, "p");
     assert_eq!(listed.len(), 1, "{listed:?}");
