@@ -59,28 +59,22 @@ need_redis() {
     fi
 }
 
-need_redis_py() {
-    python3 -c 'import redis' 2>/dev/null && return 0
-    echo "pathlock: installing redis-py for the Python example" >&2
-    python3 -m pip install --quiet --disable-pip-version-check redis >&2 2>/dev/null ||
-        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages redis >&2 ||
-        apt_install python3-redis
-}
-
-need_matplotlib() {
-    python3 -c 'import matplotlib' 2>/dev/null && return 0
-    echo "pathlock: installing matplotlib for the benchmark chart" >&2
-    python3 -m pip install --quiet --disable-pip-version-check matplotlib >&2 2>/dev/null ||
-        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages matplotlib >&2 ||
-        apt_install python3-matplotlib
+# Installs a Python module for python3: pip first, then Debian's package.
+need_python_module() {
+    local module=$1 package=$2 why=$3
+    python3 -c "import $module" 2>/dev/null && return 0
+    echo "pathlock: installing $package for $why" >&2
+    python3 -m pip install --quiet --disable-pip-version-check "$package" >&2 2>/dev/null ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$package" >&2 ||
+        apt_install "python3-$package"
 }
 
 for what in "$@"; do
     case "$what" in
     build) need_libclang ;;
     run) need_libclang; need_redis ;;
-    test) need_libclang; need_redis; need_redis_py ;;
-    bench) need_libclang; need_redis; need_matplotlib ;;
+    test) need_libclang; need_redis; need_python_module redis redis "the Python example" ;;
+    bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
     *) echo "usage: $0 build|run|test|bench ..." >&2; exit 2 ;;
     esac
 done

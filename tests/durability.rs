@@ -460,17 +460,11 @@ fn unlink_of_a_huge_project_returns_at_once_and_frees_in_the_background() {
     let server = Server::start();
     let mut con = server.conn();
     let count = 100_000;
-    for chunk in 0..(count / 1000) {
-        let mut pipe = redis::pipe();
-        for i in chunk * 1000..(chunk + 1) * 1000 {
-            pipe.cmd("PATHLOCK.ACQUIRE")
-                .arg(&["big", "TTL", "600000", "WRITE"])
-                .arg(format!("/d{}/f{i}", i % 100))
-                .ignore();
-        }
-        let _: () = pipe.query(&mut con).expect("pipeline");
-    }
-    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), count);
+    hold_many(&mut con, "big", count, "WRITE", 100);
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_locks"),
+        count as i64
+    );
     let _: i64 = cmd("COPY")
         .arg(&["big", "twin"])
         .query(&mut con)

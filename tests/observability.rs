@@ -235,16 +235,7 @@ fn inspecting_a_narrow_subtree_of_a_large_project_is_cheap() {
     let server = Server::start();
     let mut con = server.conn();
     let n = 100_000;
-    for chunk in 0..(n / 1000) {
-        let mut pipe = redis::pipe();
-        for i in chunk * 1000..(chunk + 1) * 1000 {
-            pipe.cmd("PATHLOCK.ACQUIRE")
-                .arg(&["big", "TTL", "600000", "READ"])
-                .arg(format!("/d{}/f{i}", i % 1000))
-                .ignore();
-        }
-        let _: () = pipe.query(&mut con).expect("pipeline");
-    }
+    hold_many(&mut con, "big", n, "READ", 1000);
     let time = |con: &mut Connection, command: &str, args: &[&str]| -> (usize, f64) {
         let _: () = cmd("CONFIG")
             .arg("RESETSTAT")

@@ -303,3 +303,18 @@ impl Rng {
         &items[self.below(items.len() as u64) as usize]
     }
 }
+
+/// Grants `n` locks in `key`, pipelined: `mode` on `/d{i % folders}/f{i}` for token `h{i}`, with
+/// a 10-minute lease.
+pub fn hold_many(con: &mut Connection, key: &str, n: usize, mode: &str, folders: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("PATHLOCK.ACQUIRE")
+                .arg(&[key, "TOKEN", &format!("h{i}"), "TTL", "600000", mode])
+                .arg(format!("/d{}/f{i}", i % folders))
+                .ignore();
+        }
+        let _: () = pipe.query(con).expect("pipelined acquires");
+    }
+}
