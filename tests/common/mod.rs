@@ -158,12 +158,16 @@ impl Drop for Server {
 }
 
 /// `PATHLOCK.ACQUIRE key args...`: `Some((token, fence))` when granted, `None` when refused.
-pub fn acquire(con: &mut Connection, key: &str, args: &[&str]) -> Option<(String, i64)> {
+pub fn acquire(
+    con: &mut impl redis::ConnectionLike,
+    key: &str,
+    args: &[&str],
+) -> Option<(String, i64)> {
     try_acquire(con, key, args).unwrap_or_else(|e| panic!("ACQUIRE {args:?} failed: {e}"))
 }
 
 pub fn try_acquire(
-    con: &mut Connection,
+    con: &mut impl redis::ConnectionLike,
     key: &str,
     args: &[&str],
 ) -> redis::RedisResult<Option<(String, i64)>> {
@@ -171,13 +175,23 @@ pub fn try_acquire(
 }
 
 /// Acquire with a given token; true when granted.
-pub fn take(con: &mut Connection, key: &str, token: &str, requests: &[&str]) -> bool {
+pub fn take(
+    con: &mut impl redis::ConnectionLike,
+    key: &str,
+    token: &str,
+    requests: &[&str],
+) -> bool {
     let mut args = vec!["TOKEN", token];
     args.extend_from_slice(requests);
     acquire(con, key, &args).is_some()
 }
 
-pub fn release(con: &mut Connection, key: &str, token: &str, paths: &[&str]) -> i64 {
+pub fn release(
+    con: &mut impl redis::ConnectionLike,
+    key: &str,
+    token: &str,
+    paths: &[&str],
+) -> i64 {
     cmd("PATHLOCK.RELEASE")
         .arg(key)
         .arg(token)
@@ -186,7 +200,7 @@ pub fn release(con: &mut Connection, key: &str, token: &str, paths: &[&str]) -> 
         .expect("RELEASE")
 }
 
-pub fn renew(con: &mut Connection, key: &str, token: &str, ms: u64) -> i64 {
+pub fn renew(con: &mut impl redis::ConnectionLike, key: &str, token: &str, ms: u64) -> i64 {
     cmd("PATHLOCK.RENEW")
         .arg(key)
         .arg(token)

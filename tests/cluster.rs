@@ -1,0 +1,269 @@
+//! Redis Cluster on loopback: 3 masters with a replica each, the module on every node. Projects
+//! spread over all slots are served through a cluster-aware client; a node that does not own a
+//! key answers -MOVED; resharding carries every lock (equal digests on the new owner); a manual
+//! failover keeps every lock acknowledged with `WAIT 1`, and fences continue above the old ones.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use redis::cluster::ClusterClient;
+
+struct Cluster {
+    nodes: Vec<Server>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..6)
+            .map(|_| {
+                Server::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "3000",
+                ])
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            created.status.success(),
+            "{}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_until_ok();
+        cluster
+    }
+
+    fn wait_until_ok(&self) {
+        for node in &self.nodes {
+            let mut con = node.conn();
+            wait_until(Duration::from_secs(30), "cluster_state:ok", || {
+                let info: String = cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut con)
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok")
+            });
+        }
+    }
+
+    fn client(&self) -> redis::cluster::ClusterConnection {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}/", n.port))
+            .collect();
+        ClusterClient::new(urls)
+            .and_then(|c| c.get_connection())
+            .expect("cluster connection")
+    }
+
+    /// The node serving `key` as master now.
+    fn owner(&self, key: &str) -> &Server {
+        let mut con = self.nodes[0].conn();
+        let slot: i64 = cmd("CLUSTER")
+            .arg(&["KEYSLOT", key])
+            .query(&mut con)
+            .expect("KEYSLOT");
+        let slots: Vec<Value> = cmd("CLUSTER").arg("SLOTS").query(&mut con).expect("SLOTS");
+        for range in slots {
+            let Value::Array(parts) = range else { continue };
+            let (Value::Int(from), Value::Int(to)) = (&parts[0], &parts[1]) else {
+                continue;
+            };
+            if (*from..=*to).contains(&slot) {
+                let Value::Array(master) = &parts[2] else {
+                    continue;
+                };
+                let Value::Int(port) = master[1] else {
+                    continue;
+                };
+                return self
+                    .nodes
+                    .iter()
+                    .find(|n| i64::from(n.port) == port)
+                    .expect("known node");
+            }
+        }
+        panic!("no owner for slot {slot}");
+    }
+
+    fn node_id(&self, node: &Server) -> String {
+        let mut con = node.conn();
+        cmd("CLUSTER").arg("MYID").query(&mut con).expect("MYID")
+    }
+
+    fn masters(&self) -> Vec<&Server> {
+        self.nodes
+            .iter()
+            .filter(|n| {
+                let mut con = n.conn();
+                info_field(&mut con, "replication", "role").as_deref() == Some("master")
+            })
+            .collect()
+    }
+}
+
+fn digests(cluster: &Cluster, keys: &[String]) -> BTreeMap<String, String> {
+    keys.iter()
+        .map(|key| {
+            let mut con = cluster.owner(key).conn();
+            (key.clone(), digest_of(&mut con, key))
+        })
+        .collect()
+}
+
+#[test]
+fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
+    let cluster = Cluster::start();
+    let mut client = cluster.client();
+
+    // Projects spread over all slots, through a cluster-aware client.
+    let keys: Vec<String> = (0..300).map(|i| format!("proj:{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let granted: Option<(String, i64)> = cmd("PATHLOCK.ACQUIRE")
+            .arg(key)
+            .arg(&[
+                "TOKEN",
+                &format!("t{i}"),
+                "TTL",
+                "600000",
+                "WRITE",
+                "/A/C",
+                "READ",
+                "/B",
+            ])
+            .query(&mut client)
+            .expect("ACQUIRE through the cluster");
+        assert_eq!(granted, Some((format!("t{i}"), 1)));
+    }
+    let refused: Option<(String, i64)> = cmd("PATHLOCK.ACQUIRE")
+        .arg(&["proj:7", "WRITE", "/A"])
+        .query(&mut client)
+        .expect("ACQUIRE");
+    assert_eq!(refused, None);
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3);
+    let per_master: Vec<i64> = masters
+        .iter()
+        .map(|m| info_number(&mut m.conn(), "pathlock", "pathlock_keys"))
+        .collect();
+    assert!(per_master.iter().all(|&n| n > 50), "{per_master:?}");
+    assert_eq!(per_master.iter().sum::<i64>(), 300);
+
+    // A node that does not own the key redirects.
+    let owner = cluster.owner("proj:0");
+    let other = masters
+        .iter()
+        .find(|m| m.port != owner.port)
+        .expect("another master");
+    let error = error_of(try_acquire(&mut other.conn(), "proj:0", &["WRITE", "/x"]));
+    assert!(error.starts_with("MOVED"), "{error}");
+
+    // Resharding moves slots with their project keys, locks intact.
+    let before = digests(&cluster, &keys);
+    let owners_before: Vec<u16> = keys.iter().map(|k| cluster.owner(k).port).collect();
+    let from = cluster.owner("proj:0");
+    let to = masters
+        .iter()
+        .find(|m| m.port != from.port)
+        .expect("target");
+    let moved = Command::new("redis-cli")
+        .args(["--cluster", "reshard", &format!("127.0.0.1:{}", from.port)])
+        .args([
+            "--cluster-from",
+            &cluster.node_id(from),
+            "--cluster-to",
+            &cluster.node_id(to),
+        ])
+        .args(["--cluster-slots", "2000", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster reshard");
+    assert!(
+        moved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&moved.stdout)
+    );
+    cluster.wait_until_ok();
+    let owners_after: Vec<u16> = keys.iter().map(|k| cluster.owner(k).port).collect();
+    let moved_keys = owners_before
+        .iter()
+        .zip(&owners_after)
+        .filter(|(b, a)| b != a)
+        .count();
+    assert!(moved_keys > 0, "the reshard moved project keys");
+    let after = digests(&cluster, &keys);
+    assert_eq!(before, after, "every lock arrived intact");
+    assert!(!take(&mut client, "proj:0", "intruder", &["WRITE", "/A"]));
+
+    // Manual failover: a replica takes over a master with every lock acknowledged by WAIT 1.
+    let master = cluster.owner("proj:0");
+    let mut m = master.conn();
+    let granted = acquire(
+        &mut m,
+        "proj:0",
+        &["TOKEN", "late", "TTL", "600000", "WRITE", "/Z"],
+    )
+    .expect("granted");
+    let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
+    assert_eq!(acked, 1);
+    let replica = cluster
+        .nodes
+        .iter()
+        .find(|n| {
+            let mut con = n.conn();
+            info_field(&mut con, "replication", "master_port").as_deref()
+                == Some(&master.port.to_string())
+        })
+        .expect("a replica of the master");
+    let owned: Vec<String> = keys
+        .iter()
+        .filter(|k| cluster.owner(k).port == master.port)
+        .cloned()
+        .collect();
+    let before = digests(&cluster, &owned);
+    let _: () = cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut replica.conn())
+        .expect("CLUSTER FAILOVER");
+    wait_until(Duration::from_secs(30), "the replica to take over", || {
+        cluster.owner("proj:0").port == replica.port
+    });
+    cluster.wait_until_ok();
+    assert_eq!(
+        digests(&cluster, &owned),
+        before,
+        "no acknowledged lock was lost"
+    );
+    let mut client = cluster.client();
+    let next: Option<(String, i64)> = cmd("PATHLOCK.ACQUIRE")
+        .arg(&["proj:0", "WRITE", "/new"])
+        .query(&mut client)
+        .expect("ACQUIRE");
+    assert_eq!(
+        next.map(|g| g.1),
+        Some(granted.1 + 1),
+        "fences continue above the old master's"
+    );
+    println!(
+        "cluster: {} keys over {per_master:?}; resharding 2000 slots moved {moved_keys} keys; failed over with {} keys",
+        keys.len(),
+        owned.len()
+    );
+}
