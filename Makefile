@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test lint bench clean
+.PHONY: all build run test test-cluster lint bench clean
 
 all: build
 
@@ -23,6 +23,11 @@ test: build
 	@scripts/deps.sh test
 	$(CARGO) test --release --workspace
 	scripts/with-redis.sh python3 examples/cloud_drive.py
+
+# Only the Cluster, failover and mutual-exclusion stress tests (they also run in `make test`).
+test-cluster: build
+	@scripts/deps.sh test
+	$(CARGO) test --release --test cluster --test stress -- --nocapture
 
 # Side by side with the old Lua script and SET NX PX, then the engine alone; see bench/README.md.
 bench: build
