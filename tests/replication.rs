@@ -75,12 +75,7 @@ fn random_command(con: &mut Connection, rng: &mut Rng) {
 /// Stops the master's writes (its expiry cycle included), lets the replica catch up, and
 /// compares every key's digest and the whole dataset's.
 fn assert_replica_agrees(master: &mut Connection, replica: &mut Connection) {
-    let _: () = cmd("CLIENT")
-        .arg(&["PAUSE", "10000", "WRITE"])
-        .query(master)
-        .expect("PAUSE");
-    let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(master).expect("WAIT");
-    assert_eq!(acked, 1, "the replica acknowledged the stream");
+    pause_and_sync(master);
     for key in KEYS {
         assert_eq!(digest_of(master, key), digest_of(replica, key), "{key}");
     }
@@ -92,7 +87,7 @@ fn assert_replica_agrees(master: &mut Connection, replica: &mut Connection) {
             "{gauge}"
         );
     }
-    let _: () = cmd("CLIENT").arg("UNPAUSE").query(master).expect("UNPAUSE");
+    resume_writes(master);
 }
 
 #[test]
@@ -123,12 +118,7 @@ fn a_replica_reaches_the_masters_state_after_a_random_workload() {
 
     // An AOF replay, on the master and on the replica (whose AOF holds the effects it
     // applied), reaches the same state.
-    let _: () = cmd("CLIENT")
-        .arg(&["PAUSE", "10000", "WRITE"])
-        .query(&mut m)
-        .expect("PAUSE");
-    let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
-    assert_eq!(acked, 1);
+    pause_and_sync(&mut m);
     let before = dataset_digest(&mut m);
     for con in [&mut m, &mut r] {
         let _: () = cmd("DEBUG")
@@ -137,7 +127,7 @@ fn a_replica_reaches_the_masters_state_after_a_random_workload() {
             .expect("DEBUG LOADAOF");
         assert_eq!(dataset_digest(con), before);
     }
-    let _: () = cmd("CLIENT").arg("UNPAUSE").query(&mut m).expect("UNPAUSE");
+    resume_writes(&mut m);
 }
 
 #[test]
@@ -178,7 +168,7 @@ fn a_replica_refuses_writes_and_never_expires_on_its_own() {
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 2);
     assert_eq!(digest_of(&mut r, "p"), digest_of(&mut m, "p"));
-    let _: () = cmd("CLIENT").arg("UNPAUSE").query(&mut m).expect("UNPAUSE");
+    resume_writes(&mut m);
     // Unpaused, the master reclaims it and the replica follows.
     wait_until(
         Duration::from_secs(5),

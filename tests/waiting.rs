@@ -500,12 +500,7 @@ fn grants_to_waiters_replicate_like_any_other() {
     }
     let waits = info_number(&mut m, "pathlock", "pathlock_total_waits_granted");
     assert!(waits > 10, "only {waits} waits were granted");
-    let _: () = cmd("CLIENT")
-        .arg(&["PAUSE", "10000", "WRITE"])
-        .query(&mut m)
-        .expect("PAUSE");
-    let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
-    assert_eq!(acked, 1);
+    pause_and_sync(&mut m);
     assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
-    let _: () = cmd("CLIENT").arg("UNPAUSE").query(&mut m).expect("UNPAUSE");
+    resume_writes(&mut m);
 }

@@ -332,3 +332,19 @@ pub fn hold_many(con: &mut Connection, key: &str, n: usize, mode: &str, folders:
         let _: () = pipe.query(con).expect("pipelined acquires");
     }
 }
+
+/// Stops a master's writes (its expiry cycle included, which avoids replica traffic while
+/// clients are paused) and waits until one replica has acknowledged everything it sent, so that
+/// master and replica can be compared. `resume_writes` undoes it.
+pub fn pause_and_sync(master: &mut Connection) {
+    let _: () = cmd("CLIENT")
+        .arg(&["PAUSE", "10000", "WRITE"])
+        .query(master)
+        .expect("PAUSE");
+    let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(master).expect("WAIT");
+    assert_eq!(acked, 1, "the replica acknowledged the stream");
+}
+
+pub fn resume_writes(master: &mut Connection) {
+    let _: () = cmd("CLIENT").arg("UNPAUSE").query(master).expect("UNPAUSE");
+}
