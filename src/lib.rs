@@ -57,7 +57,7 @@ redis_module! {
             ["default-ttl", &config::DEFAULT_TTL, config::DEFAULT_TTL_MS, 1, config::TTL_CEILING_MS, ConfigurationFlags::DEFAULT, None],
             ["max-ttl", &config::MAX_TTL, config::MAX_TTL_MS, 1, config::TTL_CEILING_MS, ConfigurationFlags::DEFAULT, None],
             ["max-path-bytes", &config::PATH_BYTES, config::MAX_PATH_BYTES, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
-            ["max-depth", &config::DEPTH, config::MAX_DEPTH, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
+            ["max-depth", &config::DEPTH, config::MAX_DEPTH, 1, config::DEPTH_CEILING, ConfigurationFlags::DEFAULT, None],
             ["max-paths-per-call", &config::PATHS_PER_CALL, config::MAX_PATHS_PER_CALL, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],

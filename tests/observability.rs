@@ -130,6 +130,7 @@ fn configs_are_validated_and_changed_at_run_time() {
         ("pathlock.max-ttl", "0"),
         ("pathlock.default-ttl", "-1"),
         ("pathlock.max-depth", "lots"),
+        ("pathlock.max-depth", "4097"),
         ("pathlock.max-path-bytes", "0"),
         ("pathlock.max-paths-per-call", "99999999"),
     ] {

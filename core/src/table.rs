@@ -1,17 +1,22 @@
 //! The lock table of one project: where `WRITE /A` is decided.
 //!
-//! Every locked path has a node in a radix trie keyed by the path's trie key (see `path.rs`),
-//! and so has every ancestor of a locked path. A node holds the locks taken on its exact path
-//! and, as Gray's intention marks, the number of `READ` and `WRITE` locks held strictly beneath
-//! it. A request for `mode` on `path` by `token` is then decided by looking at O(depth) nodes:
+//! Every locked path has a node in a tree with one node per path segment, and so has every
+//! ancestor of a locked path. A node holds the locks taken on its exact path and, as Gray's
+//! intention marks, the number of `READ` and `WRITE` locks held strictly beneath it. A request
+//! for `mode` on `path` by `token` is then decided by looking at O(depth) nodes:
 //!
 //! * the locks held on `path` and on each of its ancestors, because they cover `path`;
 //! * the marks on `path`'s own node, because they count the locks that `path` would cover.
 //!
 //! Locks of the requesting token never conflict with the request, so the marks alone do not
-//! settle a non-zero count: the token's own locks beneath `path` are subtracted, found in the
-//! token's ordered set of locked paths. That costs what the requester itself holds beneath
-//! `path`, never what others hold.
+//! settle a non-zero count: the token's own locks beneath `path` are subtracted. That costs what
+//! the requester itself holds, never what others hold.
+//!
+//! Nodes live in an arena and find their children through a hash table of child ids keyed by
+//! the child's own segment, so a step down the tree is one hash of one segment, and a segment is
+//! stored once. Owners (tokens) are interned the same way; a lock refers to its owner by id.
+//! Expiry is indexed per owner by its earliest deadline: the locks of one grant share a deadline,
+//! and `RENEW` moves all of an owner's locks together.
 //!
 //! Time never comes from inside: every method that needs it takes `now` in milliseconds. A lock
 //! whose deadline is not after `now` is expired. The mutating methods assume the caller ran
@@ -19,50 +24,54 @@
 //! writing; the reading methods filter expired locks themselves, because a replica must hide
 //! expired locks without reclaiming them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::ops::Bound;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
 
-use radix_trie::{SubTrie, Trie, TrieCommon};
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::lock::{LockInfo, Mode, Token};
 use crate::path::Path;
 
-/// One locked path, or an ancestor of one.
+type NodeId = u32;
+type OwnerId = u32;
+
+const ROOT: NodeId = 0;
+
+#[derive(Clone, Debug)]
+struct Held {
+    owner: OwnerId,
+    mode: Mode,
+    deadline: u64,
+    fence: u64,
+}
+
 #[derive(Clone, Debug, Default)]
 struct Node {
-    /// The locks held on this exact path, in canonical order: writers first, then by token.
-    /// Canonical order keeps listings, persistence and digests identical on every server, and
-    /// lets a reader's check stop at the first `READ`.
-    held: Vec<Held>,
-    /// The intention marks: how many locks of each mode are held strictly beneath this path,
-    /// indexed by `Mode::index`.
+    /// The segment as it appears in trie keys (escaped, without its terminator); empty for the
+    /// root and for free slots.
+    segment: Box<[u8]>,
+    parent: NodeId,
+    /// The intention marks: locks of each mode held strictly beneath, by `Mode::index`.
     below: [u32; 2],
+    /// The locks on this exact path, in canonical order: writers first, then by token. The
+    /// order keeps listings, persistence and digests identical on every server, and lets a
+    /// reader's check stop at the first `READ`.
+    held: Vec<Held>,
+    children: HashTable<NodeId>,
 }
 
 impl Node {
     fn is_unused(&self) -> bool {
         self.held.is_empty() && self.below == [0, 0]
     }
-
-    fn position(&self, mode: Mode, token: &Token) -> Result<usize, usize> {
-        self.held
-            .binary_search_by(|h| (h.mode, &h.token).cmp(&(mode, token)))
-    }
 }
 
 #[derive(Clone, Debug)]
-struct Held {
-    mode: Mode,
+struct Owner {
     token: Token,
-    deadline: u64,
-    fence: u64,
-}
-
-/// A set of modes held by one token on one path.
-type ModeBits = u8;
-
-fn bit(mode: Mode) -> ModeBits {
-    1 << mode.index()
+    locks: Vec<(NodeId, Mode)>,
+    /// The earliest deadline among `locks`, as filed in the expiry index.
+    earliest: u64,
 }
 
 /// The modes whose locks beneath a path block a request for `mode` there.
@@ -76,27 +85,21 @@ fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
 /// The locks of one project.
 #[derive(Clone, Debug)]
 pub struct LockTable {
-    index: Trie<Vec<u8>, Node>,
-    /// For each token, the paths it holds locks on: for releasing or renewing all of them, and
-    /// for subtracting a requester's own locks from the intention marks.
-    owners: HashMap<Token, BTreeMap<Vec<u8>, ModeBits>>,
-    /// Every lock by deadline, so that reclaiming expired locks costs what it reclaims.
-    expiry: BTreeSet<(u64, Vec<u8>, Mode, Token)>,
+    nodes: Vec<Node>,
+    free_nodes: Vec<NodeId>,
+    owners: Vec<Option<Owner>>,
+    free_owners: Vec<OwnerId>,
+    /// Owner ids, found by hashing the owner's token.
+    owner_index: HashTable<OwnerId>,
+    hasher: DefaultHashBuilder,
+    /// `(earliest deadline, owner)`, so that reclaiming costs what it reclaims.
+    expiry: BTreeSet<(u64, OwnerId)>,
     next_fence: u64,
     len: usize,
-    /// Key bytes over all nodes, and key plus token bytes over all locks: what the memory
-    /// estimate needs beyond counts, kept up to date so that the estimate costs O(1).
-    node_key_bytes: usize,
-    lock_bytes: usize,
+    live_nodes: usize,
+    segment_bytes: usize,
+    token_bytes: usize,
 }
-
-/// Bytes a trie node costs beyond its key: the radix node with its 16 child slots, the key-value
-/// box, and the `Node` itself.
-const NODE_OVERHEAD: usize = 224 + std::mem::size_of::<Node>();
-/// Bytes a lock costs beyond its key and token bytes: its entry in the node, in the owner's
-/// ordered map, and in the expiry set (which copy the key and token again, hence the factor 3
-/// applied to `lock_bytes`).
-const LOCK_OVERHEAD: usize = std::mem::size_of::<Held>() + 48 + 96;
 
 impl Default for LockTable {
     fn default() -> Self {
@@ -104,16 +107,28 @@ impl Default for LockTable {
     }
 }
 
+/// Bytes a node costs beyond its segment: the arena slot and its share of a parent's table.
+const NODE_OVERHEAD: usize = std::mem::size_of::<Node>() + 8;
+/// Bytes a lock costs beyond its owner: its entry in the node and in the owner's list.
+const LOCK_OVERHEAD: usize = std::mem::size_of::<Held>() + 8;
+/// Bytes an owner costs beyond its token: the slot, its index entry and its expiry entry.
+const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8 + 24;
+
 impl LockTable {
     pub fn new() -> LockTable {
         LockTable {
-            index: Trie::new(),
-            owners: HashMap::new(),
+            nodes: vec![Node::default()],
+            free_nodes: Vec::new(),
+            owners: Vec::new(),
+            free_owners: Vec::new(),
+            owner_index: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
             expiry: BTreeSet::new(),
             next_fence: 1,
             len: 0,
-            node_key_bytes: 0,
-            lock_bytes: 0,
+            live_nodes: 0,
+            segment_bytes: 0,
+            token_bytes: 0,
         }
     }
 
@@ -129,17 +144,18 @@ impl LockTable {
     /// An estimate of the heap bytes the table uses, for `MEMORY USAGE`. It depends only on what
     /// the table holds, so a released lock takes its bytes back exactly.
     pub fn memory_estimate(&self) -> usize {
+        let owners = self.owners.len() - self.free_owners.len();
         std::mem::size_of::<LockTable>()
-            + self.index.len() * NODE_OVERHEAD
-            + self.node_key_bytes
+            + (self.live_nodes + 1) * NODE_OVERHEAD
+            + self.segment_bytes
             + self.len * LOCK_OVERHEAD
-            + 3 * self.lock_bytes
-            + self.owners.len() * 64
+            + owners * OWNER_OVERHEAD
+            + self.token_bytes
     }
 
     /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
     pub fn free_effort(&self) -> usize {
-        self.index.len() + 3 * self.len
+        self.live_nodes + self.len + self.owners.len()
     }
 
     /// The fence the next successful acquire will take.
@@ -189,80 +205,85 @@ impl LockTable {
         items: &[(Mode, Path)],
     ) -> usize {
         self.raise_next_fence(fence.saturating_add(1));
-        items
+        let owner = self.intern(token);
+        let added = items
             .iter()
-            .filter(|(mode, path)| self.insert(path, token, *mode, deadline, fence))
-            .count()
+            .filter(|(mode, path)| self.insert(path, owner, *mode, deadline, fence))
+            .count();
+        self.refile(owner);
+        added
     }
 
     /// Frees `token`'s locks at `paths` (every mode held there), or all of its locks when
     /// `paths` is `None`. Returns the locks freed.
     pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> Vec<LockInfo> {
-        let targets: Vec<(Path, Mode)> = match paths {
+        let Some(owner) = self.find_owner(token) else {
+            return Vec::new();
+        };
+        let targets: Vec<(NodeId, Mode)> = match paths {
+            None => self.owner(owner).locks.clone(),
             Some(paths) => paths
                 .iter()
-                .flat_map(|path| Mode::ALL.map(|mode| (path.clone(), mode)))
-                .collect(),
-            None => self
-                .owners
-                .get(token)
-                .into_iter()
-                .flatten()
-                .flat_map(|(key, &bits)| {
-                    Mode::ALL
-                        .into_iter()
-                        .filter(move |&mode| bits & bit(mode) != 0)
-                        .map(move |mode| (Path::from_trusted_key(key.clone()), mode))
-                })
+                .filter_map(|path| self.locate(path))
+                .flat_map(|node| Mode::ALL.map(|mode| (node, mode)))
                 .collect(),
         };
-        targets
+        let freed = targets
             .into_iter()
-            .filter_map(|(path, mode)| self.remove(&path, token, mode))
-            .collect()
+            .filter_map(|(node, mode)| self.remove(node, owner, mode))
+            .collect();
+        self.refile(owner);
+        freed
     }
 
     /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.
     pub fn renew(&mut self, token: &Token, deadline: u64) -> usize {
-        let Some(paths) = self.owners.get(token) else {
+        let Some(owner) = self.find_owner(token) else {
             return 0;
         };
-        let mut renewed = 0;
-        for (key, &bits) in paths {
-            let Some(node) = self.index.get_mut(key.as_slice()) else {
-                continue;
-            };
-            for mode in Mode::ALL.into_iter().filter(|&m| bits & bit(m) != 0) {
-                let Ok(i) = node.position(mode, token) else {
-                    continue;
-                };
-                let held = &mut node.held[i];
-                self.expiry
-                    .remove(&(held.deadline, key.clone(), mode, token.clone()));
+        let locks = self.owner(owner).locks.clone();
+        for &(node, mode) in &locks {
+            if let Some(held) = self.nodes[node as usize]
+                .held
+                .iter_mut()
+                .find(|h| h.owner == owner && h.mode == mode)
+            {
                 held.deadline = deadline;
-                self.expiry
-                    .insert((deadline, key.clone(), mode, token.clone()));
-                renewed += 1;
             }
         }
-        renewed
+        self.refile(owner);
+        locks.len()
     }
 
-    /// Removes every lock whose deadline is not after `now`, earliest first, and returns them.
+    /// Removes every lock whose deadline is not after `now`, earliest owner first, and returns
+    /// them.
     pub fn reclaim_expired(&mut self, now: u64) -> Vec<LockInfo> {
         let mut reclaimed = Vec::new();
-        while let Some((deadline, key, mode, token)) = self.expiry.first().cloned() {
-            if deadline > now {
+        while let Some(&(earliest, owner)) = self.expiry.first() {
+            if earliest > now {
                 break;
             }
-            let path = Path::from_trusted_key(key);
-            match self.remove(&path, &token, mode) {
-                Some(info) => reclaimed.push(info),
-                // Unreachable while the expiry set mirrors the nodes; dropping the entry keeps
-                // the loop finite even if it did not.
-                None => {
-                    self.expiry.pop_first();
-                }
+            let due: Vec<(NodeId, Mode)> = self
+                .owner(owner)
+                .locks
+                .iter()
+                .copied()
+                .filter(|&(node, mode)| {
+                    self.held_by(node, owner, mode)
+                        .is_some_and(|h| h.deadline <= now)
+                })
+                .collect();
+            let before = reclaimed.len();
+            reclaimed.extend(
+                due.into_iter()
+                    .filter_map(|(node, mode)| self.remove(node, owner, mode)),
+            );
+            if reclaimed.len() == before {
+                // Unreachable while the index mirrors the locks; dropping the entry keeps the
+                // loop finite even if it did not.
+                self.expiry.remove(&(earliest, owner));
+            } else {
+                self.refile(owner);
             }
         }
         reclaimed
@@ -271,18 +292,28 @@ impl LockTable {
     /// Whether another owner's lock blocks `token` from taking `mode` on `path`. Expired locks
     /// count, so reclaim them first.
     pub fn is_blocked(&self, token: &Token, mode: Mode, path: &Path) -> bool {
-        if self
-            .covering_blockers(Some(token), mode, path)
-            .next()
-            .is_some()
-        {
-            return true;
+        let me = self.find_owner(token);
+        let mut node = ROOT;
+        let mut segments = path.escaped_segments();
+        loop {
+            let blocks = self.nodes[node as usize]
+                .held
+                .iter()
+                .take_while(|h| h.mode.conflicts_with(mode))
+                .any(|h| Some(h.owner) != me);
+            if blocks {
+                return true;
+            }
+            match segments.next() {
+                Some(segment) => match self.child(node, segment) {
+                    Some(next) => node = next,
+                    None => return false,
+                },
+                None => break,
+            }
         }
-        let Some(node) = self.index.get(path.key()) else {
-            return false;
-        };
-        let beneath = blocking_count(mode, node.below);
-        beneath > 0 && beneath > blocking_count(mode, self.own_beneath(token, path))
+        let beneath = blocking_count(mode, self.nodes[node as usize].below);
+        beneath > 0 && beneath > blocking_count(mode, self.own_beneath(me, node))
     }
 
     /// The live locks that block the request `items` of `token` (of nobody when `None`), each
@@ -293,15 +324,35 @@ impl LockTable {
         token: Option<&Token>,
         items: &[(Mode, Path)],
     ) -> Vec<LockInfo> {
+        let me = token.and_then(|t| self.find_owner(t));
+        let excluded = |owner: OwnerId| token.is_some() && Some(owner) == me;
         let mut found = BTreeSet::new();
         for (mode, path) in items {
-            for (key, held) in self.covering_blockers(token, *mode, path) {
-                if held.deadline > now {
-                    found.insert(info(key, held));
+            let mut node = ROOT;
+            let mut key = Vec::with_capacity(path.key().len());
+            let mut segments = path.escaped_segments();
+            let reached = loop {
+                for held in &self.nodes[node as usize].held {
+                    if held.mode.conflicts_with(*mode)
+                        && !excluded(held.owner)
+                        && held.deadline > now
+                    {
+                        found.insert(self.info(&key, held));
+                    }
                 }
-            }
-            if let Some(sub) = self.index.get_raw_descendant(path.key()) {
-                collect_beneath(&sub, now, token, *mode, path.key(), &mut found);
+                match segments.next() {
+                    Some(segment) => match self.child(node, segment) {
+                        Some(next) => {
+                            push_segment(&mut key, segment);
+                            node = next;
+                        }
+                        None => break false,
+                    },
+                    None => break true,
+                }
+            };
+            if reached {
+                self.collect_beneath(node, &mut key, now, &excluded, *mode, &mut found);
             }
         }
         found.into_iter().collect()
@@ -309,282 +360,445 @@ impl LockTable {
 
     /// The live locks on `under` and beneath it, in tree order.
     pub fn locks(&self, now: u64, under: &Path) -> Vec<LockInfo> {
-        let Some(sub) = self.index.get_raw_descendant(under.key()) else {
-            return Vec::new();
-        };
-        sub.iter()
-            .filter(|(key, _)| key.starts_with(under.key()))
-            .flat_map(|(key, node)| {
-                node.held
-                    .iter()
-                    .filter(move |h| h.deadline > now)
-                    .map(move |h| info(key, h))
-            })
-            .collect()
+        let mut out = Vec::new();
+        if let Some(node) = self.locate(under) {
+            let mut key = under.key().to_vec();
+            self.walk(node, &mut key, &mut |table, key, held| {
+                if held.deadline > now {
+                    out.push(table.info(key, held));
+                }
+            });
+        }
+        out
     }
 
     /// Every stored lock, expired or not, in tree order: the canonical order that persistence
     /// and digests rely on.
     pub fn iter(&self) -> impl Iterator<Item = LockInfo> + '_ {
-        self.index
-            .iter()
-            .flat_map(|(key, node)| node.held.iter().map(move |h| info(key, h)))
+        let mut out = Vec::with_capacity(self.len);
+        self.walk(ROOT, &mut Vec::new(), &mut |table, key, held| {
+            out.push(table.info(key, held));
+        });
+        out.into_iter()
     }
 
-    /// The number of trie nodes: locked paths and their ancestors. Zero once every lock is
+    /// The number of nodes in use: locked paths and their ancestors. Zero once every lock is
     /// gone, which is how tests show that a released lock leaves nothing behind.
     pub fn node_count(&self) -> usize {
-        self.index.len()
+        self.live_nodes + usize::from(!self.nodes[ROOT as usize].is_unused())
     }
 
     /// Recomputes every derived structure from the locks themselves and reports the first
-    /// disagreement: intention marks, the owners' index, the expiry index, the count, the
-    /// canonical order, and the absence of nodes that nothing needs.
+    /// disagreement: intention marks, owners' lists, the expiry index, the counts, the canonical
+    /// order, the tree's links, and the absence of nodes that nothing needs.
     pub fn check_integrity(&self) -> Result<(), String> {
-        let mut below: BTreeMap<Vec<u8>, [u32; 2]> = BTreeMap::new();
-        let mut owners: BTreeMap<(Token, Vec<u8>), ModeBits> = BTreeMap::new();
-        let mut expiry = BTreeSet::new();
+        let mut owned: BTreeMap<OwnerId, BTreeSet<(NodeId, Mode)>> = BTreeMap::new();
         let mut len = 0;
-        let mut node_key_bytes = 0;
-        let mut lock_bytes = 0;
-        for (key, node) in self.index.iter() {
-            node_key_bytes += key.len();
-            let path = Path::from_key(key.clone()).ok_or("malformed key in the index")?;
-            if node.is_unused() {
-                return Err(format!("unused node at {path}"));
-            }
-            if !node
-                .held
-                .windows(2)
-                .all(|w| (w[0].mode, &w[0].token) < (w[1].mode, &w[1].token))
-            {
-                return Err(format!("locks at {path} are not in canonical order"));
-            }
-            for held in &node.held {
-                len += 1;
-                lock_bytes += key.len() + held.token.as_bytes().len();
-                if held.fence >= self.next_fence {
-                    return Err(format!(
-                        "fence {} at {path} is not below the counter",
-                        held.fence
-                    ));
+        let mut live = 0;
+        let mut segment_bytes = 0;
+        let mut stack = vec![ROOT];
+        while let Some(id) = stack.pop() {
+            let node = &self.nodes[id as usize];
+            if id != ROOT {
+                live += 1;
+                segment_bytes += node.segment.len();
+                if node.is_unused() {
+                    return Err(format!("unused node {id}"));
                 }
-                for ancestor in path.ancestor_keys() {
-                    below.entry(ancestor.to_vec()).or_default()[held.mode.index()] += 1;
-                }
-                *owners.entry((held.token.clone(), key.clone())).or_default() |= bit(held.mode);
-                expiry.insert((held.deadline, key.clone(), held.mode, held.token.clone()));
             }
-        }
-        for (key, node) in self.index.iter() {
-            let expected = below.remove(key).unwrap_or_default();
-            if node.below != expected {
-                let path = Path::from_trusted_key(key.clone());
+            let mut below = [0u32; 2];
+            for &child in node.children.iter() {
+                let c = &self.nodes[child as usize];
+                if c.parent != id || self.child(id, &c.segment) != Some(child) {
+                    return Err(format!("node {child} is not linked to its parent {id}"));
+                }
+                for mode in Mode::ALL {
+                    below[mode.index()] += c.below[mode.index()]
+                        + c.held.iter().filter(|h| h.mode == mode).count() as u32;
+                }
+                stack.push(child);
+            }
+            if below != node.below {
                 return Err(format!(
-                    "marks at {path} are {:?}, expected {expected:?}",
+                    "marks at node {id} are {:?}, expected {below:?}",
                     node.below
                 ));
             }
+            let order: Vec<(Mode, &Token)> = node
+                .held
+                .iter()
+                .map(|h| (h.mode, &self.owner(h.owner).token))
+                .collect();
+            if !order.windows(2).all(|w| w[0] < w[1]) {
+                return Err(format!("locks at node {id} are not in canonical order"));
+            }
+            for held in &node.held {
+                len += 1;
+                if held.fence == 0 || held.fence >= self.next_fence {
+                    return Err(format!("fence {} is not below the counter", held.fence));
+                }
+                owned.entry(held.owner).or_default().insert((id, held.mode));
+            }
         }
-        if let Some(key) = below.keys().next() {
-            let path = Path::from_trusted_key(key.clone());
-            return Err(format!("ancestor {path} has no node"));
+        if len != self.len || live != self.live_nodes || segment_bytes != self.segment_bytes {
+            return Err("the counts disagree with the tree".into());
         }
-        let indexed: BTreeMap<(Token, Vec<u8>), ModeBits> = self
-            .owners
-            .iter()
-            .flat_map(|(token, paths)| paths.iter().map(|(k, &b)| ((token.clone(), k.clone()), b)))
-            .collect();
-        if indexed != owners {
-            return Err("the owners' index disagrees with the locks".into());
+        let mut expiry = BTreeSet::new();
+        let mut token_bytes = 0;
+        for (id, slot) in self.owners.iter().enumerate() {
+            let Some(owner) = slot else { continue };
+            let id = id as OwnerId;
+            token_bytes += owner.token.as_bytes().len();
+            let listed: BTreeSet<(NodeId, Mode)> = owner.locks.iter().copied().collect();
+            if listed.len() != owner.locks.len() || owned.remove(&id).unwrap_or_default() != listed
+            {
+                return Err(format!(
+                    "owner {:?}'s list disagrees with the tree",
+                    owner.token
+                ));
+            }
+            if self.find_owner(&owner.token) != Some(id) {
+                return Err(format!("owner {:?} is not indexed", owner.token));
+            }
+            let earliest = owner
+                .locks
+                .iter()
+                .filter_map(|&(n, m)| self.held_by(n, id, m).map(|h| h.deadline))
+                .min();
+            match earliest {
+                Some(earliest) if earliest == owner.earliest => {
+                    expiry.insert((earliest, id));
+                }
+                _ => return Err(format!("owner {:?} is filed wrongly", owner.token)),
+            }
         }
-        if expiry != self.expiry {
-            return Err("the expiry index disagrees with the locks".into());
+        if !owned.is_empty() {
+            return Err("locks held by owners that do not exist".into());
         }
-        if len != self.len {
-            return Err(format!("{} locks counted, {len} stored", self.len));
-        }
-        if (node_key_bytes, lock_bytes) != (self.node_key_bytes, self.lock_bytes) {
-            return Err("the byte counts disagree with the contents".into());
+        if expiry != self.expiry || token_bytes != self.token_bytes {
+            return Err("the expiry index disagrees with the owners".into());
         }
         Ok(())
     }
 
-    /// Locks on `path` or its ancestors that block `mode` for `token`.
-    fn covering_blockers<'a>(
-        &'a self,
-        token: Option<&'a Token>,
-        mode: Mode,
-        path: &'a Path,
-    ) -> impl Iterator<Item = (&'a [u8], &'a Held)> + 'a {
-        path.ancestor_keys()
-            .chain(std::iter::once(path.key()))
-            .filter_map(move |key| self.index.get(key).map(|node| (key, node)))
-            .flat_map(move |(key, node)| {
-                node.held
-                    .iter()
-                    // Writers come first, so a reader looks at the writers alone.
-                    .take_while(move |h| h.mode.conflicts_with(mode))
-                    .filter(move |h| Some(&h.token) != token)
-                    .map(move |h| (key, h))
-            })
+    fn owner(&self, id: OwnerId) -> &Owner {
+        // Ids come from the table's own structures, which only hold live owners.
+        self.owners[id as usize].as_ref().expect("a live owner id")
     }
 
-    /// How many locks of each mode `token` holds strictly beneath `path`.
-    fn own_beneath(&self, token: &Token, path: &Path) -> [u32; 2] {
+    fn find_owner(&self, token: &Token) -> Option<OwnerId> {
+        let hash = self.hasher.hash_one(token.as_bytes());
+        self.owner_index
+            .find(hash, |&id| {
+                self.owners[id as usize]
+                    .as_ref()
+                    .is_some_and(|o| o.token == *token)
+            })
+            .copied()
+    }
+
+    /// The owner id of `token`, created when it holds nothing yet.
+    fn intern(&mut self, token: &Token) -> OwnerId {
+        if let Some(id) = self.find_owner(token) {
+            return id;
+        }
+        let owner = Owner {
+            token: token.clone(),
+            locks: Vec::new(),
+            earliest: u64::MAX,
+        };
+        let id = match self.free_owners.pop() {
+            Some(id) => {
+                self.owners[id as usize] = Some(owner);
+                id
+            }
+            None => {
+                self.owners.push(Some(owner));
+                (self.owners.len() - 1) as OwnerId
+            }
+        };
+        self.token_bytes += token.as_bytes().len();
+        let hash = self.hasher.hash_one(token.as_bytes());
+        let (owners, hasher) = (&self.owners, &self.hasher);
+        self.owner_index.insert_unique(hash, id, |&other| {
+            let token = owners[other as usize].as_ref().map(|o| o.token.as_bytes());
+            hasher.hash_one(token.unwrap_or_default())
+        });
+        id
+    }
+
+    /// Files an owner in the expiry index under its earliest deadline, or forgets it when it
+    /// holds nothing any more.
+    fn refile(&mut self, id: OwnerId) {
+        let Some(owner) = self.owners[id as usize].as_ref() else {
+            return;
+        };
+        let old = owner.earliest;
+        let earliest = owner
+            .locks
+            .iter()
+            .filter_map(|&(node, mode)| self.held_by(node, id, mode).map(|h| h.deadline))
+            .min();
+        self.expiry.remove(&(old, id));
+        match earliest {
+            Some(earliest) => {
+                self.expiry.insert((earliest, id));
+                if let Some(owner) = self.owners[id as usize].as_mut() {
+                    owner.earliest = earliest;
+                }
+            }
+            None => {
+                let hash = self.hasher.hash_one(owner.token.as_bytes());
+                if let Ok(entry) = self.owner_index.find_entry(hash, |&other| other == id) {
+                    entry.remove();
+                }
+                self.token_bytes -= owner.token.as_bytes().len();
+                self.owners[id as usize] = None;
+                self.free_owners.push(id);
+            }
+        }
+    }
+
+    fn held_by(&self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<&Held> {
+        self.nodes[node as usize]
+            .held
+            .iter()
+            .find(|h| h.owner == owner && h.mode == mode)
+    }
+
+    fn child(&self, node: NodeId, segment: &[u8]) -> Option<NodeId> {
+        let hash = self.hasher.hash_one(segment);
+        self.nodes[node as usize]
+            .children
+            .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
+            .copied()
+    }
+
+    /// The node of `path`, when it exists.
+    fn locate(&self, path: &Path) -> Option<NodeId> {
+        path.escaped_segments()
+            .try_fold(ROOT, |node, segment| self.child(node, segment))
+    }
+
+    /// The child of `node` for `segment`, created when missing.
+    fn child_or_insert(&mut self, node: NodeId, segment: &[u8]) -> NodeId {
+        if let Some(child) = self.child(node, segment) {
+            return child;
+        }
+        let fresh = Node {
+            segment: segment.into(),
+            parent: node,
+            ..Node::default()
+        };
+        let id = match self.free_nodes.pop() {
+            Some(id) => {
+                self.nodes[id as usize] = fresh;
+                id
+            }
+            None => {
+                self.nodes.push(fresh);
+                (self.nodes.len() - 1) as NodeId
+            }
+        };
+        self.live_nodes += 1;
+        self.segment_bytes += segment.len();
+        // The table is taken out of its node while it grows, because rehashing reads the
+        // segments of the other nodes.
+        let hash = self.hasher.hash_one(segment);
+        let mut table = std::mem::take(&mut self.nodes[node as usize].children);
+        let (nodes, hasher) = (&self.nodes, &self.hasher);
+        table.insert_unique(hash, id, |&c| hasher.hash_one(&*nodes[c as usize].segment));
+        self.nodes[node as usize].children = table;
+        id
+    }
+
+    /// Adds one lock, or refreshes it when the owner already holds that mode on that path.
+    /// Returns whether the lock is new.
+    fn insert(
+        &mut self,
+        path: &Path,
+        owner: OwnerId,
+        mode: Mode,
+        deadline: u64,
+        fence: u64,
+    ) -> bool {
+        let held = Held {
+            owner,
+            mode,
+            deadline,
+            fence,
+        };
+        if let Some(node) = self.locate(path) {
+            if let Some(existing) = self.nodes[node as usize]
+                .held
+                .iter_mut()
+                .find(|h| h.owner == owner && h.mode == mode)
+            {
+                *existing = held;
+                return false;
+            }
+        }
+        let mut node = ROOT;
+        for segment in path.escaped_segments() {
+            self.nodes[node as usize].below[mode.index()] += 1;
+            node = self.child_or_insert(node, segment);
+        }
+        let token = &self.owner(owner).token;
+        let position = self.nodes[node as usize]
+            .held
+            .iter()
+            .position(|h| (h.mode, &self.owner(h.owner).token) > (mode, token))
+            .unwrap_or(self.nodes[node as usize].held.len());
+        self.nodes[node as usize].held.insert(position, held);
+        if let Some(o) = self.owners[owner as usize].as_mut() {
+            o.locks.push((node, mode));
+        }
+        self.len += 1;
+        true
+    }
+
+    /// Removes one lock and every node that only it needed. The caller refiles the owner.
+    fn remove(&mut self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<LockInfo> {
+        let at = self.nodes[node as usize]
+            .held
+            .iter()
+            .position(|h| h.owner == owner && h.mode == mode)?;
+        let key = self.key_of(node);
+        let held = self.nodes[node as usize].held.remove(at);
+        let info = self.info(&key, &held);
+        let mut current = node;
+        while current != ROOT {
+            let parent = self.nodes[current as usize].parent;
+            self.nodes[parent as usize].below[mode.index()] -= 1;
+            if self.nodes[current as usize].is_unused() {
+                self.unlink_node(current);
+            }
+            current = parent;
+        }
+        if let Some(o) = self.owners[owner as usize].as_mut() {
+            if let Some(i) = o.locks.iter().position(|&l| l == (node, mode)) {
+                o.locks.swap_remove(i);
+            }
+        }
+        self.len -= 1;
+        Some(info)
+    }
+
+    fn unlink_node(&mut self, id: NodeId) {
+        let node = std::mem::take(&mut self.nodes[id as usize]);
+        let hash = self.hasher.hash_one(&*node.segment);
+        if let Ok(entry) = self.nodes[node.parent as usize]
+            .children
+            .find_entry(hash, |&c| c == id)
+        {
+            entry.remove();
+        }
+        self.live_nodes -= 1;
+        self.segment_bytes -= node.segment.len();
+        self.free_nodes.push(id);
+    }
+
+    /// The trie key of a node, built by walking up to the root.
+    fn key_of(&self, mut node: NodeId) -> Vec<u8> {
+        let mut segments = Vec::new();
+        while node != ROOT {
+            segments.push(&self.nodes[node as usize].segment);
+            node = self.nodes[node as usize].parent;
+        }
+        let mut key = Vec::new();
+        for segment in segments.iter().rev() {
+            push_segment(&mut key, segment);
+        }
+        key
+    }
+
+    fn info(&self, key: &[u8], held: &Held) -> LockInfo {
+        LockInfo {
+            path: Path::from_trusted_key(key.to_vec()),
+            mode: held.mode,
+            token: self.owner(held.owner).token.clone(),
+            deadline: held.deadline,
+            fence: held.fence,
+        }
+    }
+
+    /// How many locks of each mode the owner holds strictly beneath `node`.
+    fn own_beneath(&self, owner: Option<OwnerId>, node: NodeId) -> [u32; 2] {
         let mut counts = [0, 0];
-        let Some(paths) = self.owners.get(token) else {
+        let Some(owner) = owner else {
             return counts;
         };
-        let range = paths.range::<[u8], _>((Bound::Excluded(path.key()), Bound::Unbounded));
-        for (_, &bits) in range.take_while(|(key, _)| key.starts_with(path.key())) {
-            for mode in Mode::ALL {
-                if bits & bit(mode) != 0 {
+        for &(lock, mode) in &self.owner(owner).locks {
+            let mut up = lock;
+            while up != ROOT {
+                up = self.nodes[up as usize].parent;
+                if up == node {
                     counts[mode.index()] += 1;
+                    break;
                 }
             }
         }
         counts
     }
 
-    /// Adds one lock, or refreshes it when the token already holds that mode on that path.
-    /// Returns whether the lock is new.
-    fn insert(
-        &mut self,
-        path: &Path,
-        token: &Token,
+    /// Visits every lock at and beneath `node` in tree order: a node's locks, then its children
+    /// in byte order of their segments. `key` is the node's trie key on entry and on return.
+    fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut dyn FnMut(&Self, &[u8], &Held)) {
+        for held in &self.nodes[node as usize].held {
+            visit(self, key, held);
+        }
+        for child in self.sorted_children(node) {
+            let length = key.len();
+            push_segment(key, &self.nodes[child as usize].segment);
+            self.walk(child, key, visit);
+            key.truncate(length);
+        }
+    }
+
+    fn sorted_children(&self, node: NodeId) -> Vec<NodeId> {
+        let mut children: Vec<NodeId> =
+            self.nodes[node as usize].children.iter().copied().collect();
+        children.sort_unstable_by(|&a, &b| {
+            self.nodes[a as usize]
+                .segment
+                .cmp(&self.nodes[b as usize].segment)
+        });
+        children
+    }
+
+    /// Collects the live locks strictly beneath `node` that block `mode`, descending only into
+    /// subtrees whose intention marks say they hold such a lock.
+    fn collect_beneath(
+        &self,
+        node: NodeId,
+        key: &mut Vec<u8>,
+        now: u64,
+        excluded: &dyn Fn(OwnerId) -> bool,
         mode: Mode,
-        deadline: u64,
-        fence: u64,
-    ) -> bool {
-        let key = path.key();
-        let held = Held {
-            mode,
-            token: token.clone(),
-            deadline,
-            fence,
-        };
-        match self.index.get_mut(key) {
-            Some(node) => match node.position(mode, token) {
-                Ok(i) => {
-                    let old = std::mem::replace(&mut node.held[i], held);
-                    self.expiry
-                        .remove(&(old.deadline, key.to_vec(), mode, token.clone()));
-                    self.expiry
-                        .insert((deadline, key.to_vec(), mode, token.clone()));
-                    return false;
-                }
-                Err(i) => node.held.insert(i, held),
-            },
-            None => {
-                self.index.insert(
-                    key.to_vec(),
-                    Node {
-                        held: vec![held],
-                        below: [0, 0],
-                    },
-                );
-                self.node_key_bytes += key.len();
+        found: &mut BTreeSet<LockInfo>,
+    ) {
+        for &child in self.nodes[node as usize].children.iter() {
+            let c = &self.nodes[child as usize];
+            let relevant_here = c.held.iter().any(|h| h.mode.conflicts_with(mode));
+            if !relevant_here && blocking_count(mode, c.below) == 0 {
+                continue;
             }
-        }
-        for ancestor in path.ancestor_keys() {
-            match self.index.get_mut(ancestor) {
-                Some(node) => node.below[mode.index()] += 1,
-                None => {
-                    let mut node = Node::default();
-                    node.below[mode.index()] = 1;
-                    self.index.insert(ancestor.to_vec(), node);
-                    self.node_key_bytes += ancestor.len();
+            let length = key.len();
+            push_segment(key, &c.segment);
+            for held in &c.held {
+                if held.mode.conflicts_with(mode) && !excluded(held.owner) && held.deadline > now {
+                    found.insert(self.info(key, held));
                 }
             }
-        }
-        self.lock_bytes += key.len() + token.as_bytes().len();
-        *self
-            .owners
-            .entry(token.clone())
-            .or_default()
-            .entry(key.to_vec())
-            .or_insert(0) |= bit(mode);
-        self.expiry
-            .insert((deadline, key.to_vec(), mode, token.clone()));
-        self.len += 1;
-        true
-    }
-
-    /// Removes one lock and every node that only it needed.
-    fn remove(&mut self, path: &Path, token: &Token, mode: Mode) -> Option<LockInfo> {
-        let key = path.key();
-        let node = self.index.get_mut(key)?;
-        let i = node.position(mode, token).ok()?;
-        let held = node.held.remove(i);
-        if node.is_unused() {
-            self.index.remove(key);
-            self.node_key_bytes -= key.len();
-        }
-        for ancestor in path.ancestor_keys() {
-            if let Some(node) = self.index.get_mut(ancestor) {
-                node.below[mode.index()] -= 1;
-                if node.is_unused() {
-                    self.index.remove(ancestor);
-                    self.node_key_bytes -= ancestor.len();
-                }
+            if blocking_count(mode, c.below) > 0 {
+                self.collect_beneath(child, key, now, excluded, mode, found);
             }
+            key.truncate(length);
         }
-        self.lock_bytes -= key.len() + token.as_bytes().len();
-        if let Some(paths) = self.owners.get_mut(token) {
-            if let Some(bits) = paths.get_mut(key) {
-                *bits &= !bit(mode);
-                if *bits == 0 {
-                    paths.remove(key);
-                }
-            }
-            if paths.is_empty() {
-                self.owners.remove(token);
-            }
-        }
-        self.expiry
-            .remove(&(held.deadline, key.to_vec(), mode, token.clone()));
-        self.len -= 1;
-        Some(info(key, &held))
     }
 }
 
-fn info(key: &[u8], held: &Held) -> LockInfo {
-    LockInfo {
-        path: Path::from_trusted_key(key.to_vec()),
-        mode: held.mode,
-        token: held.token.clone(),
-        deadline: held.deadline,
-        fence: held.fence,
-    }
-}
-
-/// Collects the live locks strictly beneath `under` that block `mode` for `token`, descending
-/// only into subtrees whose intention marks say they hold such a lock.
-fn collect_beneath(
-    sub: &SubTrie<'_, Vec<u8>, Node>,
-    now: u64,
-    token: Option<&Token>,
-    mode: Mode,
-    under: &[u8],
-    found: &mut BTreeSet<LockInfo>,
-) {
-    if let (Some(key), Some(node)) = (sub.key(), sub.value()) {
-        if key.len() > under.len() && key.starts_with(under) {
-            for held in &node.held {
-                if held.mode.conflicts_with(mode)
-                    && Some(&held.token) != token
-                    && held.deadline > now
-                {
-                    found.insert(info(key, held));
-                }
-            }
-        }
-        if blocking_count(mode, node.below) == 0 {
-            return;
-        }
-    }
-    for child in sub.children() {
-        collect_beneath(&child, now, token, mode, under, found);
-    }
+fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
+    key.extend_from_slice(escaped);
+    key.push(0);
 }
