@@ -210,18 +210,18 @@ impl Effect {
 /// false for longer effects, which take the general path.
 fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool {
     use std::os::raw::c_char;
-    const FORMATS: [&[u8]; 11] = [
-        b"s\0",
-        b"sb\0",
-        b"sbb\0",
-        b"sbbb\0",
-        b"sbbbb\0",
-        b"sbbbbb\0",
-        b"sbbbbbb\0",
-        b"sbbbbbbb\0",
-        b"sbbbbbbbb\0",
-        b"sbbbbbbbbb\0",
-        b"sbbbbbbbbbb\0",
+    const FORMATS: [&std::ffi::CStr; 11] = [
+        c"s",
+        c"sb",
+        c"sbb",
+        c"sbbb",
+        c"sbbbb",
+        c"sbbbbb",
+        c"sbbbbbb",
+        c"sbbbbbbb",
+        c"sbbbbbbbb",
+        c"sbbbbbbbbb",
+        c"sbbbbbbbbbb",
     ];
     // SAFETY: `replicate` exists on every supported server (checked through the Option); the
     // format has one `s` for the key and one `b` (pointer, length) per word, matching the
@@ -233,8 +233,8 @@ fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool 
         let Some(format) = FORMATS.get(words.len()) else {
             return false;
         };
-        let command = b"PATHLOCK.EFFECT\0".as_ptr().cast::<c_char>();
-        let format = format.as_ptr().cast::<c_char>();
+        let command = c"PATHLOCK.EFFECT".as_ptr();
+        let format = format.as_ptr();
         let k = key.inner;
         let w = |i: usize| (words[i].as_ptr().cast::<c_char>(), words[i].len());
         match words.len() {
