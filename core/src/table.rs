@@ -57,12 +57,17 @@ struct Node {
     /// order keeps listings, persistence and digests identical on every server, and lets a
     /// reader's check stop at the first `READ`.
     held: Vec<Held>,
-    children: HashTable<NodeId>,
+    /// Boxed and made on demand: most nodes are leaves, and an empty table still costs 32 bytes.
+    children: Option<Box<HashTable<NodeId>>>,
 }
 
 impl Node {
     fn is_unused(&self) -> bool {
         self.held.is_empty() && self.below == [0, 0]
+    }
+
+    fn children(&self) -> impl Iterator<Item = &NodeId> {
+        self.children.iter().flat_map(|table| table.iter())
     }
 }
 
@@ -407,7 +412,7 @@ impl LockTable {
                 }
             }
             let mut below = [0u32; 2];
-            for &child in node.children.iter() {
+            for &child in node.children() {
                 let c = &self.nodes[child as usize];
                 if c.parent != id || self.child(id, &c.segment) != Some(child) {
                     return Err(format!("node {child} is not linked to its parent {id}"));
@@ -570,6 +575,7 @@ impl LockTable {
         let hash = self.hasher.hash_one(segment);
         self.nodes[node as usize]
             .children
+            .as_ref()?
             .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
             .copied()
     }
@@ -605,10 +611,13 @@ impl LockTable {
         // The table is taken out of its node while it grows, because rehashing reads the
         // segments of the other nodes.
         let hash = self.hasher.hash_one(segment);
-        let mut table = std::mem::take(&mut self.nodes[node as usize].children);
+        let mut table = self.nodes[node as usize]
+            .children
+            .take()
+            .unwrap_or_default();
         let (nodes, hasher) = (&self.nodes, &self.hasher);
         table.insert_unique(hash, id, |&c| hasher.hash_one(&*nodes[c as usize].segment));
-        self.nodes[node as usize].children = table;
+        self.nodes[node as usize].children = Some(table);
         id
     }
 
@@ -649,8 +658,13 @@ impl LockTable {
             .iter()
             .position(|h| (h.mode, &self.owner(h.owner).token) > (mode, token))
             .unwrap_or(self.nodes[node as usize].held.len());
-        self.nodes[node as usize].held.insert(position, held);
+        // Exact growth: nearly every path and owner holds one or two locks, and a default
+        // first allocation would reserve four.
+        let here = &mut self.nodes[node as usize].held;
+        here.reserve_exact(1);
+        here.insert(position, held);
         if let Some(o) = self.owners[owner as usize].as_mut() {
+            o.locks.reserve_exact(1);
             o.locks.push((node, mode));
         }
         self.len += 1;
@@ -687,11 +701,14 @@ impl LockTable {
     fn unlink_node(&mut self, id: NodeId) {
         let node = std::mem::take(&mut self.nodes[id as usize]);
         let hash = self.hasher.hash_one(&*node.segment);
-        if let Ok(entry) = self.nodes[node.parent as usize]
-            .children
-            .find_entry(hash, |&c| c == id)
-        {
-            entry.remove();
+        let parent = &mut self.nodes[node.parent as usize];
+        if let Some(table) = parent.children.as_mut() {
+            if let Ok(entry) = table.find_entry(hash, |&c| c == id) {
+                entry.remove();
+            }
+            if table.is_empty() {
+                parent.children = None;
+            }
         }
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
@@ -756,8 +773,7 @@ impl LockTable {
     }
 
     fn sorted_children(&self, node: NodeId) -> Vec<NodeId> {
-        let mut children: Vec<NodeId> =
-            self.nodes[node as usize].children.iter().copied().collect();
+        let mut children: Vec<NodeId> = self.nodes[node as usize].children().copied().collect();
         children.sort_unstable_by(|&a, &b| {
             self.nodes[a as usize]
                 .segment
@@ -777,7 +793,7 @@ impl LockTable {
         mode: Mode,
         found: &mut BTreeSet<LockInfo>,
     ) {
-        for &child in self.nodes[node as usize].children.iter() {
+        for &child in self.nodes[node as usize].children() {
             let c = &self.nodes[child as usize];
             let relevant_here = c.held.iter().any(|h| h.mode.conflicts_with(mode));
             if !relevant_here && blocking_count(mode, c.below) == 0 {
