@@ -45,11 +45,56 @@ struct Held {
     fence: u64,
 }
 
+/// A segment's bytes, kept inside the node when short (most file and folder names are), which
+/// spares an allocation per node.
+#[derive(Clone, Debug)]
+enum Segment {
+    Inline {
+        len: u8,
+        bytes: [u8; Segment::INLINE],
+    },
+    Heap(Box<[u8]>),
+}
+
+impl Segment {
+    const INLINE: usize = 22;
+
+    fn new(bytes: &[u8]) -> Segment {
+        if bytes.len() <= Segment::INLINE {
+            let mut inline = [0; Segment::INLINE];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            Segment::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            }
+        } else {
+            Segment::Heap(bytes.into())
+        }
+    }
+}
+
+impl Default for Segment {
+    fn default() -> Self {
+        Segment::new(&[])
+    }
+}
+
+impl std::ops::Deref for Segment {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Segment::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Segment::Heap(bytes) => bytes,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 struct Node {
     /// The segment as it appears in trie keys (escaped, without its terminator); empty for the
     /// root and for free slots.
-    segment: Box<[u8]>,
+    segment: Segment,
     parent: NodeId,
     /// The intention marks: locks of each mode held strictly beneath, by `Mode::index`.
     below: [u32; 2],
@@ -592,7 +637,7 @@ impl LockTable {
             return child;
         }
         let fresh = Node {
-            segment: segment.into(),
+            segment: Segment::new(segment),
             parent: node,
             ..Node::default()
         };
@@ -637,20 +682,23 @@ impl LockTable {
             deadline,
             fence,
         };
-        if let Some(node) = self.locate(path) {
-            if let Some(existing) = self.nodes[node as usize]
-                .held
-                .iter_mut()
-                .find(|h| h.owner == owner && h.mode == mode)
-            {
-                *existing = held;
-                return false;
-            }
-        }
         let mut node = ROOT;
         for segment in path.escaped_segments() {
-            self.nodes[node as usize].below[mode.index()] += 1;
             node = self.child_or_insert(node, segment);
+        }
+        if let Some(existing) = self.nodes[node as usize]
+            .held
+            .iter_mut()
+            .find(|h| h.owner == owner && h.mode == mode)
+        {
+            // The path existed, so nothing was created on the way down.
+            *existing = held;
+            return false;
+        }
+        let mut up = node;
+        while up != ROOT {
+            up = self.nodes[up as usize].parent;
+            self.nodes[up as usize].below[mode.index()] += 1;
         }
         let token = &self.owner(owner).token;
         let position = self.nodes[node as usize]
