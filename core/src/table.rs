@@ -45,6 +45,91 @@ struct Held {
     fence: u64,
 }
 
+/// The locks on one path. Nearly every locked path has exactly one, which is kept inside the
+/// node instead of in an allocation of its own.
+#[derive(Clone, Debug, Default)]
+enum HeldList {
+    #[default]
+    Empty,
+    One(Held),
+    Many(Vec<Held>),
+}
+
+impl HeldList {
+    fn as_slice(&self) -> &[Held] {
+        match self {
+            HeldList::Empty => &[],
+            HeldList::One(held) => std::slice::from_ref(held),
+            HeldList::Many(all) => all,
+        }
+    }
+
+    fn iter(&self) -> std::slice::Iter<'_, Held> {
+        self.as_slice().iter()
+    }
+
+    fn iter_mut(&mut self) -> std::slice::IterMut<'_, Held> {
+        match self {
+            HeldList::Empty => [].iter_mut(),
+            HeldList::One(held) => std::slice::from_mut(held).iter_mut(),
+            HeldList::Many(all) => all.iter_mut(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, HeldList::Empty)
+    }
+
+    fn insert(&mut self, at: usize, held: Held) {
+        *self = match std::mem::take(self) {
+            HeldList::Empty => HeldList::One(held),
+            HeldList::One(first) => {
+                let mut all = Vec::with_capacity(2);
+                all.push(first);
+                all.insert(at, held);
+                HeldList::Many(all)
+            }
+            HeldList::Many(mut all) => {
+                all.reserve_exact(1);
+                all.insert(at, held);
+                HeldList::Many(all)
+            }
+        };
+    }
+
+    /// Removes and returns the lock at `at`, which must exist.
+    fn remove(&mut self, at: usize) -> Option<Held> {
+        let (removed, rest) = match std::mem::take(self) {
+            HeldList::Empty => (None, HeldList::Empty),
+            HeldList::One(held) => (Some(held), HeldList::Empty),
+            HeldList::Many(mut all) => {
+                let removed = (at < all.len()).then(|| all.remove(at));
+                let rest = match all.len() {
+                    0 => HeldList::Empty,
+                    1 => all.pop().map_or(HeldList::Empty, HeldList::One),
+                    _ => HeldList::Many(all),
+                };
+                (removed, rest)
+            }
+        };
+        *self = rest;
+        removed
+    }
+}
+
+impl<'a> IntoIterator for &'a HeldList {
+    type Item = &'a Held;
+    type IntoIter = std::slice::Iter<'a, Held>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// A segment's bytes, kept inside the node when short (most file and folder names are), which
 /// spares an allocation per node.
 #[derive(Clone, Debug)]
@@ -101,7 +186,7 @@ struct Node {
     /// The locks on this exact path, in canonical order: writers first, then by token. The
     /// order keeps listings, persistence and digests identical on every server, and lets a
     /// reader's check stop at the first `READ`.
-    held: Vec<Held>,
+    held: HeldList,
     /// Boxed and made on demand: most nodes are leaves, and an empty table still costs 32 bytes.
     children: Option<Box<HashTable<NodeId>>>,
 }
@@ -706,11 +791,9 @@ impl LockTable {
             .iter()
             .position(|h| (h.mode, &self.owner(h.owner).token) > (mode, token))
             .unwrap_or(self.nodes[node as usize].held.len());
-        // Exact growth: nearly every path and owner holds one or two locks, and a default
-        // first allocation would reserve four.
-        let here = &mut self.nodes[node as usize].held;
-        here.reserve_exact(1);
-        here.insert(position, held);
+        // Exact growth: nearly every owner holds one or two locks, and a default first
+        // allocation would reserve four.
+        self.nodes[node as usize].held.insert(position, held);
         if let Some(o) = self.owners[owner as usize].as_mut() {
             o.locks.reserve_exact(1);
             o.locks.push((node, mode));
@@ -726,7 +809,7 @@ impl LockTable {
             .iter()
             .position(|h| h.owner == owner && h.mode == mode)?;
         let key = self.key_of(node);
-        let held = self.nodes[node as usize].held.remove(at);
+        let held = self.nodes[node as usize].held.remove(at)?;
         let info = self.info(&key, &held);
         let mut current = node;
         while current != ROOT {
