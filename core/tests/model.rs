@@ -14,7 +14,16 @@ use proptest::prelude::*;
 const PATHS: &[&str] = &[
     "/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/a/bc/d", "/b", "/a-", "/a/b c", "/a/b/c/d",
 ];
-const TOKENS: &[&str] = &["t0", "t1", "t2", "t3"];
+/// Short tokens, canonical UUIDs (which the engine stores as 16 bytes) and a UUID in capitals
+/// (which it must not), so that mixed orderings and comparisons are exercised.
+const TOKENS: &[&str] = &[
+    "t0",
+    "t1",
+    "123e4567-e89b-42d3-a456-426614174000",
+    "00000000-0000-4000-8000-000000000000",
+    "123E4567-E89B-42D3-A456-426614174000",
+    "z",
+];
 
 fn path(i: usize) -> Path {
     Path::parse(PATHS[i].as_bytes(), &PathLimits::default()).expect("valid path")
