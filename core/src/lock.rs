@@ -108,15 +108,6 @@ pub struct LockInfo {
     pub fence: u64,
 }
 
-impl LockInfo {
-    /// Whether this lock blocks `mode` on `path` requested by `token`.
-    pub fn blocks(&self, token: &Token, mode: Mode, path: &Path) -> bool {
-        self.token != *token
-            && self.mode.conflicts_with(mode)
-            && (self.path.covers(path) || path.covers(&self.path))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

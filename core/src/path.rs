@@ -1,20 +1,21 @@
-//! Paths: parsing a client's bytes into a normalised path, and the key under which the path is
-//! stored in the trie.
+//! Paths: parsing a client's bytes into a normalised path, and the key that represents it in
+//! persistence, digests and ordering.
 //!
-//! A path is a sequence of segments. The trie key of a path concatenates its segments, each
-//! escaped and then terminated by a `0x00` byte:
+//! A path is a sequence of segments. The key of a path concatenates its segments, each escaped
+//! and then terminated by a `0x00` byte:
 //!
 //! * segment bytes `0x00` and `0x01` are written as `0x01 0x01` and `0x01 0x02`, so `0x00`
 //!   appears in a key only as a terminator;
 //! * the root (no segments) is the empty key.
 //!
-//! Two properties follow, and the engine relies on both. First, one path is an ancestor of
-//! another exactly when its key is a prefix of the other's key, because every key ends on a
-//! terminator: `/A/C` (`A\0C\0`) is a prefix of `/A/C/D` but not of `/A/CD` (`A\0CD\0`). Second,
-//! byte order on keys is depth-first order on paths with siblings in byte order of their
-//! segments, because the terminator sorts below every escaped byte. A plain `/`-joined key has
-//! the first property only with a trailing `/`, and loses the second: `/p/f1 copy` would sort
-//! before `/p/f1`.
+//! Two properties follow. First, one path is an ancestor of another exactly when its key is a
+//! prefix of the other's key, because every key ends on a terminator: `/A/C` (`A\0C\0`) is a
+//! prefix of `/A/C/D` but not of `/A/CD` (`A\0CD\0`) ([`Path::covers`]). Second, byte order on
+//! keys is depth-first order on paths with siblings in byte order of their segments, because the
+//! terminator sorts below every escaped byte; so escaped segments also sort like the raw ones,
+//! which is how the engine orders a node's children in listings, RDB and digests. A plain
+//! `/`-joined key has the first property only with a trailing `/`, and loses the second:
+//! `/p/f1 copy` would sort before `/p/f1`.
 
 use std::fmt;
 
@@ -140,10 +141,6 @@ impl Path {
         &self.key
     }
 
-    pub fn into_key(self) -> Vec<u8> {
-        self.key
-    }
-
     pub fn is_root(&self) -> bool {
         self.key.is_empty()
     }
@@ -157,20 +154,6 @@ impl Path {
     /// covers `other`.
     pub fn covers(&self, other: &Path) -> bool {
         other.key.starts_with(&self.key)
-    }
-
-    /// The keys of the strict ancestors of this path, root first.
-    pub fn ancestor_keys(&self) -> impl Iterator<Item = &[u8]> {
-        std::iter::once(0)
-            .chain(
-                self.key
-                    .iter()
-                    .enumerate()
-                    .filter(|&(_, &b)| b == TERMINATOR)
-                    .map(|(i, _)| i + 1),
-            )
-            .filter(move |&end| end < self.key.len())
-            .map(move |end| &self.key[..end])
     }
 
     /// The segments as they appear in the key: escaped, without terminators.
@@ -329,18 +312,10 @@ mod tests {
     }
 
     #[test]
-    fn ancestor_keys_run_from_root_to_parent() {
-        let path = p(b"/A/B/C");
-        let ancestors: Vec<Vec<u8>> = path
-            .ancestor_keys()
-            .map(|k| Path::from_key(k.to_vec()).expect("key").to_bytes())
-            .collect();
-        assert_eq!(
-            ancestors,
-            vec![b"/".to_vec(), b"/A".to_vec(), b"/A/B".to_vec()]
-        );
-        assert_eq!(Path::root().ancestor_keys().count(), 0);
-        assert_eq!(path.depth(), 3);
+    fn depth_counts_segments() {
+        assert_eq!(p(b"/A/B/C").depth(), 3);
+        assert_eq!(Path::root().depth(), 0);
+        assert_eq!(p(b"/\x00/\x01").depth(), 2);
     }
 
     #[test]
