@@ -31,7 +31,9 @@ type KeyId = (i32, Vec<u8>);
 #[derive(Default)]
 struct Schedule {
     due: BTreeSet<(u64, KeyId)>,
-    by_key: HashMap<KeyId, u64>,
+    /// Per database, each key's entry in `due`; looked up by the key's bytes so that the common
+    /// case (the earliest deadline did not change) allocates nothing.
+    by_key: HashMap<i32, HashMap<Vec<u8>, u64>>,
 }
 
 static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
@@ -50,17 +52,25 @@ fn selected_db(ctx: &Context) -> i32 {
 
 /// Records that `key`, in the context's database, next has a lock due at `next` (or none).
 pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
-    let id = (selected_db(ctx), key.to_vec());
+    let db = selected_db(ctx);
     with_schedule(|s| {
-        if s.by_key.get(&id).copied() == next {
+        let current = s.by_key.get(&db).and_then(|keys| keys.get(key)).copied();
+        if current == next {
             return;
         }
-        if let Some(old) = s.by_key.remove(&id) {
+        let id = (db, key.to_vec());
+        if let Some(old) = current {
             s.due.remove(&(old, id.clone()));
         }
-        if let Some(deadline) = next {
-            s.due.insert((deadline, id.clone()));
-            s.by_key.insert(id, deadline);
+        let keys = s.by_key.entry(db).or_default();
+        match next {
+            Some(deadline) => {
+                keys.insert(id.1.clone(), deadline);
+                s.due.insert((deadline, id));
+            }
+            None => {
+                keys.remove(key);
+            }
         }
     });
 }
@@ -107,7 +117,9 @@ fn reclaim_due(ctx: &Context) {
             match s.due.first() {
                 Some((deadline, _)) if *deadline <= now => {
                     if let Some((_, id)) = s.due.pop_first() {
-                        s.by_key.remove(&id);
+                        if let Some(keys) = s.by_key.get_mut(&id.0) {
+                            keys.remove(&id.1);
+                        }
                         due.push(id);
                     }
                 }
