@@ -8,8 +8,11 @@
 
 use std::collections::BTreeSet;
 
+mod reference;
+
 use pathlock_core::{LockInfo, LockTable, Mode, Path, PathLimits, Token};
 use proptest::prelude::*;
+use reference::{conflicts, segments, Reference};
 
 const PATHS: &[&str] = &[
     "/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/a/bc/d", "/b", "/a-", "/a/b c", "/a/b/c/d",
@@ -31,111 +34,6 @@ fn path(i: usize) -> Path {
 
 fn token(i: usize) -> Token {
     Token::new(TOKENS[i].as_bytes()).expect("valid token")
-}
-
-/// The reference: every lock in one list, every question answered by scanning it, and the
-/// ancestor relation computed on segments rather than on the engine's trie keys.
-#[derive(Clone, Debug, Default)]
-struct Model {
-    locks: Vec<LockInfo>,
-    next_fence: u64,
-}
-
-fn segments(path: &Path) -> Vec<Vec<u8>> {
-    path.segments().collect()
-}
-
-fn related(a: &Path, b: &Path) -> bool {
-    let (a, b) = (segments(a), segments(b));
-    a.starts_with(&b) || b.starts_with(&a)
-}
-
-fn conflicts(held: &LockInfo, token: Option<&Token>, mode: Mode, path: &Path) -> bool {
-    Some(&held.token) != token
-        && (held.mode == Mode::Write || mode == Mode::Write)
-        && related(&held.path, path)
-}
-
-impl Model {
-    fn new() -> Model {
-        Model {
-            locks: Vec::new(),
-            next_fence: 1,
-        }
-    }
-
-    fn reclaim(&mut self, now: u64) -> BTreeSet<LockInfo> {
-        let (expired, live) = self.locks.drain(..).partition(|l| l.deadline <= now);
-        self.locks = live;
-        expired.into_iter().collect()
-    }
-
-    fn acquire(
-        &mut self,
-        now: u64,
-        token: &Token,
-        ttl: u64,
-        items: &[(Mode, Path)],
-    ) -> Option<u64> {
-        let blocked = items.iter().any(|(mode, path)| {
-            self.locks
-                .iter()
-                .any(|held| conflicts(held, Some(token), *mode, path))
-        });
-        if blocked {
-            return None;
-        }
-        let fence = self.next_fence;
-        self.next_fence += 1;
-        for (mode, path) in items {
-            self.locks
-                .retain(|l| !(l.token == *token && l.mode == *mode && l.path == *path));
-            self.locks.push(LockInfo {
-                path: path.clone(),
-                mode: *mode,
-                token: token.clone(),
-                deadline: now + ttl,
-                fence,
-            });
-        }
-        Some(fence)
-    }
-
-    fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {
-        let before = self.locks.len();
-        self.locks
-            .retain(|l| l.token != *token || paths.is_some_and(|paths| !paths.contains(&l.path)));
-        before - self.locks.len()
-    }
-
-    fn renew(&mut self, token: &Token, deadline: u64) -> usize {
-        let mut renewed = 0;
-        for lock in self.locks.iter_mut().filter(|l| l.token == *token) {
-            lock.deadline = deadline;
-            renewed += 1;
-        }
-        renewed
-    }
-
-    fn live(&self, now: u64) -> BTreeSet<LockInfo> {
-        self.locks
-            .iter()
-            .filter(|l| l.deadline > now)
-            .cloned()
-            .collect()
-    }
-
-    fn blockers(
-        &self,
-        now: u64,
-        token: Option<&Token>,
-        items: &[(Mode, Path)],
-    ) -> BTreeSet<LockInfo> {
-        self.live(now)
-            .into_iter()
-            .filter(|held| items.iter().any(|(m, p)| conflicts(held, token, *m, p)))
-            .collect()
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -203,7 +101,7 @@ proptest! {
     #[test]
     fn engine_matches_the_reference(ops in prop::collection::vec(op(), 1..60)) {
         let mut table = LockTable::new();
-        let mut model = Model::new();
+        let mut model = Reference::new();
         let mut now = 1_000u64;
         let mut last_fence = 0;
         for op in &ops {

@@ -5,8 +5,11 @@
 
 use std::collections::BTreeSet;
 
+mod reference;
+
 use pathlock_core::{Grant, LockInfo, Mode, Path, PathLimits, Project, Token, Waiter};
 use proptest::prelude::*;
+use reference::{items_conflict, Reference};
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/b", "/b/c"];
 const TOKENS: &[&str] = &["t0", "t1", "t2", "t3", "t4"];
@@ -19,30 +22,17 @@ fn token(i: usize) -> Token {
     Token::new(TOKENS[i].as_bytes()).expect("valid token")
 }
 
-fn related(a: &Path, b: &Path) -> bool {
-    let (a, b): (Vec<_>, Vec<_>) = (a.segments().collect(), b.segments().collect());
-    a.starts_with(&b) || b.starts_with(&a)
-}
-
-fn items_conflict(a: &[(Mode, Path)], b: &[(Mode, Path)]) -> bool {
-    a.iter().any(|(ma, pa)| {
-        b.iter()
-            .any(|(mb, pb)| (*ma == Mode::Write || *mb == Mode::Write) && related(pa, pb))
-    })
-}
-
+/// The shared reference's locks, plus a queue that is re-scanned in arrival order after every
+/// change.
 #[derive(Default)]
 struct Model {
-    locks: Vec<LockInfo>,
-    next_fence: u64,
+    held: Reference,
     waiters: Vec<(u64, Waiter)>,
 }
 
 impl Model {
     fn blocked_by_locks(&self, token: &Token, items: &[(Mode, Path)]) -> bool {
-        self.locks
-            .iter()
-            .any(|l| l.token != *token && items_conflict(&[(l.mode, l.path.clone())], items))
+        self.held.blocked(token, items)
     }
 
     fn blocked_by_waiters(&self, token: &Token, items: &[(Mode, Path)], before: u64) -> bool {
@@ -52,20 +42,7 @@ impl Model {
     }
 
     fn grant(&mut self, now: u64, token: &Token, ttl: u64, items: &[(Mode, Path)]) -> u64 {
-        let fence = self.next_fence;
-        self.next_fence += 1;
-        for (mode, path) in items {
-            self.locks
-                .retain(|l| !(l.token == *token && l.mode == *mode && l.path == *path));
-            self.locks.push(LockInfo {
-                path: path.clone(),
-                mode: *mode,
-                token: token.clone(),
-                deadline: now + ttl,
-                fence,
-            });
-        }
-        fence
+        self.held.grant(now, token, ttl, items)
     }
 
     fn acquire(
@@ -138,12 +115,12 @@ proptest! {
     #[test]
     fn waiters_are_served_like_the_reference(ops in prop::collection::vec(op(), 1..50)) {
         let mut project = Project::new();
-        let mut model = Model { next_fence: 1, ..Model::default() };
+        let mut model = Model::default();
         let mut now = 1_000;
         let mut next_id = 1;
         for op in &ops {
             let (_, grants) = project.reclaim_expired(now);
-            model.locks.retain(|l| l.deadline > now);
+            model.held.locks.retain(|l| l.deadline > now);
             prop_assert_eq!(granted(&grants), model.settle(now), "after expiry");
             match op {
                 Op::Acquire { token: t, ttl, items, wait } => {
@@ -160,11 +137,11 @@ proptest! {
                 Op::Release { token: t, paths } => {
                     let paths: Option<Vec<Path>> = paths.as_ref().map(|ps| ps.iter().map(|&i| path(i)).collect());
                     let (freed, grants) = project.release(now, &token(*t), paths.as_deref());
-                    let before = model.locks.len();
-                    model.locks.retain(|l| {
+                    let before = model.held.locks.len();
+                    model.held.locks.retain(|l| {
                         l.token != token(*t) || paths.as_ref().is_some_and(|ps| !ps.contains(&l.path))
                     });
-                    prop_assert_eq!(freed.len(), before - model.locks.len());
+                    prop_assert_eq!(freed.len(), before - model.held.locks.len());
                     prop_assert_eq!(granted(&grants), model.settle(now), "after release");
                 }
                 Op::Cancel(i) => {
@@ -179,7 +156,7 @@ proptest! {
             }
             prop_assert_eq!(project.waiting(), model.waiters.len());
             let held: BTreeSet<LockInfo> = project.locks().iter().collect();
-            prop_assert_eq!(held, model.locks.iter().cloned().collect::<BTreeSet<_>>());
+            prop_assert_eq!(held, model.held.locks.iter().cloned().collect::<BTreeSet<_>>());
             project.locks().check_integrity().map_err(TestCaseError::fail)?;
         }
         // Taking the waiters out leaves them in arrival order and the queue empty.
