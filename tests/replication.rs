@@ -230,3 +230,29 @@ fn a_promoted_replica_expires_locks_and_fences_above_what_it_received() {
         "received locks still hold"
     );
 }
+
+/// Effects of up to ten words replicate with buffer arguments; longer ones (a grant of four or
+/// more paths, a release naming three) take the general path. Both must reach the replica.
+#[test]
+fn long_effects_replicate_like_short_ones() {
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let many: Vec<String> = (0..6)
+        .flat_map(|i| ["WRITE".to_string(), format!("/many/{i}")])
+        .collect();
+    let mut args = vec!["TOKEN", "wide", "TTL", "60000"];
+    args.extend(many.iter().map(String::as_str));
+    assert!(acquire(&mut m, "p", &args).is_some());
+    assert!(take(&mut m, "p", "one", &["READ", "/solo"]));
+    assert_eq!(
+        release(&mut m, "p", "wide", &["/many/0", "/many/1", "/many/2"]),
+        3
+    );
+    assert_eq!(renew(&mut m, "p", "wide", 90_000), 3);
+    pause_and_sync(&mut m);
+    assert_eq!(lock_set(&mut r, "p").len(), 4);
+    assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
+    resume_writes(&mut m);
+}
