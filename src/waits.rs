@@ -214,22 +214,29 @@ fn forget(registry: &mut Registry, id: u64) -> Option<Entry> {
 /// now, release Redis's handle, and have the timer take it out of its queue, which may let later
 /// waiters through.
 fn give_up(client: usize) {
-    let (found, armed) = with_registry(|r| {
+    let found = defer(|r| {
         let Some(id) = r.by_client.get(&client).copied() else {
-            return (false, true);
+            return false;
         };
         if let Some(entry) = forget(r, id) {
             r.cancelled.push((entry.db, entry.key, id));
         }
-        (true, std::mem::replace(&mut r.timer_armed, true))
+        true
     });
     if found {
         // Redis has already let the client go; this frees the handle without a reply.
         unblock(client, None);
     }
+}
+
+/// Queues work for the zero-delay timer, arming it unless it already is.
+fn defer<R>(queue: impl FnOnce(&mut Registry) -> R) -> R {
+    let (result, armed) =
+        with_registry(|r| (queue(r), std::mem::replace(&mut r.timer_armed, true)));
     if !armed {
         arm_timer();
     }
+    result
 }
 
 /// Called when the value of a key that may hold waiters leaves the keyspace or moves: its
@@ -238,13 +245,7 @@ pub fn requeue(waiter_ids: Vec<u64>) {
     if waiter_ids.is_empty() {
         return;
     }
-    let armed = with_registry(|r| {
-        r.resubmit.extend(waiter_ids);
-        std::mem::replace(&mut r.timer_armed, true)
-    });
-    if !armed {
-        arm_timer();
-    }
+    defer(|r| r.resubmit.extend(waiter_ids));
 }
 
 /// Every waiter of database `db` (all databases when `None`), for a flush.
@@ -316,13 +317,7 @@ extern "C" fn on_flush(
 /// another key are sorted out by the timer.
 pub fn value_moved(ctx: &Context, key: &[u8]) {
     let db = selected_db(ctx);
-    let armed = with_registry(|r| {
-        r.moved.push((db, key.to_vec()));
-        std::mem::replace(&mut r.timer_armed, true)
-    });
-    if !armed {
-        arm_timer();
-    }
+    defer(|r| r.moved.push((db, key.to_vec())));
 }
 
 /// Runs the queued work; called from a timer, where keys can be opened and effects replicated.
