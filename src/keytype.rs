@@ -16,7 +16,6 @@
 //! Loading checks every field and the strict order, so a corrupt payload (from a damaged file or
 //! a hand-made `RESTORE`) is refused instead of becoming a table whose indexes disagree.
 
-use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
 use pathlock_core::{LockTable, Mode, Path, Project, Token};
@@ -159,31 +158,31 @@ extern "C" fn aof_rewrite(
     let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
         return;
     };
-    let command = cstr(b"PATHLOCK.EFFECT\0");
+    let command = c"PATHLOCK.EFFECT".as_ptr();
     // SAFETY: every format letter matches its argument: `s` a RedisModuleString, `c` a C string,
     // `l` a long long, `b` a pointer and a size_t length.
     unsafe {
         emit(
             aof,
             command,
-            cstr(b"scl\0"),
+            c"scl".as_ptr(),
             key,
-            cstr(b"FENCE\0"),
+            c"FENCE".as_ptr(),
             table.next_fence() as c_longlong,
         );
         for lock in table.iter() {
             let token = lock.token.as_bytes();
             let path = lock.path.to_bytes();
             let mode = match lock.mode {
-                Mode::Write => cstr(b"WRITE\0"),
-                Mode::Read => cstr(b"READ\0"),
+                Mode::Write => c"WRITE".as_ptr(),
+                Mode::Read => c"READ".as_ptr(),
             };
             emit(
                 aof,
                 command,
-                cstr(b"scbllcb\0"),
+                c"scbllcb".as_ptr(),
                 key,
-                cstr(b"GRANT\0"),
+                c"GRANT".as_ptr(),
                 token.as_ptr().cast::<c_char>(),
                 token.len(),
                 lock.deadline as c_longlong,
@@ -194,10 +193,6 @@ extern "C" fn aof_rewrite(
             );
         }
     }
-}
-
-fn cstr(bytes: &'static [u8]) -> *const c_char {
-    CStr::from_bytes_with_nul(bytes).map_or(std::ptr::null(), CStr::as_ptr)
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
