@@ -97,6 +97,112 @@ impl fmt::Debug for Token {
     }
 }
 
+/// A token as the lock table keeps it, in 24 bytes and without an allocation for the two common
+/// kinds: short tokens, and canonical UUIDs (what `ACQUIRE` generates), kept as their 16 bytes.
+/// Every token has exactly one form, so two forms are equal exactly when the tokens are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PackedToken {
+    Short {
+        len: u8,
+        bytes: [u8; PackedToken::SHORT],
+    },
+    Uuid([u8; 16]),
+    Long(Box<[u8]>),
+}
+
+/// Where the hyphens of a canonical UUID are.
+const UUID_HYPHENS: [usize; 4] = [8, 13, 18, 23];
+const UUID_TEXT: usize = 36;
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl PackedToken {
+    const SHORT: usize = 22;
+
+    pub(crate) fn new(token: &Token) -> PackedToken {
+        let bytes = token.as_bytes();
+        if let Some(uuid) = parse_uuid(bytes) {
+            PackedToken::Uuid(uuid)
+        } else if bytes.len() <= PackedToken::SHORT {
+            let mut short = [0; PackedToken::SHORT];
+            short[..bytes.len()].copy_from_slice(bytes);
+            PackedToken::Short {
+                len: bytes.len() as u8,
+                bytes: short,
+            }
+        } else {
+            PackedToken::Long(bytes.into())
+        }
+    }
+
+    /// The stored bytes, which identify the token (for hashing): not its text for a UUID.
+    pub(crate) fn stored(&self) -> &[u8] {
+        match self {
+            PackedToken::Short { len, bytes } => &bytes[..usize::from(*len)],
+            PackedToken::Uuid(uuid) => uuid,
+            PackedToken::Long(bytes) => bytes,
+        }
+    }
+
+    /// The bytes this form keeps on the heap, for memory estimates.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match self {
+            PackedToken::Long(bytes) => bytes.len(),
+            _ => 0,
+        }
+    }
+
+    pub(crate) fn to_token(&self) -> Token {
+        match self {
+            PackedToken::Uuid(uuid) => {
+                let mut text = Vec::with_capacity(UUID_TEXT);
+                for (i, byte) in uuid.iter().enumerate() {
+                    if [4, 6, 8, 10].contains(&i) {
+                        text.push(b'-');
+                    }
+                    text.push(HEX[usize::from(byte >> 4)]);
+                    text.push(HEX[usize::from(byte & 0xf)]);
+                }
+                Token(text.into())
+            }
+            other => Token(other.stored().into()),
+        }
+    }
+
+    /// Compares in the byte order of the tokens' texts, the canonical order of locks. Two UUIDs
+    /// compare by their bytes: lowercase hex digits sort as the nibbles they stand for, and the
+    /// hyphens are at the same places.
+    pub(crate) fn cmp_text(&self, other: &PackedToken) -> std::cmp::Ordering {
+        match (self, other) {
+            (PackedToken::Uuid(_), PackedToken::Uuid(_)) => self.stored().cmp(other.stored()),
+            (PackedToken::Uuid(_), _) | (_, PackedToken::Uuid(_)) => {
+                self.to_token().cmp(&other.to_token())
+            }
+            _ => self.stored().cmp(other.stored()),
+        }
+    }
+}
+
+/// The 16 bytes of a UUID written the canonical way: 36 characters, lowercase, hyphenated.
+/// Anything else (uppercase, braces) is kept as it was given, so its text comes back unchanged.
+fn parse_uuid(text: &[u8]) -> Option<[u8; 16]> {
+    if text.len() != UUID_TEXT || UUID_HYPHENS.iter().any(|&at| text[at] != b'-') {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut digits = text.iter().filter(|&&c| c != b'-');
+    let mut uuid = [0; 16];
+    for byte in &mut uuid {
+        let high = nibble(*digits.next()?)?;
+        let low = nibble(*digits.next()?)?;
+        *byte = high << 4 | low;
+    }
+    Some(uuid)
+}
+
 /// A lock as the engine reports it: for listings, conflicts and reclaimed leases.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LockInfo {
@@ -124,6 +230,33 @@ mod tests {
         assert_eq!(Token::new(b""), Err(TokenError));
         assert!(Token::new(&[0u8; 128]).is_ok());
         assert_eq!(Token::new(&[0u8; 129]), Err(TokenError));
+    }
+
+    #[test]
+    fn packed_tokens_round_trip_in_one_form_each() {
+        let generated = Token::generate();
+        let cases = [
+            generated.clone(),
+            Token::new(b"t000000000042").expect("short"),
+            Token::new(&[0xff; 22]).expect("short limit"),
+            Token::new(&[b'x'; 23]).expect("long"),
+            Token::new(b"123E4567-E89B-12D3-A456-426614174000").expect("uppercase uuid"),
+            Token::new(b"123e4567-e89b-12d3-a456-42661417400g").expect("not hex"),
+            Token::new(b"123e4567-e89b-12d3-a456_426614174000").expect("not hyphenated"),
+            Token::generate(),
+            Token::new(b"ffffffff-ffff-4fff-bfff-ffffffffffff").expect("high uuid"),
+        ];
+        assert!(matches!(PackedToken::new(&generated), PackedToken::Uuid(_)));
+        assert!(matches!(PackedToken::new(&cases[4]), PackedToken::Long(_)));
+        for token in &cases {
+            let packed = PackedToken::new(token);
+            assert_eq!(&packed.to_token(), token);
+            for other in &cases {
+                assert_eq!(packed.cmp_text(&PackedToken::new(other)), token.cmp(other));
+                assert_eq!(packed == PackedToken::new(other), token == other);
+            }
+        }
+        assert_eq!(std::mem::size_of::<PackedToken>(), 24);
     }
 
     #[test]

@@ -24,12 +24,12 @@
 //! writing; the reading methods filter expired locks themselves, because a replica must hide
 //! expired locks without reclaiming them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
-use crate::lock::{LockInfo, Mode, Token};
+use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
 
 type NodeId = u32;
@@ -37,96 +37,65 @@ type OwnerId = u32;
 
 const ROOT: NodeId = 0;
 
-#[derive(Clone, Debug)]
+/// The mode of a lock reference, kept in the top bit of its id so that the reference fits in
+/// 32 bits.
+const READ_BIT: u32 = 1 << 31;
+/// An empty slot: no lock, no child, no table, no neighbour.
+const NONE: u32 = u32::MAX;
+/// A slot whose entries outgrew it and live in a side map of the table.
+const SPILLED: u32 = u32::MAX - 1;
+/// Ids stay below the sentinels and the mode bit. Reaching it would take 2^31 nodes or owners,
+/// over 100 GiB, but the check keeps a tagged id from ever being misread.
+const MAX_ID: u32 = READ_BIT - 2;
+
+/// A node or owner id with a mode: a lock seen from its owner, or an owner seen from its lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Tagged(u32);
+
+impl Tagged {
+    fn new(id: u32, mode: Mode) -> Tagged {
+        Tagged(match mode {
+            Mode::Write => id,
+            Mode::Read => id | READ_BIT,
+        })
+    }
+
+    fn id(self) -> u32 {
+        self.0 & !READ_BIT
+    }
+
+    fn mode(self) -> Mode {
+        if self.0 & READ_BIT == 0 {
+            Mode::Write
+        } else {
+            Mode::Read
+        }
+    }
+}
+
+/// One lock, as stored on its path's node. Packed to 20 bytes, so that a node holding one lock
+/// fits in a cache line.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed(4))]
 struct Held {
-    owner: OwnerId,
-    mode: Mode,
     deadline: u64,
     fence: u64,
+    owner: Tagged,
 }
 
-/// The locks on one path. Nearly every locked path has exactly one, which is kept inside the
-/// node instead of in an allocation of its own.
-#[derive(Clone, Debug, Default)]
-enum HeldList {
-    #[default]
-    Empty,
-    One(Held),
-    Many(Vec<Held>),
-}
+impl Held {
+    const EMPTY: Held = Held {
+        deadline: 0,
+        fence: 0,
+        owner: Tagged(NONE),
+    };
 
-impl HeldList {
-    fn as_slice(&self) -> &[Held] {
-        match self {
-            HeldList::Empty => &[],
-            HeldList::One(held) => std::slice::from_ref(held),
-            HeldList::Many(all) => all,
-        }
+    fn owner(&self) -> OwnerId {
+        self.owner.id()
     }
 
-    fn iter(&self) -> std::slice::Iter<'_, Held> {
-        self.as_slice().iter()
-    }
-
-    fn iter_mut(&mut self) -> std::slice::IterMut<'_, Held> {
-        match self {
-            HeldList::Empty => [].iter_mut(),
-            HeldList::One(held) => std::slice::from_mut(held).iter_mut(),
-            HeldList::Many(all) => all.iter_mut(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-
-    fn is_empty(&self) -> bool {
-        matches!(self, HeldList::Empty)
-    }
-
-    fn insert(&mut self, at: usize, held: Held) {
-        *self = match std::mem::take(self) {
-            HeldList::Empty => HeldList::One(held),
-            HeldList::One(first) => {
-                let mut all = Vec::with_capacity(2);
-                all.push(first);
-                all.insert(at, held);
-                HeldList::Many(all)
-            }
-            HeldList::Many(mut all) => {
-                all.reserve_exact(1);
-                all.insert(at, held);
-                HeldList::Many(all)
-            }
-        };
-    }
-
-    /// Removes and returns the lock at `at`, which must exist.
-    fn remove(&mut self, at: usize) -> Option<Held> {
-        let (removed, rest) = match std::mem::take(self) {
-            HeldList::Empty => (None, HeldList::Empty),
-            HeldList::One(held) => (Some(held), HeldList::Empty),
-            HeldList::Many(mut all) => {
-                let removed = (at < all.len()).then(|| all.remove(at));
-                let rest = match all.len() {
-                    0 => HeldList::Empty,
-                    1 => all.pop().map_or(HeldList::Empty, HeldList::One),
-                    _ => HeldList::Many(all),
-                };
-                (removed, rest)
-            }
-        };
-        *self = rest;
-        removed
-    }
-}
-
-impl<'a> IntoIterator for &'a HeldList {
-    type Item = &'a Held;
-    type IntoIter = std::slice::Iter<'a, Held>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
+    fn mode(&self) -> Mode {
+        self.owner.mode()
     }
 }
 
@@ -175,39 +144,66 @@ impl std::ops::Deref for Segment {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+/// One path segment of the tree. A million locks make a million nodes, so the node is laid out
+/// to take one 64-byte cache line: the common cases (one lock on the path, one child) are kept
+/// inline, and the rare ones spill into the table's side structures.
+#[derive(Clone, Debug)]
 struct Node {
     /// The segment as it appears in trie keys (escaped, without its terminator); empty for the
     /// root and for free slots.
     segment: Segment,
+    /// The lock on this exact path when there is one. Its owner is `NONE` when there is none,
+    /// and `SPILLED` when several share the path; they are then in `LockTable::crowded`, in
+    /// canonical order: writers first, then by token. The order keeps listings, persistence and
+    /// digests identical on every server, and lets a reader's check stop at the first `READ`.
+    lock: Held,
     parent: NodeId,
     /// The intention marks: locks of each mode held strictly beneath, by `Mode::index`.
     below: [u32; 2],
-    /// The locks on this exact path, in canonical order: writers first, then by token. The
-    /// order keeps listings, persistence and digests identical on every server, and lets a
-    /// reader's check stop at the first `READ`.
-    held: HeldList,
-    /// Boxed and made on demand: most nodes are leaves, and an empty table still costs 32 bytes.
-    children: Option<Box<HashTable<NodeId>>>,
+    /// The only child, when there is exactly one and no table: chains of folders with one
+    /// locked file cost no allocation.
+    child: NodeId,
+    /// The index in `LockTable::tables` of the children's table, or `NONE`.
+    table: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Node>() == 64);
+
+impl Default for Node {
+    fn default() -> Self {
+        Node {
+            segment: Segment::default(),
+            lock: Held::EMPTY,
+            parent: ROOT,
+            below: [0, 0],
+            child: NONE,
+            table: NONE,
+        }
+    }
 }
 
 impl Node {
     fn is_unused(&self) -> bool {
-        self.held.is_empty() && self.below == [0, 0]
-    }
-
-    fn children(&self) -> impl Iterator<Item = &NodeId> {
-        self.children.iter().flat_map(|table| table.iter())
+        self.lock.owner.0 == NONE && self.below == [0, 0]
     }
 }
 
+/// A token that holds locks. Most owners hold one lock, which is kept inline.
 #[derive(Clone, Debug)]
 struct Owner {
-    token: Token,
-    locks: Vec<(NodeId, Mode)>,
-    /// The earliest deadline among `locks`, as filed in the expiry index.
+    token: PackedToken,
+    /// The earliest deadline among the owner's locks, as filed in the expiry index.
     earliest: u64,
+    /// The neighbours in the list of owners filed under the same earliest deadline.
+    prev: OwnerId,
+    next: OwnerId,
+    /// The owner's only lock (`Tagged(node, mode)`), `NONE` before its first, or `SPILLED`
+    /// when it holds several, listed in `LockTable::owner_locks`.
+    lock: Tagged,
+    filed: bool,
 }
+
+const _: () = assert!(std::mem::size_of::<Option<Owner>>() <= 48);
 
 /// The modes whose locks beneath a path block a request for `mode` there.
 fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
@@ -222,13 +218,22 @@ fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
 pub struct LockTable {
     nodes: Vec<Node>,
     free_nodes: Vec<NodeId>,
+    /// The children's tables of nodes with two or more children, found by `Node::table`.
+    tables: Vec<HashTable<NodeId>>,
+    free_tables: Vec<u32>,
+    /// The locks of paths that hold several (readers sharing a path), by node.
+    crowded: HashMap<NodeId, Vec<Held>>,
     owners: Vec<Option<Owner>>,
     free_owners: Vec<OwnerId>,
+    /// The locks of owners that hold several, by owner.
+    owner_locks: HashMap<OwnerId, Vec<Tagged>>,
     /// Owner ids, found by hashing the owner's token.
     owner_index: HashTable<OwnerId>,
     hasher: DefaultHashBuilder,
-    /// `(earliest deadline, owner)`, so that reclaiming costs what it reclaims.
-    expiry: BTreeSet<(u64, OwnerId)>,
+    /// The first owner of each earliest deadline; the others follow through `Owner::next`.
+    /// Grants made together share a deadline, so a million locks take few entries, and
+    /// reclaiming costs what it reclaims.
+    expiry: BTreeMap<u64, OwnerId>,
     next_fence: u64,
     len: usize,
     live_nodes: usize,
@@ -244,21 +249,25 @@ impl Default for LockTable {
 
 /// Bytes a node costs beyond its segment: the arena slot and its share of a parent's table.
 const NODE_OVERHEAD: usize = std::mem::size_of::<Node>() + 8;
-/// Bytes a lock costs beyond its owner: its entry in the node and in the owner's list.
-const LOCK_OVERHEAD: usize = std::mem::size_of::<Held>() + 8;
-/// Bytes an owner costs beyond its token: the slot, its index entry and its expiry entry.
-const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8 + 24;
+/// Bytes a lock costs beyond its node and owner: its share of the side maps and expiry index.
+const LOCK_OVERHEAD: usize = 8;
+/// Bytes an owner costs beyond its token: the slot and its index entry.
+const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8;
 
 impl LockTable {
     pub fn new() -> LockTable {
         LockTable {
             nodes: vec![Node::default()],
             free_nodes: Vec::new(),
+            tables: Vec::new(),
+            free_tables: Vec::new(),
+            crowded: HashMap::new(),
             owners: Vec::new(),
             free_owners: Vec::new(),
+            owner_locks: HashMap::new(),
             owner_index: HashTable::new(),
             hasher: DefaultHashBuilder::default(),
-            expiry: BTreeSet::new(),
+            expiry: BTreeMap::new(),
             next_fence: 1,
             len: 0,
             live_nodes: 0,
@@ -306,7 +315,7 @@ impl LockTable {
 
     /// The earliest deadline of any stored lock.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.expiry.first().map(|entry| entry.0)
+        self.expiry.first_key_value().map(|(&deadline, _)| deadline)
     }
 
     /// Grants every `(mode, path)` to `token` for `ttl` milliseconds, all or nothing. Returns
@@ -318,14 +327,17 @@ impl LockTable {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
+        let token = PackedToken::new(token);
+        let me = self.find_owner(&token);
         if items
             .iter()
-            .any(|(mode, path)| self.is_blocked(token, *mode, path))
+            .any(|(mode, path)| self.is_blocked_for(me, *mode, path))
         {
             return None;
         }
         let fence = self.next_fence;
-        self.grant(token, now.saturating_add(ttl), fence, items);
+        let owner = me.unwrap_or_else(|| self.intern(token));
+        self.grant_to(owner, now.saturating_add(ttl), fence, items);
         Some(fence)
     }
 
@@ -339,8 +351,18 @@ impl LockTable {
         fence: u64,
         items: &[(Mode, Path)],
     ) -> usize {
+        let owner = self.intern(PackedToken::new(token));
+        self.grant_to(owner, deadline, fence, items)
+    }
+
+    fn grant_to(
+        &mut self,
+        owner: OwnerId,
+        deadline: u64,
+        fence: u64,
+        items: &[(Mode, Path)],
+    ) -> usize {
         self.raise_next_fence(fence.saturating_add(1));
-        let owner = self.intern(token);
         let added = items
             .iter()
             .filter(|(mode, path)| self.insert(path, owner, *mode, deadline, fence))
@@ -352,36 +374,42 @@ impl LockTable {
     /// Frees `token`'s locks at `paths` (every mode held there), or all of its locks when
     /// `paths` is `None`. Returns the locks freed.
     pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> Vec<LockInfo> {
-        let Some(owner) = self.find_owner(token) else {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
             return Vec::new();
         };
-        let targets: Vec<(NodeId, Mode)> = match paths {
-            None => self.owner(owner).locks.clone(),
-            Some(paths) => paths
-                .iter()
-                .filter_map(|path| self.locate(path))
-                .flat_map(|node| Mode::ALL.map(|mode| (node, mode)))
-                .collect(),
-        };
-        let freed = targets
-            .into_iter()
-            .filter_map(|(node, mode)| self.remove(node, owner, mode))
-            .collect();
+        let mut freed = Vec::new();
+        match paths {
+            None => {
+                // Each removal takes the lock off the owner's list, so this ends.
+                while let Some(&lock) = self.locks_of(owner).last() {
+                    freed.extend(self.remove(lock.id(), owner, lock.mode()));
+                }
+            }
+            Some(paths) => {
+                for path in paths {
+                    if let Some(node) = self.locate(path) {
+                        for mode in Mode::ALL {
+                            freed.extend(self.remove(node, owner, mode));
+                        }
+                    }
+                }
+            }
+        }
         self.refile(owner);
         freed
     }
 
     /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.
     pub fn renew(&mut self, token: &Token, deadline: u64) -> usize {
-        let Some(owner) = self.find_owner(token) else {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
             return 0;
         };
-        let locks = self.owner(owner).locks.clone();
-        for &(node, mode) in &locks {
-            if let Some(held) = self.nodes[node as usize]
-                .held
+        let locks = self.locks_of(owner).to_vec();
+        for lock in &locks {
+            if let Some(held) = self
+                .held_mut(lock.id())
                 .iter_mut()
-                .find(|h| h.owner == owner && h.mode == mode)
+                .find(|h| h.owner == Tagged::new(owner, lock.mode()))
             {
                 held.deadline = deadline;
             }
@@ -394,29 +422,28 @@ impl LockTable {
     /// them.
     pub fn reclaim_expired(&mut self, now: u64) -> Vec<LockInfo> {
         let mut reclaimed = Vec::new();
-        while let Some(&(earliest, owner)) = self.expiry.first() {
+        while let Some((&earliest, &owner)) = self.expiry.first_key_value() {
             if earliest > now {
                 break;
             }
-            let due: Vec<(NodeId, Mode)> = self
-                .owner(owner)
-                .locks
+            let due: Vec<Tagged> = self
+                .locks_of(owner)
                 .iter()
                 .copied()
-                .filter(|&(node, mode)| {
-                    self.held_by(node, owner, mode)
+                .filter(|lock| {
+                    self.held_by(lock.id(), owner, lock.mode())
                         .is_some_and(|h| h.deadline <= now)
                 })
                 .collect();
             let before = reclaimed.len();
             reclaimed.extend(
                 due.into_iter()
-                    .filter_map(|(node, mode)| self.remove(node, owner, mode)),
+                    .filter_map(|lock| self.remove(lock.id(), owner, lock.mode())),
             );
             if reclaimed.len() == before {
-                // Unreachable while the index mirrors the locks; dropping the entry keeps the
+                // Unreachable while the index mirrors the locks; unfiling the owner keeps the
                 // loop finite even if it did not.
-                self.expiry.remove(&(earliest, owner));
+                self.unfile(owner);
             } else {
                 self.refile(owner);
             }
@@ -427,15 +454,19 @@ impl LockTable {
     /// Whether another owner's lock blocks `token` from taking `mode` on `path`. Expired locks
     /// count, so reclaim them first.
     pub fn is_blocked(&self, token: &Token, mode: Mode, path: &Path) -> bool {
-        let me = self.find_owner(token);
+        self.is_blocked_for(self.find_owner(&PackedToken::new(token)), mode, path)
+    }
+
+    /// `is_blocked` for the owner `me`, or for a token that holds nothing when `None`.
+    fn is_blocked_for(&self, me: Option<OwnerId>, mode: Mode, path: &Path) -> bool {
         let mut node = ROOT;
         let mut segments = path.escaped_segments();
         loop {
-            let blocks = self.nodes[node as usize]
-                .held
+            let blocks = self
+                .held(node)
                 .iter()
-                .take_while(|h| h.mode.conflicts_with(mode))
-                .any(|h| Some(h.owner) != me);
+                .take_while(|h| h.mode().conflicts_with(mode))
+                .any(|h| Some(h.owner()) != me);
             if blocks {
                 return true;
             }
@@ -459,7 +490,7 @@ impl LockTable {
         token: Option<&Token>,
         items: &[(Mode, Path)],
     ) -> Vec<LockInfo> {
-        let me = token.and_then(|t| self.find_owner(t));
+        let me = token.and_then(|t| self.find_owner(&PackedToken::new(t)));
         let excluded = |owner: OwnerId| token.is_some() && Some(owner) == me;
         let mut found = BTreeSet::new();
         for (mode, path) in items {
@@ -467,9 +498,9 @@ impl LockTable {
             let mut key = Vec::with_capacity(path.key().len());
             let mut segments = path.escaped_segments();
             let reached = loop {
-                for held in &self.nodes[node as usize].held {
-                    if held.mode.conflicts_with(*mode)
-                        && !excluded(held.owner)
+                for held in self.held(node) {
+                    if held.mode().conflicts_with(*mode)
+                        && !excluded(held.owner())
                         && held.deadline > now
                     {
                         found.insert(self.info(&key, held));
@@ -525,9 +556,10 @@ impl LockTable {
 
     /// Recomputes every derived structure from the locks themselves and reports the first
     /// disagreement: intention marks, owners' lists, the expiry index, the counts, the canonical
-    /// order, the tree's links, and the absence of nodes that nothing needs.
+    /// order, the tree's links, the inline and spilled forms, and the absence of nodes that
+    /// nothing needs.
     pub fn check_integrity(&self) -> Result<(), String> {
-        let mut owned: BTreeMap<OwnerId, BTreeSet<(NodeId, Mode)>> = BTreeMap::new();
+        let mut owned: BTreeMap<OwnerId, BTreeSet<Tagged>> = BTreeMap::new();
         let mut len = 0;
         let mut live = 0;
         let mut segment_bytes = 0;
@@ -541,15 +573,25 @@ impl LockTable {
                     return Err(format!("unused node {id}"));
                 }
             }
+            if node.child != NONE && node.table != NONE {
+                return Err(format!("node {id} has both an only child and a table"));
+            }
+            if node.table != NONE && self.tables[node.table as usize].is_empty() {
+                return Err(format!("node {id} keeps an empty table"));
+            }
+            let spilled = node.lock.owner.0 == SPILLED;
+            if spilled != self.crowded.contains_key(&id) || (spilled && self.held(id).len() < 2) {
+                return Err(format!("the locks of node {id} are spilled wrongly"));
+            }
             let mut below = [0u32; 2];
-            for &child in node.children() {
+            for child in self.children(id) {
                 let c = &self.nodes[child as usize];
                 if c.parent != id || self.child(id, &c.segment) != Some(child) {
                     return Err(format!("node {child} is not linked to its parent {id}"));
                 }
                 for mode in Mode::ALL {
                     below[mode.index()] += c.below[mode.index()]
-                        + c.held.iter().filter(|h| h.mode == mode).count() as u32;
+                        + self.held(child).iter().filter(|h| h.mode() == mode).count() as u32;
                 }
                 stack.push(child);
             }
@@ -559,33 +601,57 @@ impl LockTable {
                     node.below
                 ));
             }
-            let order: Vec<(Mode, &Token)> = node
-                .held
+            let order: Vec<(Mode, &PackedToken)> = self
+                .held(id)
                 .iter()
-                .map(|h| (h.mode, &self.owner(h.owner).token))
+                .map(|h| (h.mode(), &self.owner(h.owner()).token))
                 .collect();
-            if !order.windows(2).all(|w| w[0] < w[1]) {
+            let ascending = |a: &(Mode, &PackedToken), b: &(Mode, &PackedToken)| {
+                a.0.cmp(&b.0).then_with(|| a.1.cmp_text(b.1)).is_lt()
+            };
+            if !order.windows(2).all(|w| ascending(&w[0], &w[1])) {
                 return Err(format!("locks at node {id} are not in canonical order"));
             }
-            for held in &node.held {
+            for held in self.held(id) {
                 len += 1;
-                if held.fence == 0 || held.fence >= self.next_fence {
-                    return Err(format!("fence {} is not below the counter", held.fence));
+                let fence = held.fence;
+                if fence == 0 || fence >= self.next_fence {
+                    return Err(format!("fence {fence} is not below the counter"));
                 }
-                owned.entry(held.owner).or_default().insert((id, held.mode));
+                owned
+                    .entry(held.owner())
+                    .or_default()
+                    .insert(Tagged::new(id, held.mode()));
             }
         }
         if len != self.len || live != self.live_nodes || segment_bytes != self.segment_bytes {
             return Err("the counts disagree with the tree".into());
         }
-        let mut expiry = BTreeSet::new();
+        if self.crowded.keys().any(|&node| {
+            self.nodes
+                .get(node as usize)
+                .is_none_or(|n| n.lock.owner.0 != SPILLED)
+        }) {
+            return Err("a spilled lock list belongs to no node".into());
+        }
+        let mut expected = BTreeSet::new();
         let mut token_bytes = 0;
         for (id, slot) in self.owners.iter().enumerate() {
             let Some(owner) = slot else { continue };
             let id = id as OwnerId;
-            token_bytes += owner.token.as_bytes().len();
-            let listed: BTreeSet<(NodeId, Mode)> = owner.locks.iter().copied().collect();
-            if listed.len() != owner.locks.len() || owned.remove(&id).unwrap_or_default() != listed
+            token_bytes += owner.token.heap_bytes();
+            let spilled = owner.lock.0 == SPILLED;
+            if spilled != self.owner_locks.contains_key(&id)
+                || (spilled && self.locks_of(id).len() < 2)
+            {
+                return Err(format!(
+                    "owner {:?}'s locks are spilled wrongly",
+                    owner.token
+                ));
+            }
+            let listed: BTreeSet<Tagged> = self.locks_of(id).iter().copied().collect();
+            if listed.len() != self.locks_of(id).len()
+                || owned.remove(&id).unwrap_or_default() != listed
             {
                 return Err(format!(
                     "owner {:?}'s list disagrees with the tree",
@@ -595,14 +661,13 @@ impl LockTable {
             if self.find_owner(&owner.token) != Some(id) {
                 return Err(format!("owner {:?} is not indexed", owner.token));
             }
-            let earliest = owner
-                .locks
+            let earliest = listed
                 .iter()
-                .filter_map(|&(n, m)| self.held_by(n, id, m).map(|h| h.deadline))
+                .filter_map(|l| self.held_by(l.id(), id, l.mode()).map(|h| h.deadline))
                 .min();
             match earliest {
-                Some(earliest) if earliest == owner.earliest => {
-                    expiry.insert((earliest, id));
+                Some(earliest) if owner.filed && earliest == owner.earliest => {
+                    expected.insert((earliest, id));
                 }
                 _ => return Err(format!("owner {:?} is filed wrongly", owner.token)),
             }
@@ -610,7 +675,20 @@ impl LockTable {
         if !owned.is_empty() {
             return Err("locks held by owners that do not exist".into());
         }
-        if expiry != self.expiry || token_bytes != self.token_bytes {
+        let mut filed = BTreeSet::new();
+        for (&deadline, &head) in &self.expiry {
+            let (mut prev, mut id) = (NONE, head);
+            while id != NONE {
+                let Some(owner) = self.owners.get(id as usize).and_then(Option::as_ref) else {
+                    return Err(format!("the expiry list of {deadline} holds a free owner"));
+                };
+                if owner.prev != prev || !filed.insert((deadline, id)) {
+                    return Err(format!("the expiry list of {deadline} is linked wrongly"));
+                }
+                (prev, id) = (id, owner.next);
+            }
+        }
+        if expected != filed || token_bytes != self.token_bytes {
             return Err("the expiry index disagrees with the owners".into());
         }
         Ok(())
@@ -621,8 +699,12 @@ impl LockTable {
         self.owners[id as usize].as_ref().expect("a live owner id")
     }
 
-    fn find_owner(&self, token: &Token) -> Option<OwnerId> {
-        let hash = self.hasher.hash_one(token.as_bytes());
+    fn owner_mut(&mut self, id: OwnerId) -> &mut Owner {
+        self.owners[id as usize].as_mut().expect("a live owner id")
+    }
+
+    fn find_owner(&self, token: &PackedToken) -> Option<OwnerId> {
+        let hash = self.hasher.hash_one(token.stored());
         self.owner_index
             .find(hash, |&id| {
                 self.owners[id as usize]
@@ -633,14 +715,19 @@ impl LockTable {
     }
 
     /// The owner id of `token`, created when it holds nothing yet.
-    fn intern(&mut self, token: &Token) -> OwnerId {
-        if let Some(id) = self.find_owner(token) {
+    fn intern(&mut self, token: PackedToken) -> OwnerId {
+        if let Some(id) = self.find_owner(&token) {
             return id;
         }
+        let hash = self.hasher.hash_one(token.stored());
+        self.token_bytes += token.heap_bytes();
         let owner = Owner {
-            token: token.clone(),
-            locks: Vec::new(),
+            token,
             earliest: u64::MAX,
+            prev: NONE,
+            next: NONE,
+            lock: Tagged(NONE),
+            filed: false,
         };
         let id = match self.free_owners.pop() {
             Some(id) => {
@@ -648,15 +735,15 @@ impl LockTable {
                 id
             }
             None => {
+                let id = self.owners.len() as OwnerId;
+                assert!(id < MAX_ID, "too many owners in one project");
                 self.owners.push(Some(owner));
-                (self.owners.len() - 1) as OwnerId
+                id
             }
         };
-        self.token_bytes += token.as_bytes().len();
-        let hash = self.hasher.hash_one(token.as_bytes());
         let (owners, hasher) = (&self.owners, &self.hasher);
         self.owner_index.insert_unique(hash, id, |&other| {
-            let token = owners[other as usize].as_ref().map(|o| o.token.as_bytes());
+            let token = owners[other as usize].as_ref().map(|o| o.token.stored());
             hasher.hash_one(token.unwrap_or_default())
         });
         id
@@ -668,44 +755,198 @@ impl LockTable {
         let Some(owner) = self.owners[id as usize].as_ref() else {
             return;
         };
-        let old = owner.earliest;
-        let earliest = owner
-            .locks
+        let earliest = self
+            .locks_of(id)
             .iter()
-            .filter_map(|&(node, mode)| self.held_by(node, id, mode).map(|h| h.deadline))
+            .filter_map(|l| self.held_by(l.id(), id, l.mode()).map(|h| h.deadline))
             .min();
-        self.expiry.remove(&(old, id));
+        if owner.filed && earliest == Some(owner.earliest) {
+            return;
+        }
+        self.unfile(id);
         match earliest {
-            Some(earliest) => {
-                self.expiry.insert((earliest, id));
-                if let Some(owner) = self.owners[id as usize].as_mut() {
-                    owner.earliest = earliest;
-                }
-            }
+            Some(earliest) => self.file(id, earliest),
             None => {
-                let hash = self.hasher.hash_one(owner.token.as_bytes());
+                let Some(owner) = self.owners[id as usize].take() else {
+                    return;
+                };
+                let hash = self.hasher.hash_one(owner.token.stored());
                 if let Ok(entry) = self.owner_index.find_entry(hash, |&other| other == id) {
                     entry.remove();
                 }
-                self.token_bytes -= owner.token.as_bytes().len();
-                self.owners[id as usize] = None;
+                self.token_bytes -= owner.token.heap_bytes();
                 self.free_owners.push(id);
             }
         }
     }
 
+    /// Puts an unfiled owner first in the list of `earliest`.
+    fn file(&mut self, id: OwnerId, earliest: u64) {
+        let next = self.expiry.insert(earliest, id).unwrap_or(NONE);
+        if next != NONE {
+            self.owner_mut(next).prev = id;
+        }
+        let owner = self.owner_mut(id);
+        owner.earliest = earliest;
+        owner.prev = NONE;
+        owner.next = next;
+        owner.filed = true;
+    }
+
+    /// Takes an owner out of its expiry list, if it is in one.
+    fn unfile(&mut self, id: OwnerId) {
+        let owner = self.owner_mut(id);
+        if !owner.filed {
+            return;
+        }
+        let (earliest, prev, next) = (owner.earliest, owner.prev, owner.next);
+        owner.filed = false;
+        owner.prev = NONE;
+        owner.next = NONE;
+        if prev != NONE {
+            self.owner_mut(prev).next = next;
+        } else if next != NONE {
+            self.expiry.insert(earliest, next);
+        } else {
+            self.expiry.remove(&earliest);
+        }
+        if next != NONE {
+            self.owner_mut(next).prev = prev;
+        }
+    }
+
+    /// The locks an owner holds, as `Tagged(node, mode)`.
+    fn locks_of(&self, id: OwnerId) -> &[Tagged] {
+        let owner = self.owner(id);
+        match owner.lock.0 {
+            NONE => &[],
+            SPILLED => self.owner_locks.get(&id).map_or(&[], Vec::as_slice),
+            _ => std::slice::from_ref(&owner.lock),
+        }
+    }
+
+    fn add_owner_lock(&mut self, id: OwnerId, lock: Tagged) {
+        let Some(owner) = self.owners[id as usize].as_mut() else {
+            return;
+        };
+        match owner.lock.0 {
+            NONE => owner.lock = lock,
+            SPILLED => {
+                let all = self.owner_locks.entry(id).or_default();
+                // Exact growth: nearly every owner holds one or two locks, and a default
+                // growth would reserve four.
+                all.reserve_exact(1);
+                all.push(lock);
+            }
+            _ => {
+                self.owner_locks.insert(id, vec![owner.lock, lock]);
+                owner.lock = Tagged(SPILLED);
+            }
+        }
+    }
+
+    fn remove_owner_lock(&mut self, id: OwnerId, lock: Tagged) {
+        let Some(owner) = self.owners[id as usize].as_mut() else {
+            return;
+        };
+        if owner.lock == lock {
+            owner.lock = Tagged(NONE);
+        } else if owner.lock.0 == SPILLED {
+            if let Some(all) = self.owner_locks.get_mut(&id) {
+                if let Some(i) = all.iter().position(|&l| l == lock) {
+                    all.swap_remove(i);
+                }
+                if let [only] = all[..] {
+                    owner.lock = only;
+                    self.owner_locks.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// The locks on `node`'s exact path, in canonical order.
+    fn held(&self, node: NodeId) -> &[Held] {
+        let slot = &self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => &[],
+            SPILLED => self.crowded.get(&node).map_or(&[], Vec::as_slice),
+            _ => std::slice::from_ref(slot),
+        }
+    }
+
+    fn held_mut(&mut self, node: NodeId) -> &mut [Held] {
+        let slot = &mut self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => &mut [],
+            SPILLED => self
+                .crowded
+                .get_mut(&node)
+                .map_or(&mut [], Vec::as_mut_slice),
+            _ => std::slice::from_mut(slot),
+        }
+    }
+
     fn held_by(&self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<&Held> {
-        self.nodes[node as usize]
-            .held
-            .iter()
-            .find(|h| h.owner == owner && h.mode == mode)
+        let wanted = Tagged::new(owner, mode);
+        self.held(node).iter().find(|h| h.owner == wanted)
+    }
+
+    fn insert_held(&mut self, node: NodeId, at: usize, held: Held) {
+        let slot = &mut self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => *slot = held,
+            SPILLED => {
+                let all = self.crowded.entry(node).or_default();
+                all.reserve_exact(1);
+                all.insert(at, held);
+            }
+            _ => {
+                let mut all = Vec::with_capacity(2);
+                all.push(*slot);
+                all.insert(at, held);
+                self.crowded.insert(node, all);
+                *slot = Held {
+                    owner: Tagged(SPILLED),
+                    ..Held::EMPTY
+                };
+            }
+        }
+    }
+
+    fn remove_held(&mut self, node: NodeId, at: usize) -> Option<Held> {
+        let slot = &mut self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => None,
+            SPILLED => {
+                let all = self.crowded.get_mut(&node)?;
+                let removed = (at < all.len()).then(|| all.remove(at));
+                if let [only] = all[..] {
+                    *slot = only;
+                    self.crowded.remove(&node);
+                }
+                removed
+            }
+            _ => (at == 0).then(|| std::mem::replace(slot, Held::EMPTY)),
+        }
+    }
+
+    fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        let node = &self.nodes[node as usize];
+        let only = (node.child != NONE).then_some(node.child);
+        let table = (node.table != NONE).then(|| self.tables[node.table as usize].iter().copied());
+        only.into_iter().chain(table.into_iter().flatten())
     }
 
     fn child(&self, node: NodeId, segment: &[u8]) -> Option<NodeId> {
+        let node = &self.nodes[node as usize];
+        if node.child != NONE {
+            return (*self.nodes[node.child as usize].segment == *segment).then_some(node.child);
+        }
+        if node.table == NONE {
+            return None;
+        }
         let hash = self.hasher.hash_one(segment);
-        self.nodes[node as usize]
-            .children
-            .as_ref()?
+        self.tables[node.table as usize]
             .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
             .copied()
     }
@@ -732,23 +973,64 @@ impl LockTable {
                 id
             }
             None => {
+                let id = self.nodes.len() as NodeId;
+                assert!(id < MAX_ID, "too many paths in one project");
                 self.nodes.push(fresh);
-                (self.nodes.len() - 1) as NodeId
+                id
             }
         };
         self.live_nodes += 1;
         self.segment_bytes += segment.len();
-        // The table is taken out of its node while it grows, because rehashing reads the
-        // segments of the other nodes.
-        let hash = self.hasher.hash_one(segment);
-        let mut table = self.nodes[node as usize]
-            .children
-            .take()
-            .unwrap_or_default();
-        let (nodes, hasher) = (&self.nodes, &self.hasher);
-        table.insert_unique(hash, id, |&c| hasher.hash_one(&*nodes[c as usize].segment));
-        self.nodes[node as usize].children = Some(table);
+        self.add_child(node, id);
         id
+    }
+
+    fn add_child(&mut self, parent: NodeId, child: NodeId) {
+        let p = &mut self.nodes[parent as usize];
+        if p.child == NONE && p.table == NONE {
+            p.child = child;
+            return;
+        }
+        let mut moved = None;
+        if p.table == NONE {
+            p.table = match self.free_tables.pop() {
+                Some(slot) => slot,
+                None => {
+                    self.tables.push(HashTable::new());
+                    (self.tables.len() - 1) as u32
+                }
+            };
+            moved = Some(std::mem::replace(&mut p.child, NONE));
+        }
+        let slot = p.table as usize;
+        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
+        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
+        for c in moved.into_iter().chain([child]) {
+            tables[slot].insert_unique(hash_of(&c), c, hash_of);
+        }
+    }
+
+    fn remove_child(&mut self, parent: NodeId, child: NodeId, segment: &[u8]) {
+        let p = &mut self.nodes[parent as usize];
+        if p.child == child {
+            p.child = NONE;
+            return;
+        }
+        if p.table == NONE {
+            return;
+        }
+        let slot = p.table;
+        let table = &mut self.tables[slot as usize];
+        if let Ok(entry) = table.find_entry(self.hasher.hash_one(segment), |&c| c == child) {
+            entry.remove();
+        }
+        // A table lives until its node has no child left; converting back at one child would
+        // allocate and free a table each time a second child comes and goes.
+        if table.is_empty() {
+            *table = HashTable::new();
+            p.table = NONE;
+            self.free_tables.push(slot);
+        }
     }
 
     /// Adds one lock, or refreshes it when the owner already holds that mode on that path.
@@ -762,19 +1044,18 @@ impl LockTable {
         fence: u64,
     ) -> bool {
         let held = Held {
-            owner,
-            mode,
             deadline,
             fence,
+            owner: Tagged::new(owner, mode),
         };
         let mut node = ROOT;
         for segment in path.escaped_segments() {
             node = self.child_or_insert(node, segment);
         }
-        if let Some(existing) = self.nodes[node as usize]
-            .held
+        if let Some(existing) = self
+            .held_mut(node)
             .iter_mut()
-            .find(|h| h.owner == owner && h.mode == mode)
+            .find(|h| h.owner == held.owner)
         {
             // The path existed, so nothing was created on the way down.
             *existing = held;
@@ -786,31 +1067,28 @@ impl LockTable {
             self.nodes[up as usize].below[mode.index()] += 1;
         }
         let token = &self.owner(owner).token;
-        let position = self.nodes[node as usize]
-            .held
+        let locks = self.held(node);
+        let position = locks
             .iter()
-            .position(|h| (h.mode, &self.owner(h.owner).token) > (mode, token))
-            .unwrap_or(self.nodes[node as usize].held.len());
-        // Exact growth: nearly every owner holds one or two locks, and a default first
-        // allocation would reserve four.
-        self.nodes[node as usize].held.insert(position, held);
-        if let Some(o) = self.owners[owner as usize].as_mut() {
-            o.locks.reserve_exact(1);
-            o.locks.push((node, mode));
-        }
+            .position(|h| {
+                h.mode()
+                    .cmp(&mode)
+                    .then_with(|| self.owner(h.owner()).token.cmp_text(token))
+                    .is_gt()
+            })
+            .unwrap_or(locks.len());
+        self.insert_held(node, position, held);
+        self.add_owner_lock(owner, Tagged::new(node, mode));
         self.len += 1;
         true
     }
 
     /// Removes one lock and every node that only it needed. The caller refiles the owner.
     fn remove(&mut self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<LockInfo> {
-        let at = self.nodes[node as usize]
-            .held
-            .iter()
-            .position(|h| h.owner == owner && h.mode == mode)?;
-        let key = self.key_of(node);
-        let held = self.nodes[node as usize].held.remove(at)?;
-        let info = self.info(&key, &held);
+        let wanted = Tagged::new(owner, mode);
+        let at = self.held(node).iter().position(|h| h.owner == wanted)?;
+        let held = self.remove_held(node, at)?;
+        let info = self.info_owned(self.key_of(node), &held);
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
@@ -820,51 +1098,47 @@ impl LockTable {
             }
             current = parent;
         }
-        if let Some(o) = self.owners[owner as usize].as_mut() {
-            if let Some(i) = o.locks.iter().position(|&l| l == (node, mode)) {
-                o.locks.swap_remove(i);
-            }
-        }
+        self.remove_owner_lock(owner, Tagged::new(node, mode));
         self.len -= 1;
         Some(info)
     }
 
     fn unlink_node(&mut self, id: NodeId) {
         let node = std::mem::take(&mut self.nodes[id as usize]);
-        let hash = self.hasher.hash_one(&*node.segment);
-        let parent = &mut self.nodes[node.parent as usize];
-        if let Some(table) = parent.children.as_mut() {
-            if let Ok(entry) = table.find_entry(hash, |&c| c == id) {
-                entry.remove();
-            }
-            if table.is_empty() {
-                parent.children = None;
-            }
-        }
+        self.remove_child(node.parent, id, &node.segment);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
         self.free_nodes.push(id);
     }
 
-    /// The trie key of a node, built by walking up to the root.
-    fn key_of(&self, mut node: NodeId) -> Vec<u8> {
-        let mut segments = Vec::new();
-        while node != ROOT {
-            segments.push(&self.nodes[node as usize].segment);
-            node = self.nodes[node as usize].parent;
-        }
-        let mut key = Vec::new();
-        for segment in segments.iter().rev() {
-            push_segment(&mut key, segment);
+    /// The trie key of a node, built by walking up to the root twice: once to size it, so that
+    /// it takes one allocation, and once to fill it from the end.
+    fn key_of(&self, node: NodeId) -> Vec<u8> {
+        let ancestry = || {
+            std::iter::successors(Some(node), |&id| Some(self.nodes[id as usize].parent))
+                .take_while(|&id| id != ROOT)
+                .map(|id| &*self.nodes[id as usize].segment)
+        };
+        let mut key = vec![0; ancestry().map(|segment| segment.len() + 1).sum()];
+        let mut end = key.len();
+        for segment in ancestry() {
+            // The terminator at `end - 1` is already zero.
+            let start = end - 1 - segment.len();
+            key[start..end - 1].copy_from_slice(segment);
+            end = start;
         }
         key
     }
 
     fn info(&self, key: &[u8], held: &Held) -> LockInfo {
+        self.info_owned(key.to_vec(), held)
+    }
+
+    fn info_owned(&self, key: Vec<u8>, held: &Held) -> LockInfo {
         LockInfo {
-            path: Path::from_trusted_key(key.to_vec()),
-            mode: held.mode,
-            token: self.owner(held.owner).token.clone(),
+            path: Path::from_trusted_key(key),
+            mode: held.mode(),
+            token: self.owner(held.owner()).token.to_token(),
             deadline: held.deadline,
             fence: held.fence,
         }
@@ -876,12 +1150,12 @@ impl LockTable {
         let Some(owner) = owner else {
             return counts;
         };
-        for &(lock, mode) in &self.owner(owner).locks {
-            let mut up = lock;
+        for lock in self.locks_of(owner) {
+            let mut up = lock.id();
             while up != ROOT {
                 up = self.nodes[up as usize].parent;
                 if up == node {
-                    counts[mode.index()] += 1;
+                    counts[lock.mode().index()] += 1;
                     break;
                 }
             }
@@ -892,7 +1166,7 @@ impl LockTable {
     /// Visits every lock at and beneath `node` in tree order: a node's locks, then its children
     /// in byte order of their segments. `key` is the node's trie key on entry and on return.
     fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut dyn FnMut(&Self, &[u8], &Held)) {
-        for held in &self.nodes[node as usize].held {
+        for held in self.held(node) {
             visit(self, key, held);
         }
         for child in self.sorted_children(node) {
@@ -904,7 +1178,7 @@ impl LockTable {
     }
 
     fn sorted_children(&self, node: NodeId) -> Vec<NodeId> {
-        let mut children: Vec<NodeId> = self.nodes[node as usize].children().copied().collect();
+        let mut children: Vec<NodeId> = self.children(node).collect();
         children.sort_unstable_by(|&a, &b| {
             self.nodes[a as usize]
                 .segment
@@ -924,16 +1198,20 @@ impl LockTable {
         mode: Mode,
         found: &mut BTreeSet<LockInfo>,
     ) {
-        for &child in self.nodes[node as usize].children() {
+        for child in self.children(node) {
             let c = &self.nodes[child as usize];
-            let relevant_here = c.held.iter().any(|h| h.mode.conflicts_with(mode));
+            let here = self.held(child);
+            let relevant_here = here.iter().any(|h| h.mode().conflicts_with(mode));
             if !relevant_here && blocking_count(mode, c.below) == 0 {
                 continue;
             }
             let length = key.len();
             push_segment(key, &c.segment);
-            for held in &c.held {
-                if held.mode.conflicts_with(mode) && !excluded(held.owner) && held.deadline > now {
+            for held in here {
+                if held.mode().conflicts_with(mode)
+                    && !excluded(held.owner())
+                    && held.deadline > now
+                {
                     found.insert(self.info(key, held));
                 }
             }
