@@ -12,11 +12,17 @@
 //! settle a non-zero count: the token's own locks beneath `path` are subtracted. That costs what
 //! the requester itself holds, never what others hold.
 //!
-//! Nodes live in an arena and find their children through a hash table of child ids keyed by
-//! the child's own segment, so a step down the tree is one hash of one segment, and a segment is
-//! stored once. Owners (tokens) are interned the same way; a lock refers to its owner by id.
-//! Expiry is indexed per owner by its earliest deadline: the locks of one grant share a deadline,
-//! and `RENEW` moves all of an owner's locks together.
+//! Nodes live in an arena. A node with one child points at it directly; a node with more finds
+//! them through a hash table of child ids keyed by the child's own segment, so a step down the
+//! tree is one comparison or one hash of one segment, and a segment is stored once. Owners
+//! (tokens) are interned in a hash table too; a lock refers to its owner by id. Expiry is
+//! indexed per owner by its earliest deadline: the locks of one grant share a deadline, and
+//! `RENEW` moves all of an owner's locks together.
+//!
+//! Memory is what a million locks cost, so the common case is kept inline and the rare one
+//! spills: a node (64 bytes, one cache line) holds its one lock and its one child, an owner
+//! holds its one lock and, when short or a canonical UUID, its token. Paths with several locks
+//! and owners with several locks keep them in side maps.
 //!
 //! Time never comes from inside: every method that needs it takes `now` in milliseconds. A lock
 //! whose deadline is not after `now` is expired. The mutating methods assume the caller ran
@@ -203,7 +209,7 @@ struct Owner {
     filed: bool,
 }
 
-const _: () = assert!(std::mem::size_of::<Option<Owner>>() <= 48);
+const _: () = assert!(std::mem::size_of::<Option<Owner>>() == 48);
 
 /// The modes whose locks beneath a path block a request for `mode` there.
 fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
