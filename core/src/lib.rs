@@ -6,9 +6,11 @@
 //!
 //! * [`path`]: parsing and normalising client paths into trie keys.
 //! * [`lock`]: modes, tokens and the view of a lock.
+//! * `bytes`: short byte strings kept without an allocation, for segments and tokens.
 //! * [`table`]: the lock table of one project, where conflicts are decided.
 //! * [`project`]: a lock table with its queue of waiting requests, served in arrival order.
 
+mod bytes;
 pub mod lock;
 pub mod path;
 pub mod project;

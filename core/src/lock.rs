@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use crate::bytes::SmallBytes;
 use crate::path::Path;
 
 /// `READ` is shared, `WRITE` is exclusive; both cover the path's whole subtree.
@@ -102,12 +103,8 @@ impl fmt::Debug for Token {
 /// Every token has exactly one form, so two forms are equal exactly when the tokens are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PackedToken {
-    Short {
-        len: u8,
-        bytes: [u8; PackedToken::SHORT],
-    },
+    Plain(SmallBytes),
     Uuid([u8; 16]),
-    Long(Box<[u8]>),
 }
 
 /// Where the hyphens of a canonical UUID are.
@@ -116,38 +113,28 @@ const UUID_TEXT: usize = 36;
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 impl PackedToken {
-    const SHORT: usize = 22;
-
     pub(crate) fn new(token: &Token) -> PackedToken {
         let bytes = token.as_bytes();
         if let Some(uuid) = parse_uuid(bytes) {
             PackedToken::Uuid(uuid)
-        } else if bytes.len() <= PackedToken::SHORT {
-            let mut short = [0; PackedToken::SHORT];
-            short[..bytes.len()].copy_from_slice(bytes);
-            PackedToken::Short {
-                len: bytes.len() as u8,
-                bytes: short,
-            }
         } else {
-            PackedToken::Long(bytes.into())
+            PackedToken::Plain(SmallBytes::new(bytes))
         }
     }
 
     /// The stored bytes, which identify the token (for hashing): not its text for a UUID.
     pub(crate) fn stored(&self) -> &[u8] {
         match self {
-            PackedToken::Short { len, bytes } => &bytes[..usize::from(*len)],
+            PackedToken::Plain(bytes) => bytes,
             PackedToken::Uuid(uuid) => uuid,
-            PackedToken::Long(bytes) => bytes,
         }
     }
 
     /// The bytes this form keeps on the heap, for memory estimates.
     pub(crate) fn heap_bytes(&self) -> usize {
         match self {
-            PackedToken::Long(bytes) => bytes.len(),
-            _ => 0,
+            PackedToken::Plain(bytes) => bytes.heap_bytes(),
+            PackedToken::Uuid(_) => 0,
         }
     }
 
@@ -247,7 +234,10 @@ mod tests {
             Token::new(b"ffffffff-ffff-4fff-bfff-ffffffffffff").expect("high uuid"),
         ];
         assert!(matches!(PackedToken::new(&generated), PackedToken::Uuid(_)));
-        assert!(matches!(PackedToken::new(&cases[4]), PackedToken::Long(_)));
+        assert!(matches!(
+            PackedToken::new(&cases[4]),
+            PackedToken::Plain(SmallBytes::Heap(_))
+        ));
         for token in &cases {
             let packed = PackedToken::new(token);
             assert_eq!(&packed.to_token(), token);

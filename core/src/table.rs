@@ -35,6 +35,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
+use crate::bytes::SmallBytes;
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
 
@@ -105,50 +106,8 @@ impl Held {
     }
 }
 
-/// A segment's bytes, kept inside the node when short (most file and folder names are), which
-/// spares an allocation per node.
-#[derive(Clone, Debug)]
-enum Segment {
-    Inline {
-        len: u8,
-        bytes: [u8; Segment::INLINE],
-    },
-    Heap(Box<[u8]>),
-}
-
-impl Segment {
-    const INLINE: usize = 22;
-
-    fn new(bytes: &[u8]) -> Segment {
-        if bytes.len() <= Segment::INLINE {
-            let mut inline = [0; Segment::INLINE];
-            inline[..bytes.len()].copy_from_slice(bytes);
-            Segment::Inline {
-                len: bytes.len() as u8,
-                bytes: inline,
-            }
-        } else {
-            Segment::Heap(bytes.into())
-        }
-    }
-}
-
-impl Default for Segment {
-    fn default() -> Self {
-        Segment::new(&[])
-    }
-}
-
-impl std::ops::Deref for Segment {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            Segment::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Segment::Heap(bytes) => bytes,
-        }
-    }
-}
+/// A segment's bytes, kept inside the node when short, as most file and folder names are.
+type Segment = SmallBytes;
 
 /// One path segment of the tree. A million locks make a million nodes, so the node is laid out
 /// to take one 64-byte cache line: the common cases (one lock on the path, one child) are kept
