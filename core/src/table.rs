@@ -383,8 +383,10 @@ impl LockTable {
         locks.len()
     }
 
-    /// Removes every lock whose deadline is not after `now`, earliest owner first, and returns
-    /// them.
+    /// Removes every lock whose deadline is not after `now`, and returns them: by owner, earlier
+    /// deadlines first. Owners that share a deadline come in an order that depends on history
+    /// and may differ between servers, so callers use the set, not the order (replicas apply an
+    /// `EXPIRE` effect and reclaim the same set themselves).
     pub fn reclaim_expired(&mut self, now: u64) -> Vec<LockInfo> {
         let mut reclaimed = Vec::new();
         while let Some((&earliest, &owner)) = self.expiry.first_key_value() {
