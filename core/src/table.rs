@@ -301,7 +301,7 @@ impl LockTable {
             return None;
         }
         let fence = self.next_fence;
-        let owner = me.unwrap_or_else(|| self.intern(token));
+        let owner = me.unwrap_or_else(|| self.add_owner(token));
         self.grant_to(owner, now.saturating_add(ttl), fence, items);
         Some(fence)
     }
@@ -683,9 +683,14 @@ impl LockTable {
 
     /// The owner id of `token`, created when it holds nothing yet.
     fn intern(&mut self, token: PackedToken) -> OwnerId {
-        if let Some(id) = self.find_owner(&token) {
-            return id;
+        match self.find_owner(&token) {
+            Some(id) => id,
+            None => self.add_owner(token),
         }
+    }
+
+    /// A new owner for a token that has none.
+    fn add_owner(&mut self, token: PackedToken) -> OwnerId {
         let hash = self.hasher.hash_one(token.stored());
         self.token_bytes += token.heap_bytes();
         let owner = Owner {
@@ -820,7 +825,9 @@ impl LockTable {
             owner.lock = Tagged(NONE);
         } else if owner.lock.0 == SPILLED {
             if let Some(all) = self.owner_locks.get_mut(&id) {
-                if let Some(i) = all.iter().position(|&l| l == lock) {
+                // From the end: releasing everything takes the last lock each time, which keeps
+                // it linear in the owner's locks.
+                if let Some(i) = all.iter().rposition(|&l| l == lock) {
                     all.swap_remove(i);
                 }
                 if let [only] = all[..] {
