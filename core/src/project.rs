@@ -107,7 +107,12 @@ impl Project {
 
     /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`.
     fn behind_a_waiter(&self, token: &Token, items: &[(Mode, Path)], before: u64) -> bool {
-        if self.waiters.is_empty() {
+        // The marks answer the common case, no related waiter at all, in O(depth); only a
+        // request that does touch waiters pays for listing them.
+        let touches_waiters = items
+            .iter()
+            .any(|(mode, path)| self.pending.conflicts(*mode, path));
+        if !touches_waiters {
             return false;
         }
         self.pending.blockers(0, None, items).iter().any(|p| {

@@ -424,6 +424,11 @@ impl LockTable {
         self.is_blocked_for(self.find_owner(&PackedToken::new(token)), mode, path)
     }
 
+    /// Whether any lock at all (whoever holds it) blocks `mode` on `path`, in O(depth).
+    pub fn conflicts(&self, mode: Mode, path: &Path) -> bool {
+        self.is_blocked_for(None, mode, path)
+    }
+
     /// `is_blocked` for the owner `me`, or for a token that holds nothing when `None`.
     fn is_blocked_for(&self, me: Option<OwnerId>, mode: Mode, path: &Path) -> bool {
         let mut node = ROOT;
