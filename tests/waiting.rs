@@ -1,6 +1,7 @@
 //! `ACQUIRE ... WAIT ms` with real concurrent clients: wake-ups on release, expiry and DEL,
 //! timeouts, first-come-first-served order, no writer starvation, 1,000 independent waiters,
-//! clean-up after disconnects and `CLIENT UNBLOCK`, transactions, and replication.
+//! clean-up after disconnects and `CLIENT UNBLOCK`, waiters let in when the one before them
+//! gives up, transactions, and replication.
 
 mod common;
 
@@ -503,4 +504,71 @@ fn grants_to_waiters_replicate_like_any_other() {
     pause_and_sync(&mut m);
     assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
     resume_writes(&mut m);
+}
+
+#[test]
+fn a_waiter_that_gives_up_lets_the_waiter_behind_it_in_and_replicas_see_the_grant() {
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let mut con = master.conn();
+    let mut r = replica.conn();
+    assert!(take(&mut con, "p", "reader", &["READ", "/A"]));
+
+    // The writer's wait conflicts with the reader. The second waiter's READ would share with the
+    // reader, but it queued behind the writer, so only the writer's timeout lets it in, while
+    // the reader still holds /A.
+    let writer = spawn_acquire(
+        &master,
+        "p",
+        &["TOKEN", "writer", "WAIT", "300", "WRITE", "/A"],
+    );
+    wait_for_blocked(&mut con, 1);
+    let behind = spawn_acquire(
+        &master,
+        "p",
+        &["TOKEN", "behind", "WAIT", "10000", "READ", "/A/doc"],
+    );
+    wait_for_blocked(&mut con, 2);
+    let (reply, took) = writer.join().expect("writer");
+    assert_eq!(reply, None);
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    let (reply, took) = behind.join().expect("behind");
+    assert_eq!(reply, Some(("behind".into(), 2)));
+    assert!(took < Duration::from_secs(3), "{took:?}");
+
+    // The same when the earlier waiter disconnects instead.
+    let quitter = RawClient::send(
+        master.port,
+        &[
+            "PATHLOCK.ACQUIRE",
+            "p",
+            "TOKEN",
+            "quitter",
+            "WAIT",
+            "60000",
+            "WRITE",
+            "/A",
+        ],
+    );
+    wait_for_blocked(&mut con, 1);
+    let second = spawn_acquire(
+        &master,
+        "p",
+        &["TOKEN", "second", "WAIT", "10000", "READ", "/A/other"],
+    );
+    wait_for_blocked(&mut con, 2);
+    drop(quitter);
+    let (reply, _) = second.join().expect("second");
+    assert_eq!(reply, Some(("second".into(), 3)));
+    assert_eq!(blocked_clients(&mut con), 0);
+
+    pause_and_sync(&mut con);
+    assert_eq!(digest_of(&mut con, "p"), digest_of(&mut r, "p"));
+    let mut holders: Vec<Vec<u8>> = lock_set(&mut r, "p").into_iter().map(|l| l.2).collect();
+    holders.sort();
+    assert_eq!(
+        holders,
+        [b"behind".to_vec(), b"reader".to_vec(), b"second".to_vec()]
+    );
+    resume_writes(&mut con);
 }
