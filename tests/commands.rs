@@ -309,6 +309,10 @@ fn bad_input_is_refused_with_a_clear_error() {
         ),
         (vec![b"WAIT", b"soon", b"WRITE", b"/A"], "ERR invalid WAIT"),
         (
+            vec![b"WAIT", b"86400001", b"WRITE", b"/A"],
+            "ERR invalid WAIT",
+        ),
+        (
             vec![b"WAIT", b"1", b"WAIT", b"1", b"WRITE", b"/A"],
             "ERR WAIT given more than once",
         ),
@@ -350,7 +354,30 @@ fn bad_input_is_refused_with_a_clear_error() {
             "{args:?}: got {error:?}, expected {expected:?}"
         );
     }
+    let mut release_many: Vec<&[u8]> = vec![b"PATHLOCK.RELEASE", b"p", b"t"];
+    release_many.extend(std::iter::repeat_n(&b"/x"[..], 65));
     let cases: Vec<(Vec<&[u8]>, &str)> = vec![
+        (release_many, "ERR too many paths: at most 64 per call"),
+        (
+            vec![b"PATHLOCK.RENEW", b"p", b"t", b"86400001"],
+            "ERR invalid TTL: must be an integer from 1 to 86400000",
+        ),
+        (
+            vec![b"PATHLOCK.LOCKS", b"p", long_path.as_bytes()],
+            "ERR path too long",
+        ),
+        (
+            vec![b"PATHLOCK.LOCKS", b"p", deep_path.as_bytes()],
+            "ERR path too deep",
+        ),
+        (
+            vec![b"PATHLOCK.CHECK", b"p", b"WRITE", long_path.as_bytes()],
+            "ERR path too long",
+        ),
+        (
+            vec![b"PATHLOCK.CHECK", b"p", b"READ", b"/a/../b"],
+            "ERR invalid path",
+        ),
         (vec![b"PATHLOCK.RELEASE", b"p", b""], "ERR invalid token"),
         (
             vec![b"PATHLOCK.RELEASE", b"p", b"t", b"/a/.."],
