@@ -166,6 +166,52 @@ fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
 }
 
 #[test]
+fn a_project_with_no_locks_left_keeps_its_fence_counter_across_rewrite_and_restart() {
+    for aof in [true, false] {
+        let mut server = if aof {
+            Server::start_with(&[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--aof-use-rdb-preamble",
+                "no",
+            ])
+        } else {
+            Server::start()
+        };
+        let mut con = server.conn();
+        for token in ["a", "b", "c"] {
+            assert!(take(&mut con, "p", token, &["WRITE", &format!("/{token}")]));
+            assert_eq!(release(&mut con, "p", token, &[]), 1);
+        }
+        let exists: i64 = cmd("EXISTS").arg("p").query(&mut con).expect("EXISTS");
+        assert_eq!(
+            exists, 1,
+            "the key keeps the counter although it holds no lock"
+        );
+        if aof {
+            // The rewrite has no lock to write, only the counter.
+            let _: String = cmd("BGREWRITEAOF").query(&mut con).expect("BGREWRITEAOF");
+            wait_until(Duration::from_secs(20), "the AOF rewrite", || {
+                info_number(&mut con, "persistence", "aof_rewrite_in_progress") == 0
+                    && info_number(&mut con, "persistence", "aof_rewrite_scheduled") == 0
+            });
+        } else {
+            let _: () = cmd("SAVE").query(&mut con).expect("SAVE");
+        }
+        server.crash_and_restart();
+        let mut con = server.conn();
+        assert_eq!(
+            fence_of_next_acquire(&mut con, "p"),
+            4,
+            "aof: {aof}; server log:\n{}",
+            server.log()
+        );
+    }
+}
+
+#[test]
 fn copy_rename_move_and_swapdb_carry_the_locks() {
     let server = Server::start();
     let mut con = server.conn();
