@@ -1,8 +1,8 @@
 //! Opening a project key: type checks, creation, lazy reclamation of expired locks, and the
 //! bookkeeping every change needs (effects, keyspace events, INFO gauges, the expiry schedule).
 
-use pathlock_core::Project;
-use redis_module::{Context, ContextFlags, NotifyEvent, RedisError, RedisString};
+use pathlock_core::{Mode, Path, Project, Token};
+use redis_module::{Context, ContextFlags, NotifyEvent, RedisError, RedisString, RedisValue};
 
 use crate::effects::Effect;
 use crate::errors::WRONGTYPE;
@@ -80,4 +80,33 @@ pub fn read<R>(
 
 pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
     ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);
+}
+
+/// What follows every grant, made at once or to a waiter: the effect for replicas and the AOF,
+/// the keyspace event, and the count in INFO.
+pub fn granted(
+    ctx: &Context,
+    key: &RedisString,
+    token: Token,
+    deadline: u64,
+    fence: u64,
+    items: Vec<(Mode, Path)>,
+) {
+    Effect::Grant {
+        token,
+        deadline,
+        fence,
+        items,
+    }
+    .replicate(ctx, key);
+    notify(ctx, "pathlock.acquire", key);
+    stats::count(&stats::GRANTS, 1);
+}
+
+/// The reply to a granted `ACQUIRE`: `[token, fence]`.
+pub fn grant_reply(token: &Token, fence: u64) -> RedisValue {
+    RedisValue::Array(vec![
+        RedisValue::StringBuffer(token.as_bytes().to_vec()),
+        RedisValue::Integer(i64::try_from(fence).unwrap_or(i64::MAX)),
+    ])
 }

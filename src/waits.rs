@@ -27,7 +27,6 @@ use std::time::Duration;
 use pathlock_core::{Grant, Project, Token, Waiter};
 use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
-use crate::effects::Effect;
 use crate::{clock, project, stats};
 
 /// What the registry knows of one waiter.
@@ -187,15 +186,14 @@ pub fn purge_cancelled(ctx: &Context, key: &[u8], project: &mut Project, now: u6
 pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
     for grant in grants {
         let reply = (grant.token.clone(), grant.fence);
-        Effect::Grant {
-            token: grant.token,
-            deadline: grant.deadline,
-            fence: grant.fence,
-            items: grant.items,
-        }
-        .replicate(ctx, key);
-        project::notify(ctx, "pathlock.acquire", key);
-        stats::count(&stats::GRANTS, 1);
+        project::granted(
+            ctx,
+            key,
+            grant.token,
+            grant.deadline,
+            grant.fence,
+            grant.items,
+        );
         stats::count(&stats::WAITS_GRANTED, 1);
         if let Some(entry) = with_registry(|r| forget(r, grant.waiter)) {
             unblock(entry.client, Some(reply));
@@ -428,10 +426,7 @@ extern "C" fn on_reply(
             return RedisValue::Null;
         }
         let (token, fence) = unsafe { &*data.cast::<(Token, u64)>() };
-        RedisValue::Array(vec![
-            RedisValue::StringBuffer(token.as_bytes().to_vec()),
-            RedisValue::Integer(i64::try_from(*fence).unwrap_or(i64::MAX)),
-        ])
+        project::grant_reply(token, *fence)
     }))
     .unwrap_or(RedisValue::Null);
     context.reply(Ok(reply)) as c_int

@@ -3,7 +3,6 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::words;
 use crate::clock::now_ms;
-use crate::effects::Effect;
 use crate::{args, project, stats, waits};
 
 enum Outcome {
@@ -52,18 +51,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             return Ok(RedisValue::Null);
         }
     };
-    stats::count(&stats::GRANTS, 1);
-    let reply = RedisValue::Array(vec![
-        RedisValue::StringBuffer(token.as_bytes().to_vec()),
-        RedisValue::Integer(i64::try_from(fence).unwrap_or(i64::MAX)),
-    ]);
-    Effect::Grant {
-        token,
-        deadline: now.saturating_add(request.ttl),
-        fence,
-        items: request.items,
-    }
-    .replicate(ctx, &args[1]);
-    project::notify(ctx, "pathlock.acquire", &args[1]);
+    let reply = project::grant_reply(&token, fence);
+    let deadline = now.saturating_add(request.ttl);
+    project::granted(ctx, &args[1], token, deadline, fence, request.items);
     Ok(reply)
 }
