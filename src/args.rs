@@ -116,23 +116,22 @@ pub fn token(word: &[u8]) -> Result<Token, Error> {
 /// A lease length in milliseconds: an integer from 1 to `pathlock.max-ttl`.
 pub fn ttl_ms(word: &[u8]) -> Result<u64, Error> {
     let max = config::max_ttl();
-    std::str::from_utf8(word)
-        .ok()
-        .and_then(|text| text.parse::<i64>().ok())
-        .filter(|ms| (1..=max).contains(ms))
-        .map(positive)
-        .ok_or(Error::InvalidTtl { max })
+    integer_in(word, 1, max).ok_or(Error::InvalidTtl { max })
 }
 
 /// How long to wait, in milliseconds: an integer from 0 (do not wait) to `pathlock.max-ttl`.
 pub fn wait_ms(word: &[u8]) -> Result<u64, Error> {
     let max = config::max_ttl();
+    integer_in(word, 0, max).ok_or(Error::InvalidWait { max })
+}
+
+/// A decimal integer from `min` (not negative) to `max`.
+fn integer_in(word: &[u8], min: i64, max: i64) -> Option<u64> {
     std::str::from_utf8(word)
         .ok()
         .and_then(|text| text.parse::<i64>().ok())
-        .filter(|ms| (0..=max).contains(ms))
-        .map(|ms| u64::try_from(ms).unwrap_or(0))
-        .ok_or(Error::InvalidWait { max })
+        .filter(|n| (min..=max).contains(n))
+        .and_then(|n| u64::try_from(n).ok())
 }
 
 fn check_count(count: usize) -> Result<(), Error> {
