@@ -31,11 +31,31 @@ apt_install() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >&2
 }
 
+# bindgen (through clang-sys) loads `libclang.so*` or `libclang-<version>.so*` and calls
+# `clang_createIndex`; `libclang-cpp.so*`, which Debian images ship without libclang, is another
+# library and does not do. So a candidate counts only when it loads and has that function.
+libclang_loads() {
+    python3 - "$1" <<'PY' 2>/dev/null
+import ctypes, sys
+ctypes.CDLL(sys.argv[1]).clang_createIndex
+PY
+}
+
 have_libclang() {
-    [ -n "${LIBCLANG_PATH:-}" ] && return 0
-    compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null ||
-        compgen -G "/usr/lib/*/libclang-*.so*" >/dev/null ||
-        compgen -G "/usr/lib/*/libclang.so*" >/dev/null
+    local dir candidate
+    if [ -n "${LIBCLANG_PATH:-}" ]; then
+        dir=$LIBCLANG_PATH
+        [ -d "$dir" ] || dir=$(dirname "$dir")
+        set -- "$dir"/libclang.so* "$dir"/libclang-[0-9]*.so*
+    else
+        set -- /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* \
+            /usr/lib/*/libclang.so* /usr/lib/*/libclang-[0-9]*.so* \
+            /usr/local/lib/libclang.so* /usr/local/lib/libclang-[0-9]*.so*
+    fi
+    for candidate in "$@"; do
+        [ -e "$candidate" ] && libclang_loads "$candidate" && return 0
+    done
+    return 1
 }
 
 need_libclang() {
