@@ -2,7 +2,7 @@
 //! starts with `ERR` (Redis adds nothing to a module's error), and is matched by the
 //! integration tests on its text.
 
-use std::fmt;
+use std::fmt::{self, Write};
 
 use pathlock_core::{PathError, TokenError};
 use redis_module::RedisError;
@@ -82,14 +82,88 @@ impl From<&'static str> for Error {
     }
 }
 
-/// Shows a client's word in an error message without letting arbitrary bytes through.
+/// Shows a client's word in an error message, at most 64 bytes of it, with every byte that is
+/// not printable ASCII escaped as `redis-cli` shows it (`\xc4\x80`, `\n`, `\\`). The result is
+/// plain ASCII whatever the client sent: redis-module turns an error reply into a C string one
+/// `char` at a time (`c as u8`), so a character such as U+0100 would become a NUL byte there and
+/// abort the server.
 pub fn shown(word: &[u8]) -> String {
     const MAX: usize = 64;
-    let text = String::from_utf8_lossy(&word[..word.len().min(MAX)]).into_owned();
-    let text: String = text.chars().filter(|c| !c.is_control()).collect();
+    let mut text = escaped(&word[..word.len().min(MAX)]);
     if word.len() > MAX {
-        format!("{text}...")
+        text.push_str("...");
+    }
+    text
+}
+
+/// `bytes` with everything but printable ASCII escaped, as `redis-cli` prints a reply.
+pub fn escaped(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    for &b in bytes {
+        match b {
+            b'\\' => text.push_str("\\\\"),
+            b'"' => text.push_str("\\\""),
+            b'\n' => text.push_str("\\n"),
+            b'\r' => text.push_str("\\r"),
+            b'\t' => text.push_str("\\t"),
+            0x07 => text.push_str("\\a"),
+            0x08 => text.push_str("\\b"),
+            0x20..=0x7e => text.push(char::from(b)),
+            // Writing to a String cannot fail.
+            _ => {
+                let _ = write!(text, "\\x{b:02x}");
+            }
+        }
+    }
+    text
+}
+
+/// The text of an error reply as it may reach redis-module's reply functions: printable ASCII
+/// only. Every message this module builds already is; this is the last line of defence, applied
+/// to every error a handler returns, so that a message that forgot to escape a client's bytes
+/// still cannot turn into a NUL inside the reply.
+pub fn reply_safe(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        std::borrow::Cow::Borrowed(message)
     } else {
-        text
+        std::borrow::Cow::Owned(escaped(message.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_word_is_shown_as_printable_ascii_whatever_its_bytes() {
+        assert_eq!(shown("Ā".as_bytes()), "\\xc4\\x80");
+        assert_eq!(shown(b"a\0b\r\n\t\"\\"), "a\\x00b\\r\\n\\t\\\"\\\\");
+        assert_eq!(shown(&[0xff, 0x7f, b' ']), "\\xff\\x7f ");
+        let long = [b'x'; 100];
+        assert_eq!(shown(&long), format!("{}...", "x".repeat(64)));
+        for b in 0..=255u8 {
+            assert!(shown(&[b]).bytes().all(|c| (0x20..=0x7e).contains(&c)));
+        }
+    }
+
+    #[test]
+    fn every_message_showing_a_client_word_is_printable_ascii() {
+        for word in ["Ā", "Ѐ", "＀", "\0", "%s%n"] {
+            for error in [
+                Error::UnknownWord(shown(word.as_bytes())),
+                Error::InvalidMode(shown(word.as_bytes())),
+            ] {
+                let text = error.to_string();
+                assert!(text.starts_with("ERR "), "{text}");
+                assert!(text.bytes().all(|c| (0x20..=0x7e).contains(&c)), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn reply_safe_escapes_only_what_is_not_printable_ascii() {
+        assert_eq!(reply_safe("ERR plain"), "ERR plain");
+        assert_eq!(reply_safe("ERR \u{100}"), "ERR \\xc4\\x80");
+        assert_eq!(reply_safe("ERR a\0b"), "ERR a\\x00b");
     }
 }

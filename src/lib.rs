@@ -16,6 +16,7 @@ mod expiry;
 mod info;
 mod keytype;
 mod project;
+mod reply;
 mod stats;
 mod waits;
 
@@ -35,10 +36,25 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     Status::Ok
 }
 
+/// Redis's allocator inside Redis; the system's in unit tests and fuzz targets, where Redis's
+/// would abort on the first allocation.
+#[cfg(not(any(test, feature = "system-alloc")))]
+macro_rules! allocator {
+    () => {
+        redis_module::alloc::RedisAlloc
+    };
+}
+#[cfg(any(test, feature = "system-alloc"))]
+macro_rules! allocator {
+    () => {
+        std::alloc::System
+    };
+}
+
 redis_module! {
     name: "pathlock",
     version: 1,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    allocator: (allocator!(), allocator!()),
     data_types: [PATHLOCK_TYPE],
     init: init,
     commands: [

@@ -2,7 +2,7 @@
 //! bookkeeping every change needs (effects, keyspace events, INFO gauges, the expiry schedule).
 
 use pathlock_core::{Mode, Path, Project, Token};
-use redis_module::{Context, ContextFlags, NotifyEvent, RedisError, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, NotifyEvent, RedisError, RedisString};
 
 use crate::effects::Effect;
 use crate::errors::WRONGTYPE;
@@ -101,12 +101,4 @@ pub fn granted(
     .replicate(ctx, key);
     notify(ctx, "pathlock.acquire", key);
     stats::count(&stats::GRANTS, 1);
-}
-
-/// The reply to a granted `ACQUIRE`: `[token, fence]`.
-pub fn grant_reply(token: &Token, fence: u64) -> RedisValue {
-    RedisValue::Array(vec![
-        RedisValue::StringBuffer(token.as_bytes().to_vec()),
-        RedisValue::Integer(i64::try_from(fence).unwrap_or(i64::MAX)),
-    ])
 }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use pathlock_core::{Grant, Project, Token, Waiter};
 use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
-use crate::{clock, project, stats};
+use crate::{clock, project, reply, stats};
 
 /// What the registry knows of one waiter.
 struct Entry {
@@ -426,7 +426,7 @@ extern "C" fn on_reply(
             return RedisValue::Null;
         }
         let (token, fence) = unsafe { &*data.cast::<(Token, u64)>() };
-        project::grant_reply(token, *fence)
+        reply::grant(token, *fence)
     }))
     .unwrap_or(RedisValue::Null);
     context.reply(Ok(reply)) as c_int

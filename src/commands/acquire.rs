@@ -3,7 +3,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::words;
 use crate::clock::now_ms;
-use crate::{args, project, stats, waits};
+use crate::{args, project, reply, stats, waits};
 
 enum Outcome {
     Granted(u64),
@@ -51,7 +51,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             return Ok(RedisValue::Null);
         }
     };
-    let reply = project::grant_reply(&token, fence);
+    let reply = reply::grant(&token, fence);
     let deadline = now.saturating_add(request.ttl);
     project::granted(ctx, &args[1], token, deadline, fence, request.items);
     Ok(reply)

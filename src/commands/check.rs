@@ -1,9 +1,9 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
-use super::{lock_entries, words};
+use super::words;
 use crate::args;
 use crate::clock::now_ms;
-use crate::project;
+use crate::{project, reply};
 
 /// PATHLOCK.CHECK key [TOKEN token] mode path [mode path ...]
 pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -18,5 +18,5 @@ pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             .blockers(now, request.token.as_ref(), &request.items)
     })?
     .unwrap_or_default();
-    Ok(lock_entries(&blockers, now))
+    Ok(reply::lock_entries(&blockers, now))
 }

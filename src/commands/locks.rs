@@ -1,11 +1,10 @@
 use pathlock_core::Path;
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
-use super::lock_entries;
 use crate::clock::now_ms;
 use crate::config;
 use crate::errors::Error;
-use crate::project;
+use crate::{project, reply};
 
 /// PATHLOCK.LOCKS key [path]
 pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -19,5 +18,5 @@ pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = now_ms(ctx);
     let locks = project::read(ctx, &args[1], |project| project.locks().locks(now, &under))?
         .unwrap_or_default();
-    Ok(lock_entries(&locks, now))
+    Ok(reply::lock_entries(&locks, now))
 }

@@ -18,44 +18,24 @@ pub use renew::renew;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pathlock_core::LockInfo;
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisString};
 
 use crate::errors::ERR_PANIC;
+use crate::reply;
 
 type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
 
-/// Wraps a handler so that a panic becomes an error reply: unwinding out of the `extern "C"`
-/// function that Redis calls would abort the whole server.
+/// Wraps a handler so that a panic becomes an error reply (unwinding out of the `extern "C"`
+/// function that Redis calls would abort the whole server), and so that whatever it answers is
+/// safe for redis-module to write (`reply::safe`).
 pub fn guarded(handler: Handler) -> impl Fn(&Context, Vec<RedisString>) -> RedisResult {
     move |ctx, args| {
-        catch_unwind(AssertUnwindSafe(|| handler(ctx, args)))
-            .unwrap_or_else(|_| Err(RedisError::Str(ERR_PANIC)))
+        let result = catch_unwind(AssertUnwindSafe(|| handler(ctx, args)))
+            .unwrap_or_else(|_| Err(RedisError::Str(ERR_PANIC)));
+        reply::safe(result)
     }
 }
 
 fn words(args: &[RedisString]) -> Vec<&[u8]> {
     args.iter().map(RedisString::as_slice).collect()
-}
-
-/// The entries of LOCKS and CHECK: `[path, mode, token, ttl-ms, fence]`.
-fn lock_entries(locks: &[LockInfo], now: u64) -> RedisValue {
-    RedisValue::Array(
-        locks
-            .iter()
-            .map(|lock| {
-                RedisValue::Array(vec![
-                    RedisValue::StringBuffer(lock.path.to_bytes()),
-                    RedisValue::BulkString(lock.mode.as_str().to_owned()),
-                    RedisValue::StringBuffer(lock.token.as_bytes().to_vec()),
-                    RedisValue::Integer(clamp(lock.deadline.saturating_sub(now))),
-                    RedisValue::Integer(clamp(lock.fence)),
-                ])
-            })
-            .collect(),
-    )
-}
-
-fn clamp(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
 }

@@ -1,0 +1,56 @@
+//! Replies, built without Redis: the entries of `LOCKS` and `CHECK`, the `[token, fence]` of a
+//! grant, and the last check every reply passes before it reaches redis-module.
+//!
+//! Imports only the engine and `errors`; called by the command handlers, the blocked-client
+//! reply callback and the fuzz harness.
+
+use pathlock_core::{LockInfo, Token};
+use redis_module::{RedisError, RedisResult, RedisValue};
+
+use crate::errors::reply_safe;
+
+/// The entries of LOCKS and CHECK: `[path, mode, token, ttl-ms, fence]`.
+pub fn lock_entries(locks: &[LockInfo], now: u64) -> RedisValue {
+    RedisValue::Array(
+        locks
+            .iter()
+            .map(|lock| {
+                RedisValue::Array(vec![
+                    RedisValue::StringBuffer(lock.path.to_bytes()),
+                    RedisValue::BulkString(lock.mode.as_str().to_owned()),
+                    RedisValue::StringBuffer(lock.token.as_bytes().to_vec()),
+                    RedisValue::Integer(clamp(lock.deadline.saturating_sub(now))),
+                    RedisValue::Integer(clamp(lock.fence)),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// The reply to a granted `ACQUIRE`: `[token, fence]`.
+pub fn grant(token: &Token, fence: u64) -> RedisValue {
+    RedisValue::Array(vec![
+        RedisValue::StringBuffer(token.as_bytes().to_vec()),
+        RedisValue::Integer(clamp(fence)),
+    ])
+}
+
+fn clamp(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// What every handler's result goes through before redis-module writes it: an error message
+/// that is not plain printable ASCII is escaped. redis-module builds a C string from an error one
+/// `char` at a time and unwraps it, outside any `catch_unwind`, so a stray byte there would
+/// abort the server; the data replies (bulk strings, integers, arrays) are binary safe.
+pub fn safe(result: RedisResult) -> RedisResult {
+    match result {
+        Err(RedisError::String(message)) => {
+            Err(RedisError::String(reply_safe(&message).into_owned()))
+        }
+        Err(RedisError::Str(message)) if reply_safe(message) != message => {
+            Err(RedisError::String(reply_safe(message).into_owned()))
+        }
+        other => other,
+    }
+}
