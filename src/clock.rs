@@ -12,6 +12,8 @@ use std::sync::Mutex;
 
 use redis_module::{raw, Context, ContextFlags};
 
+use crate::contain::contained;
+
 /// `(client id, ms)` of the transaction or script running now.
 static SNAPSHOT: Mutex<Option<(u64, u64)>> = Mutex::new(None);
 
@@ -60,7 +62,9 @@ extern "C" fn on_event_loop(
     _data: *mut c_void,
 ) {
     if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
-        *SNAPSHOT.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        contained("the before-sleep event", (), || {
+            *SNAPSHOT.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        });
     }
 }
 

@@ -15,10 +15,10 @@ pub const MAX_PATHS_PER_CALL: i64 = 64;
 /// The largest value any of the limits may be set to: ten years of TTL, and limits far above
 /// what a file system uses.
 pub const TTL_CEILING_MS: i64 = 315_360_000_000;
-pub const LIMIT_CEILING: i64 = 1 << 20;
+pub const LIMIT_CEILING: i64 = PathLimits::CEILING.max_bytes as i64;
 /// Listings walk the tree recursively, one stack frame per level; this bound keeps that far
 /// inside the server's stack.
-pub const DEPTH_CEILING: i64 = 4096;
+pub const DEPTH_CEILING: i64 = PathLimits::CEILING.max_depth as i64;
 
 pub static DEFAULT_TTL: AtomicI64 = AtomicI64::new(DEFAULT_TTL_MS);
 pub static MAX_TTL: AtomicI64 = AtomicI64::new(MAX_TTL_MS);

@@ -105,13 +105,10 @@ impl Effect {
     }
 
     /// Parses the words after the key. Paths were normalised and checked by the master, so they
-    /// are not held to this server's limits, which may be set lower.
+    /// are held to the ceiling of every configuration rather than to this server's limits, which
+    /// may be set lower.
     pub fn parse(words: &[&[u8]]) -> Result<Effect, Error> {
-        let unlimited = PathLimits {
-            max_bytes: usize::MAX,
-            max_depth: usize::MAX,
-        };
-        let path = |raw: &[u8]| Path::parse(raw, &unlimited).map_err(Error::from);
+        let path = |raw: &[u8]| Path::parse(raw, &PathLimits::CEILING).map_err(Error::from);
         let (&op, rest) = words.split_first().ok_or(Error::Fixed(ERR_EFFECT_SYNTAX))?;
         let op = op.to_ascii_uppercase();
         match (op.as_slice(), rest) {

@@ -4,10 +4,16 @@
 use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
+use crate::contain::contained;
 use crate::stats::{self, *};
 
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
+    contained("INFO", (), || section(ctx));
+    Ok(())
+}
+
+fn section(ctx: &InfoContext) {
     // The raw calls name the section after the module alone (`# pathlock`); the builder would
     // call it `pathlock_<name>`.
     raw::add_info_section(ctx.ctx, None);
@@ -29,5 +35,4 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     ] {
         raw::add_info_field_unsigned_long_long(ctx.ctx, name, stats::total(total));
     }
-    Ok(())
 }

@@ -1,26 +1,15 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! The RDB encoding, version [`ENCODING_VERSION`]:
-//!
-//! ```text
-//! unsigned  next fence
-//! unsigned  number of locks
-//! per lock, in tree order (path, then WRITE before READ, then token):
-//!   buffer    path trie key
-//!   unsigned  mode (0 WRITE, 1 READ)
-//!   buffer    token
-//!   unsigned  deadline, absolute milliseconds
-//!   unsigned  fence
-//! ```
-//!
-//! Loading checks every field and the strict order, so a corrupt payload (from a damaged file or
-//! a hand-made `RESTORE`) is refused instead of becoming a table whose indexes disagree.
+//! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
+//! only carries its items through `RedisModule_Save*`/`Load*`, so the checks that refuse a
+//! corrupt payload live in the engine, where they are unit-tested and fuzzed without Redis.
 
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
-use pathlock_core::{LockTable, Mode, Path, Project, Token};
+use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
+use crate::contain::contained;
 use crate::{stats, waits};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
@@ -75,20 +64,24 @@ fn into_value(project: Project) -> *mut c_void {
 /// Runs in Redis's lazy-free thread for large values, so it touches nothing but the table and
 /// the atomic gauges.
 extern "C" fn free(value: *mut c_void) {
-    if !value.is_null() {
-        // SAFETY: the value was created by `Box::new` in `into_value` or `set_value`.
-        let project = unsafe { Box::from_raw(value.cast::<Project>()) };
-        stats::track(&stats::KEYS, 1, 0);
-        stats::track(&stats::LOCKS_HELD, project.locks().len(), 0);
-    }
+    contained("free", (), || {
+        if !value.is_null() {
+            // SAFETY: the value was created by `Box::new` in `into_value` or `set_value`.
+            let project = unsafe { Box::from_raw(value.cast::<Project>()) };
+            stats::track(&stats::KEYS, 1, 0);
+            stats::track(&stats::LOCKS_HELD, project.locks().len(), 0);
+        }
+    })
 }
 
 /// The key is leaving the keyspace (`DEL`, `UNLINK`, overwritten): clients waiting on it are
 /// queued again on the key name, where the next acquire finds no locks.
 extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
-    // SAFETY: see `project`; called on the main thread before the value is freed.
-    let ids: Vec<u64> = unsafe { project(value) }.waiter_ids().collect();
-    waits::requeue(ids);
+    contained("unlink", (), || {
+        // SAFETY: see `project`; called on the main thread before the value is freed.
+        let ids: Vec<u64> = unsafe { project(value) }.waiter_ids().collect();
+        waits::requeue(ids);
+    })
 }
 
 extern "C" fn copy(
@@ -96,54 +89,62 @@ extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    // SAFETY: see `project`. A copy carries the locks, not the waiters.
-    into_value(unsafe { project(value) }.clone())
+    contained("copy", std::ptr::null_mut(), || {
+        // SAFETY: see `project`. A copy carries the locks, not the waiters.
+        into_value(unsafe { project(value) }.clone())
+    })
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
-    // SAFETY: see `table`.
-    unsafe { table(value) }.memory_estimate()
+    contained("mem_usage", 0, || {
+        // SAFETY: see `table`.
+        unsafe { table(value) }.memory_estimate()
+    })
 }
 
 /// Above Redis's `lazyfree` threshold (64) for any table with a few locks, so `UNLINK`,
 /// `FLUSHALL ASYNC` and lazy deletes free large projects in the background.
 extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_void) -> usize {
-    // SAFETY: see `table`.
-    unsafe { table(value) }.free_effort()
+    contained("free_effort", 0, || {
+        // SAFETY: see `table`.
+        unsafe { table(value) }.free_effort()
+    })
 }
 
 /// Feeds every lock, in tree order, and the fence counter to `DEBUG DIGEST`, so a master and
 /// its replicas can be compared.
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    // SAFETY: see `table`; the digest functions only read the buffers they are given.
-    let table = unsafe { table(value) };
-    unsafe {
-        let (Some(add_buffer), Some(add_number), Some(end)) = (
-            raw::RedisModule_DigestAddStringBuffer,
-            raw::RedisModule_DigestAddLongLong,
-            raw::RedisModule_DigestEndSequence,
-        ) else {
-            return;
-        };
-        for lock in table.iter() {
-            add_buffer(
-                md,
-                lock.path.key().as_ptr().cast::<c_char>(),
-                lock.path.key().len(),
-            );
-            add_number(md, mode_code(lock.mode) as c_longlong);
-            add_buffer(
-                md,
-                lock.token.as_bytes().as_ptr().cast::<c_char>(),
-                lock.token.as_bytes().len(),
-            );
-            add_number(md, lock.deadline as c_longlong);
-            add_number(md, lock.fence as c_longlong);
+    contained("digest", (), || {
+        // SAFETY: see `table`; the digest functions only read the buffers they are given.
+        let table = unsafe { table(value) };
+        unsafe {
+            let (Some(add_buffer), Some(add_number), Some(end)) = (
+                raw::RedisModule_DigestAddStringBuffer,
+                raw::RedisModule_DigestAddLongLong,
+                raw::RedisModule_DigestEndSequence,
+            ) else {
+                return;
+            };
+            for lock in table.iter() {
+                add_buffer(
+                    md,
+                    lock.path.key().as_ptr().cast::<c_char>(),
+                    lock.path.key().len(),
+                );
+                add_number(md, mode_code(lock.mode) as c_longlong);
+                add_buffer(
+                    md,
+                    lock.token.as_bytes().as_ptr().cast::<c_char>(),
+                    lock.token.as_bytes().len(),
+                );
+                add_number(md, lock.deadline as c_longlong);
+                add_number(md, lock.fence as c_longlong);
+                end(md);
+            }
+            add_number(md, table.next_fence() as c_longlong);
             end(md);
         }
-        add_number(md, table.next_fence() as c_longlong);
-        end(md);
-    }
+    })
 }
 
 /// Rewrites a project as the effects that rebuild it: its fence counter, then one `GRANT` per
@@ -153,119 +154,104 @@ extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    // SAFETY: see `table`.
-    let table = unsafe { table(value) };
-    let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
-        return;
-    };
-    let command = c"PATHLOCK.EFFECT".as_ptr();
-    // SAFETY: every format letter matches its argument: `s` a RedisModuleString, `c` a C string,
-    // `l` a long long, `b` a pointer and a size_t length.
-    unsafe {
-        emit(
-            aof,
-            command,
-            c"scl".as_ptr(),
-            key,
-            c"FENCE".as_ptr(),
-            table.next_fence() as c_longlong,
-        );
-        for lock in table.iter() {
-            let token = lock.token.as_bytes();
-            let path = lock.path.to_bytes();
-            let mode = match lock.mode {
-                Mode::Write => c"WRITE".as_ptr(),
-                Mode::Read => c"READ".as_ptr(),
-            };
+    contained("aof_rewrite", (), || {
+        // SAFETY: see `table`.
+        let table = unsafe { table(value) };
+        let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
+            return;
+        };
+        let command = c"PATHLOCK.EFFECT".as_ptr();
+        // SAFETY: every format letter matches its argument: `s` a RedisModuleString, `c` a C string,
+        // `l` a long long, `b` a pointer and a size_t length.
+        unsafe {
             emit(
                 aof,
                 command,
-                c"scbllcb".as_ptr(),
+                c"scl".as_ptr(),
                 key,
-                c"GRANT".as_ptr(),
-                token.as_ptr().cast::<c_char>(),
-                token.len(),
-                lock.deadline as c_longlong,
-                lock.fence as c_longlong,
-                mode,
-                path.as_ptr().cast::<c_char>(),
-                path.len(),
+                c"FENCE".as_ptr(),
+                table.next_fence() as c_longlong,
             );
+            for lock in table.iter() {
+                let token = lock.token.as_bytes();
+                let path = lock.path.to_bytes();
+                let mode = match lock.mode {
+                    Mode::Write => c"WRITE".as_ptr(),
+                    Mode::Read => c"READ".as_ptr(),
+                };
+                emit(
+                    aof,
+                    command,
+                    c"scbllcb".as_ptr(),
+                    key,
+                    c"GRANT".as_ptr(),
+                    token.as_ptr().cast::<c_char>(),
+                    token.len(),
+                    lock.deadline as c_longlong,
+                    lock.fence as c_longlong,
+                    mode,
+                    path.as_ptr().cast::<c_char>(),
+                    path.len(),
+                );
+            }
         }
+    })
+}
+
+/// The items of an RDB payload, read and written through Redis's module IO.
+struct Rdb(*mut raw::RedisModuleIO);
+
+impl persist::Source for Rdb {
+    fn unsigned(&mut self) -> Option<u64> {
+        raw::load_unsigned(self.0).ok()
+    }
+
+    fn buffer(&mut self) -> Option<Vec<u8>> {
+        raw::load_string_buffer(self.0)
+            .ok()
+            .map(|buffer| buffer.as_ref().to_vec())
+    }
+}
+
+impl persist::Sink for Rdb {
+    fn unsigned(&mut self, value: u64) {
+        raw::save_unsigned(self.0, value);
+    }
+
+    fn buffer(&mut self, bytes: &[u8]) {
+        raw::save_slice(self.0, bytes);
     }
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    // SAFETY: see `table`.
-    let table = unsafe { table(value) };
-    raw::save_unsigned(rdb, table.next_fence());
-    raw::save_unsigned(rdb, table.len() as u64);
-    for lock in table.iter() {
-        raw::save_slice(rdb, lock.path.key());
-        raw::save_unsigned(rdb, mode_code(lock.mode));
-        raw::save_slice(rdb, lock.token.as_bytes());
-        raw::save_unsigned(rdb, lock.deadline);
-        raw::save_unsigned(rdb, lock.fence);
-    }
+    contained("rdb_save", (), || {
+        // SAFETY: see `table`.
+        persist::encode(unsafe { table(value) }, &mut Rdb(rdb));
+    })
 }
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    if encver > ENCODING_VERSION {
-        logging::log_warning(format!(
-            "pathlock: cannot load a path-lock value of encoding version {encver}; \
-             this module reads versions up to {ENCODING_VERSION}"
-        ));
-        return std::ptr::null_mut();
-    }
-    match load_table(rdb) {
-        Ok(table) => into_value(Project::from_locks(table)),
-        Err(reason) => {
-            logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));
-            std::ptr::null_mut()
+    contained("rdb_load", std::ptr::null_mut(), || {
+        if encver > ENCODING_VERSION {
+            logging::log_warning(format!(
+                "pathlock: cannot load a path-lock value of encoding version {encver}; \
+                 this module reads versions up to {ENCODING_VERSION}"
+            ));
+            return std::ptr::null_mut();
         }
-    }
-}
-
-fn load_table(rdb: *mut raw::RedisModuleIO) -> Result<LockTable, String> {
-    let io = |e: redis_module::error::Error| format!("short or unreadable payload ({e})");
-    let next_fence = raw::load_unsigned(rdb).map_err(io)?;
-    let count = raw::load_unsigned(rdb).map_err(io)?;
-    let mut table = LockTable::new();
-    let mut previous: Option<(Path, Mode, Token)> = None;
-    for _ in 0..count {
-        let key = raw::load_string_buffer(rdb).map_err(io)?.as_ref().to_vec();
-        let path = Path::from_key(key).ok_or("malformed path")?;
-        let mode = mode_from_code(raw::load_unsigned(rdb).map_err(io)?).ok_or("unknown mode")?;
-        let token = raw::load_string_buffer(rdb).map_err(io)?;
-        let token = Token::new(token.as_ref()).map_err(|e| e.to_string())?;
-        let deadline = raw::load_unsigned(rdb).map_err(io)?;
-        let fence = raw::load_unsigned(rdb).map_err(io)?;
-        if fence == 0 || fence >= next_fence {
-            return Err(format!("fence {fence} outside 1..{next_fence}"));
+        match persist::decode(&mut Rdb(rdb)) {
+            Ok(table) => into_value(Project::from_locks(table)),
+            Err(reason) => {
+                logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));
+                std::ptr::null_mut()
+            }
         }
-        let order = (path, mode, token);
-        if previous.as_ref().is_some_and(|prev| *prev >= order) {
-            return Err("locks out of order or repeated".into());
-        }
-        let (path, mode, token) = &order;
-        table.grant(token, deadline, fence, &[(*mode, path.clone())]);
-        previous = Some(order);
-    }
-    table.raise_next_fence(next_fence);
-    Ok(table)
+    })
 }
 
 fn mode_code(mode: Mode) -> u64 {
     match mode {
         Mode::Write => 0,
         Mode::Read => 1,
-    }
-}
-
-fn mode_from_code(code: u64) -> Option<Mode> {
-    match code {
-        0 => Some(Mode::Write),
-        1 => Some(Mode::Read),
-        _ => None,
     }
 }

@@ -9,10 +9,13 @@ mod args;
 mod clock;
 mod commands;
 mod config;
+mod contain;
 mod docs;
 mod effects;
 mod errors;
 mod expiry;
+#[cfg(any(test, feature = "system-alloc"))]
+pub mod harness;
 mod info;
 mod keytype;
 mod project;
@@ -26,14 +29,16 @@ use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    // Without this option a short read while loading an RDB or a RESTORE payload kills the
-    // server; with it, the loader sees the error and refuses the value.
-    ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
-    expiry::start(ctx);
-    clock::subscribe(ctx);
-    waits::init(ctx);
-    docs::register(ctx);
-    Status::Ok
+    contain::contained("loading the module", Status::Err, || {
+        // Without this option a short read while loading an RDB or a RESTORE payload kills the
+        // server; with it, the loader sees the error and refuses the value.
+        ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
+        expiry::start(ctx);
+        clock::subscribe(ctx);
+        waits::init(ctx);
+        docs::register(ctx);
+        Status::Ok
+    })
 }
 
 /// Redis's allocator inside Redis; the system's in unit tests and fuzz targets, where Redis's

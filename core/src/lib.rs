@@ -8,11 +8,13 @@
 //! * [`lock`]: modes, tokens and the view of a lock.
 //! * `bytes`: short byte strings kept without an allocation, for segments and tokens.
 //! * [`table`]: the lock table of one project, where conflicts are decided.
+//! * [`persist`]: a lock table as the items of its RDB encoding, and back, checked.
 //! * [`project`]: a lock table with its queue of waiting requests, served in arrival order.
 
 mod bytes;
 pub mod lock;
 pub mod path;
+pub mod persist;
 pub mod project;
 pub mod table;
 

@@ -31,6 +31,17 @@ pub struct PathLimits {
     pub max_depth: usize,
 }
 
+impl PathLimits {
+    /// The most any configuration may allow, and what paths that did not come from a client
+    /// (a master's effects, an RDB or `RESTORE` payload) are held to. Listings and persistence
+    /// walk the tree recursively, one stack frame per level, so the depth bound keeps a forged
+    /// payload from overflowing the server's stack.
+    pub const CEILING: PathLimits = PathLimits {
+        max_bytes: 1 << 20,
+        max_depth: 4096,
+    };
+}
+
 impl Default for PathLimits {
     fn default() -> Self {
         PathLimits {

@@ -1,0 +1,187 @@
+//! A lock table as a sequence of numbers and byte strings, and back: the payload of the Redis
+//! type's RDB encoding (and of `DUMP`/`RESTORE`/`MIGRATE`), without Redis.
+//!
+//! ```text
+//! unsigned  next fence
+//! unsigned  number of locks
+//! per lock, in tree order (path, then WRITE before READ, then token):
+//!   buffer    path trie key
+//!   unsigned  mode (0 WRITE, 1 READ)
+//!   buffer    token
+//!   unsigned  deadline, absolute milliseconds
+//!   unsigned  fence
+//! ```
+//!
+//! The Redis layer reads and writes the items through `RedisModule_Load*`/`Save*`; tests and the
+//! fuzz target read them from plain bytes ([`ByteSource`]). Decoding checks every field, the
+//! strict order, the fences against the counter and that no two locks conflict, so a damaged
+//! file or a hand-made `RESTORE` payload is refused instead of becoming a table whose indexes
+//! disagree or that grants one path to two owners.
+
+use std::fmt;
+
+use crate::lock::{Mode, Token};
+use crate::path::{Path, PathLimits};
+use crate::table::LockTable;
+
+/// Where an encoded table is read from, item by item.
+pub trait Source {
+    /// Reads the next unsigned integer; `None` when the payload ends or cannot be read.
+    fn unsigned(&mut self) -> Option<u64>;
+    /// Reads the next byte string; `None` when the payload ends or cannot be read.
+    fn buffer(&mut self) -> Option<Vec<u8>>;
+}
+
+/// Where an encoded table is written, item by item.
+pub trait Sink {
+    fn unsigned(&mut self, value: u64);
+    fn buffer(&mut self, bytes: &[u8]);
+}
+
+/// Why a payload was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    Short,
+    MalformedPath,
+    UnknownMode(u64),
+    BadToken,
+    FenceOutOfRange { fence: u64, next: u64 },
+    OutOfOrder,
+    Conflicting,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Short => f.write_str("short or unreadable payload"),
+            DecodeError::MalformedPath => f.write_str("malformed or too deep path"),
+            DecodeError::UnknownMode(code) => write!(f, "unknown mode {code}"),
+            DecodeError::BadToken => f.write_str("token of 0 or more than 128 bytes"),
+            DecodeError::FenceOutOfRange { fence, next } => {
+                write!(f, "fence {fence} outside 1..{next}")
+            }
+            DecodeError::OutOfOrder => f.write_str("locks out of order or repeated"),
+            DecodeError::Conflicting => f.write_str("two owners hold conflicting locks"),
+        }
+    }
+}
+
+fn mode_code(mode: Mode) -> u64 {
+    match mode {
+        Mode::Write => 0,
+        Mode::Read => 1,
+    }
+}
+
+fn mode_from_code(code: u64) -> Result<Mode, DecodeError> {
+    match code {
+        0 => Ok(Mode::Write),
+        1 => Ok(Mode::Read),
+        _ => Err(DecodeError::UnknownMode(code)),
+    }
+}
+
+/// Writes `table` in the order and layout above.
+pub fn encode(table: &LockTable, sink: &mut impl Sink) {
+    sink.unsigned(table.next_fence());
+    sink.unsigned(table.len() as u64);
+    for lock in table.iter() {
+        sink.buffer(lock.path.key());
+        sink.unsigned(mode_code(lock.mode));
+        sink.buffer(lock.token.as_bytes());
+        sink.unsigned(lock.deadline);
+        sink.unsigned(lock.fence);
+    }
+}
+
+/// Reads a table written by [`encode`], refusing anything `encode` cannot have written.
+pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
+    let next_fence = source.unsigned().ok_or(DecodeError::Short)?;
+    let count = source.unsigned().ok_or(DecodeError::Short)?;
+    let mut table = LockTable::new();
+    let mut previous: Option<(Path, Mode, Token)> = None;
+    // The count comes from the payload, so nothing is allocated by it: a forged count ends at
+    // the first item that is not there.
+    for _ in 0..count {
+        let key = source.buffer().ok_or(DecodeError::Short)?;
+        let path = Path::from_key(key)
+            .filter(|path| path.depth() <= PathLimits::CEILING.max_depth)
+            .ok_or(DecodeError::MalformedPath)?;
+        let mode = mode_from_code(source.unsigned().ok_or(DecodeError::Short)?)?;
+        let token = source.buffer().ok_or(DecodeError::Short)?;
+        let token = Token::new(&token).map_err(|_| DecodeError::BadToken)?;
+        let deadline = source.unsigned().ok_or(DecodeError::Short)?;
+        let fence = source.unsigned().ok_or(DecodeError::Short)?;
+        if fence == 0 || fence >= next_fence {
+            return Err(DecodeError::FenceOutOfRange {
+                fence,
+                next: next_fence,
+            });
+        }
+        let order = (path, mode, token);
+        if previous.as_ref().is_some_and(|prev| *prev >= order) {
+            return Err(DecodeError::OutOfOrder);
+        }
+        let (path, mode, token) = &order;
+        // In tree order a path's descendants come after it, so this check looks at ancestors
+        // and the path itself: O(depth) per lock.
+        if table.is_blocked(token, *mode, path) {
+            return Err(DecodeError::Conflicting);
+        }
+        table.grant(token, deadline, fence, &[(*mode, path.clone())]);
+        previous = Some(order);
+    }
+    table.raise_next_fence(next_fence);
+    Ok(table)
+}
+
+/// A simple byte framing of the items, for tests and fuzzing: an unsigned is 8 bytes little
+/// endian; a buffer is its length as one such unsigned, then its bytes.
+#[derive(Debug, Default)]
+pub struct ByteSource<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> ByteSource<'a> {
+    pub fn new(bytes: &'a [u8]) -> ByteSource<'a> {
+        ByteSource { bytes }
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.bytes.len() < n {
+            return None;
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Some(head)
+    }
+}
+
+impl Source for ByteSource<'_> {
+    fn unsigned(&mut self) -> Option<u64> {
+        let bytes: [u8; 8] = self.take(8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(bytes))
+    }
+
+    fn buffer(&mut self) -> Option<Vec<u8>> {
+        let len = usize::try_from(self.unsigned()?).ok()?;
+        self.take(len).map(<[u8]>::to_vec)
+    }
+}
+
+/// The writing side of [`ByteSource`]'s framing.
+#[derive(Debug, Default)]
+pub struct ByteSink {
+    pub bytes: Vec<u8>,
+}
+
+impl Sink for ByteSink {
+    fn unsigned(&mut self, value: u64) {
+        self.bytes.extend_from_slice(&value.to_le_bytes());
+    }
+
+    fn buffer(&mut self, bytes: &[u8]) {
+        self.unsigned(bytes.len() as u64);
+        self.bytes.extend_from_slice(bytes);
+    }
+}

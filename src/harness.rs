@@ -1,0 +1,329 @@
+//! The module's three byte-facing surfaces, run without a server, for the fuzz targets in
+//! `fuzz/` and for the unit tests that replay their corpus and every crasher found:
+//!
+//! * [`command`]: a client's argument vector through the same parsing (`args`), engine calls and
+//!   reply building (`reply`, `errors`) as the command handlers, ending with the conversion that
+//!   redis-module applies when it writes the reply;
+//! * [`rdb`]: an RDB (or `RESTORE`) payload through the engine's decoder;
+//! * [`effect`]: `PATHLOCK.EFFECT` arguments as a replica or an AOF replay receives them.
+//!
+//! Each panics, as a fuzz target must, when a promise breaks: a reply that redis-module could not
+//! write, an error that is not `ERR ...` printable ASCII, an engine whose indexes disagree, or a
+//! round trip that changes what it carries. Built only for tests and with the `system-alloc`
+//! feature, never into the module Redis loads.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+
+use pathlock_core::persist::{self, ByteSink, ByteSource};
+use pathlock_core::{LockTable, Path, Project, Token};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::effects::Effect;
+use crate::errors::{Error, ERR_EFFECT_INTERNAL};
+use crate::{args, config, reply};
+
+/// The commands a client may send, indexed by the first byte of a fuzz record.
+const COMMANDS: [&str; 6] = [
+    "PATHLOCK.ACQUIRE",
+    "PATHLOCK.RELEASE",
+    "PATHLOCK.RENEW",
+    "PATHLOCK.LOCKS",
+    "PATHLOCK.CHECK",
+    "PATHLOCK.EFFECT",
+];
+
+/// Splits fuzz input into records of `[command byte, clock step in ms, argc, (len, bytes)*]`.
+/// Every input decodes to something; a record cut short takes what is there.
+fn records(data: &[u8]) -> Vec<(u8, u64, Vec<&[u8]>)> {
+    let mut records = Vec::new();
+    let mut rest = data;
+    while let [command, step, argc, tail @ ..] = rest {
+        rest = tail;
+        let mut words = Vec::new();
+        for _ in 0..(*argc % 16) {
+            let Some((&len, tail)) = rest.split_first() else {
+                break;
+            };
+            let len = usize::from(len).min(tail.len());
+            let (word, tail) = tail.split_at(len);
+            words.push(word);
+            rest = tail;
+        }
+        records.push((*command, u64::from(*step), words));
+    }
+    records
+}
+
+/// Runs a sequence of commands, as records, against projects held in memory.
+pub fn command(data: &[u8]) {
+    let mut projects: HashMap<Vec<u8>, Project> = HashMap::new();
+    let mut now = 1_700_000_000_000;
+    for (command, step, words) in records(data) {
+        now += step;
+        let name = COMMANDS[usize::from(command) % COMMANDS.len()];
+        let result = reply::safe(run(&mut projects, now, name, &words));
+        check_reply(&result);
+        for project in projects.values() {
+            if let Err(problem) = project.locks().check_integrity() {
+                panic!("{name} left a table whose indexes disagree: {problem}");
+            }
+        }
+    }
+}
+
+/// One command, as its handler runs it: arity, then parsing, then the engine, then the reply.
+/// `argv[0]` is the command name, so `words` starts at the key.
+fn run(
+    projects: &mut HashMap<Vec<u8>, Project>,
+    now: u64,
+    name: &str,
+    words: &[&[u8]],
+) -> RedisResult {
+    let (arity, exact) = match name {
+        "PATHLOCK.ACQUIRE" | "PATHLOCK.CHECK" => (4, false),
+        "PATHLOCK.RELEASE" | "PATHLOCK.EFFECT" => (3, false),
+        "PATHLOCK.RENEW" => (4, true),
+        _ => (2, false),
+    };
+    let argc = words.len() + 1;
+    if argc < arity || (exact && argc != arity) || (name == "PATHLOCK.LOCKS" && argc > 3) {
+        return Err(RedisError::WrongArity);
+    }
+    let key = words[0].to_vec();
+    let rest = &words[1..];
+    match name {
+        "PATHLOCK.ACQUIRE" => {
+            let request = args::acquire(rest)?;
+            let token = request.token.unwrap_or_else(Token::generate);
+            let project = projects.entry(key).or_default();
+            project.reclaim_expired(now);
+            Ok(
+                match project.acquire(now, &token, request.ttl, &request.items) {
+                    Some(fence) => reply::grant(&token, fence),
+                    None => RedisValue::Null,
+                },
+            )
+        }
+        "PATHLOCK.RELEASE" => {
+            let token = args::token(rest[0])?;
+            let paths = args::paths(&rest[1..])?;
+            let freed = projects.get_mut(&key).map_or(0, |project| {
+                project.reclaim_expired(now);
+                project.release(now, &token, paths.as_deref()).0.len()
+            });
+            Ok(RedisValue::Integer(freed as i64))
+        }
+        "PATHLOCK.RENEW" => {
+            let token = args::token(rest[0])?;
+            let ttl = args::ttl_ms(rest[1])?;
+            let renewed = projects.get_mut(&key).map_or(0, |project| {
+                project.reclaim_expired(now);
+                project.locks_mut().renew(&token, now.saturating_add(ttl))
+            });
+            Ok(RedisValue::Integer(renewed as i64))
+        }
+        "PATHLOCK.LOCKS" => {
+            let under = match rest.first() {
+                Some(raw) => Path::parse(raw, &config::path_limits()).map_err(Error::from)?,
+                None => Path::root(),
+            };
+            let locks = projects
+                .get(&key)
+                .map(|project| project.locks().locks(now, &under))
+                .unwrap_or_default();
+            Ok(reply::lock_entries(&locks, now))
+        }
+        "PATHLOCK.CHECK" => {
+            let request = args::check(rest)?;
+            let blockers = projects
+                .get(&key)
+                .map(|project| {
+                    project
+                        .locks()
+                        .blockers(now, request.token.as_ref(), &request.items)
+                })
+                .unwrap_or_default();
+            Ok(reply::lock_entries(&blockers, now))
+        }
+        // A client's PATHLOCK.EFFECT is refused before anything else.
+        _ => Err(RedisError::Str(ERR_EFFECT_INTERNAL)),
+    }
+}
+
+/// Writes nothing, but converts every part of a reply exactly as redis-module's
+/// `Context::reply` does before it calls Redis, so a reply it would panic on panics here.
+pub fn check_reply(result: &RedisResult) {
+    match result {
+        Ok(value) => check_value(value),
+        Err(RedisError::WrongArity) => {}
+        Err(error) => {
+            let text = error.to_string();
+            drop(Context::str_as_legal_resp_string(&text));
+            assert!(
+                text.starts_with("ERR ") || text.starts_with("WRONGTYPE "),
+                "an error reply must name its kind: {text:?}"
+            );
+            assert!(
+                text.bytes().all(|b| (0x20..=0x7e).contains(&b)),
+                "an error reply must be printable ASCII: {text:?}"
+            );
+        }
+    }
+}
+
+fn check_value(value: &RedisValue) {
+    match value {
+        RedisValue::SimpleString(text) => {
+            CString::new(text.as_str()).expect("a simple string without NUL");
+        }
+        RedisValue::SimpleStringStatic(text) => {
+            CString::new(*text).expect("a simple string without NUL");
+        }
+        RedisValue::StaticError(text) => drop(Context::str_as_legal_resp_string(text)),
+        RedisValue::Array(items) => items.iter().for_each(check_value),
+        _ => {}
+    }
+}
+
+/// Decodes an RDB payload (in `persist::ByteSource`'s framing). A payload that decodes must
+/// give a consistent table that encodes back to the same items and decodes again to the same
+/// locks.
+pub fn rdb(data: &[u8]) {
+    let Ok(table) = persist::decode(&mut ByteSource::new(data)) else {
+        return;
+    };
+    if let Err(problem) = table.check_integrity() {
+        panic!("a decoded table whose indexes disagree: {problem}");
+    }
+    let encoded = encode(&table);
+    let again = persist::decode(&mut ByteSource::new(&encoded))
+        .unwrap_or_else(|e| panic!("a table's own encoding refused: {e}"));
+    assert_eq!(
+        encode(&again),
+        encoded,
+        "a decode-encode round trip changed the payload"
+    );
+    // Listing walks the whole tree, as LOCKS, DEBUG DIGEST and AOF rewrites do.
+    assert_eq!(table.locks(0, &Path::root()).len(), table.len());
+}
+
+fn encode(table: &LockTable) -> Vec<u8> {
+    let mut sink = ByteSink::default();
+    persist::encode(table, &mut sink);
+    sink.bytes
+}
+
+/// Applies a sequence of effects (records as for [`command`]; the command byte is ignored and
+/// the words start after the key) to one project, as a replica or an AOF replay does. An effect
+/// that parses must survive its own encoding unchanged.
+pub fn effect(data: &[u8]) {
+    let mut project = Project::new();
+    for (_, _, words) in records(data) {
+        let effect = match Effect::parse(&words) {
+            Ok(effect) => effect,
+            Err(error) => {
+                check_reply(&Err(error.into()));
+                continue;
+            }
+        };
+        let encoded = effect.words();
+        let encoded: Vec<&[u8]> = encoded.iter().map(Vec::as_slice).collect();
+        let again = Effect::parse(&encoded)
+            .unwrap_or_else(|e| panic!("an effect's own words refused: {e}"));
+        assert_eq!(
+            again.words(),
+            effect.words(),
+            "an effect changed in a round trip"
+        );
+        effect.apply(&mut project);
+        if let Err(problem) = project.locks().check_integrity() {
+            panic!("{effect:?} left a table whose indexes disagree: {problem}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    /// Every input under `fuzz/corpus/<target>` and `fuzz/regressions/<target>`, by name.
+    fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        let mut inputs = Vec::new();
+        for folder in ["corpus", "regressions"] {
+            let Ok(entries) = std::fs::read_dir(root.join(folder).join(target)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if let Ok(bytes) = std::fs::read(entry.path()) {
+                    inputs.push((entry.path(), bytes));
+                }
+            }
+        }
+        inputs.sort();
+        inputs
+    }
+
+    fn replay(target: &str, run: fn(&[u8])) {
+        let inputs = inputs(target);
+        assert!(
+            !inputs.is_empty(),
+            "no corpus for the {target} fuzz target under fuzz/"
+        );
+        for (path, bytes) in &inputs {
+            let outcome = std::panic::catch_unwind(|| run(bytes));
+            assert!(
+                outcome.is_ok(),
+                "{} fails the {target} target",
+                path.display()
+            );
+        }
+        eprintln!("replayed {} inputs of the {target} target", inputs.len());
+    }
+
+    #[test]
+    fn the_command_corpus_and_its_crashers_replay_cleanly() {
+        replay("command", super::command);
+    }
+
+    #[test]
+    fn the_rdb_corpus_and_its_crashers_replay_cleanly() {
+        replay("rdb", super::rdb);
+    }
+
+    #[test]
+    fn the_effect_corpus_and_its_crashers_replay_cleanly() {
+        replay("effect", super::effect);
+    }
+}
+
+#[cfg(test)]
+mod checks {
+    use redis_module::RedisError;
+
+    /// The check must fail exactly where redis-module would abort: U+0100 turns into a NUL in
+    /// its conversion of an error reply.
+    #[test]
+    #[should_panic]
+    fn check_reply_panics_where_redis_module_would_abort() {
+        super::check_reply(&Err(RedisError::String(
+            "ERR invalid mode '\u{100}'".into(),
+        )));
+    }
+
+    #[test]
+    fn the_two_byte_mode_is_answered_with_an_escaped_error() {
+        let result = super::reply::safe(super::run(
+            &mut Default::default(),
+            0,
+            "PATHLOCK.ACQUIRE",
+            &[b"k", "\u{100}".as_bytes(), b"/a"],
+        ));
+        super::check_reply(&result);
+        let Err(error) = result else {
+            panic!("an invalid mode was granted")
+        };
+        assert!(error.to_string().contains("\\xc4\\x80"), "{error}");
+    }
+}
