@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-cluster lint bench clean
+.PHONY: all build run test test-cluster lint bench fuzz clean
 
 all: build
 
@@ -34,6 +34,16 @@ bench: build
 	@scripts/deps.sh bench
 	python3 bench/bench.py
 	$(CARGO) bench -p pathlock-core --bench engine
+
+# Coverage-guided fuzzing of the byte-facing surfaces, FUZZ_SECONDS per target (not in CI; `make
+# test` replays the corpus). Needs cargo-fuzz and a nightly toolchain; see fuzz/README.md.
+FUZZ_SECONDS ?= 300
+fuzz:
+	@scripts/deps.sh build fuzz
+	cd fuzz && for target in command rdb effect; do \
+		cargo +nightly fuzz run $$target corpus/$$target regressions/$$target -- \
+			-max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 || exit 1; \
+	done
 
 lint:
 	@scripts/deps.sh build

@@ -6,6 +6,7 @@
 #   scripts/deps.sh run     redis-server 7.0 or newer (module configs need 7.0)
 #   scripts/deps.sh test    redis-server, redis-cli, redis-py for the Python example
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
+#   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 set -euo pipefail
 
 apt_updated=""
@@ -89,12 +90,21 @@ need_python_module() {
         apt_install "python3-$package"
 }
 
+need_fuzz() {
+    if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+        echo "pathlock: installing a nightly toolchain for cargo fuzz" >&2
+        rustup toolchain install nightly --profile minimal >&2
+    fi
+    cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked >&2
+}
+
 for what in "$@"; do
     case "$what" in
     build) need_libclang ;;
     run) need_libclang; need_redis ;;
     test) need_libclang; need_redis; need_python_module redis redis "the Python example" ;;
     bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
-    *) echo "usage: $0 build|run|test|bench ..." >&2; exit 2 ;;
+    fuzz) need_fuzz ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz ..." >&2; exit 2 ;;
     esac
 done
