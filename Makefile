@@ -48,6 +48,7 @@ fuzz:
 lint:
 	@scripts/deps.sh build
 	$(CARGO) fmt --all -- --check
+	python3 scripts/import-cycles.py src core/src
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 clean:

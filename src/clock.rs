@@ -6,6 +6,8 @@
 //! first pathlock command therefore takes a snapshot that the rest of it reuses; the snapshot is
 //! forgotten before Redis next sleeps, so it never outlives the event-loop iteration that ran
 //! the transaction.
+//!
+//! Level 1: imports `contain`. Used by every file that decides.
 
 use std::os::raw::c_void;
 use std::sync::Mutex;

@@ -1,6 +1,8 @@
 //! The module's configuration: `pathlock.*` module configs, settable in redis.conf after
 //! `loadmodule` and with `CONFIG SET`. Redis checks each value against the range registered in
 //! `lib.rs` and refuses the change with its own error otherwise.
+//!
+//! Level 0: imports nothing of the crate. Read by `args` and the commands.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 

@@ -2,6 +2,8 @@
 //! enforces), summary, complexity and the version that introduced it. Flags and the key position
 //! (argument 1, from which Redis derives the key spec used by Cluster routing and ACL key
 //! patterns) are given at registration in `lib.rs`.
+//!
+//! Level 0: imports nothing of the crate. Called by `lib.rs` at load.
 
 use std::ffi::CString;
 use std::os::raw::c_int;

@@ -14,6 +14,8 @@
 //!
 //! `EXPIRE` and `RELEASE` are deterministic because the master sends every effect in the order it
 //! applied them, so a replica holds the same locks with the same deadlines when it applies one.
+//!
+//! Level 1: imports `errors`. Used by `change`, `grants`, the writing commands and the harness.
 
 use pathlock_core::{Mode, Path, PathLimits, Project, Token};
 use redis_module::{raw, Context, RedisString};

@@ -1,6 +1,8 @@
 //! Every error a client can receive, in one place. Each says what was wrong and what is allowed,
 //! starts with `ERR` (Redis adds nothing to a module's error), and is matched by the
 //! integration tests on its text.
+//!
+//! Level 0: imports nothing of the crate. Used by everything that answers a client.
 
 use std::fmt::{self, Write};
 

@@ -1,5 +1,9 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
+//! Level 2: imports `registry`, `stats`, `contain`. Its callbacks are called by Redis; `store`
+//! and `events` use its type handle. A value leaving its key only queues a signal in
+//! `registry`; it never calls into the waiting machinery.
+//!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
 //! only carries its items through `RedisModule_Save*`/`Load*`, so the checks that refuse a
 //! corrupt payload live in the engine, where they are unit-tested and fuzzed without Redis.
@@ -10,7 +14,7 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::{stats, waits};
+use crate::{registry, stats};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -74,13 +78,14 @@ extern "C" fn free(value: *mut c_void) {
     })
 }
 
-/// The key is leaving the keyspace (`DEL`, `UNLINK`, overwritten): clients waiting on it are
-/// queued again on the key name, where the next acquire finds no locks.
+/// The key is leaving the keyspace (`DEL`, `UNLINK`, overwritten): this only signals that its
+/// waiters are to be queued again on the key name (`registry`), where the next acquire finds
+/// no locks.
 extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
     contained("unlink", (), || {
         // SAFETY: see `project`; called on the main thread before the value is freed.
         let ids: Vec<u64> = unsafe { project(value) }.waiter_ids().collect();
-        waits::requeue(ids);
+        registry::requeue(ids);
     })
 }
 

@@ -1,8 +1,8 @@
 //! Replies, built without Redis: the entries of `LOCKS` and `CHECK`, the `[token, fence]` of a
 //! grant, and the last check every reply passes before it reaches redis-module.
 //!
-//! Imports only the engine and `errors`; called by the command handlers, the blocked-client
-//! reply callback and the fuzz harness.
+//! Level 1: imports `errors`. Called by the command handlers, the blocked-client reply callback
+//! and the fuzz harness.
 
 use pathlock_core::{LockInfo, Token};
 use redis_module::{RedisError, RedisResult, RedisValue};

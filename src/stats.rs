@@ -3,6 +3,9 @@
 //! it started, like Redis's own `total_*` fields.
 //!
 //! Atomics, because Redis may free a value in its lazy-free thread.
+//!
+//! Level 0: imports nothing of the crate. Counted by everything that changes locks or waiters;
+//! read by `info`.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 

@@ -2,8 +2,10 @@ use pathlock_core::{Token, Waiter};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::words;
+use crate::change::change;
 use crate::clock::now_ms;
-use crate::{args, project, reply, stats, waits};
+use crate::context::may_block;
+use crate::{args, grants, reply, stats, waits};
 
 enum Outcome {
     Granted(u64),
@@ -19,12 +21,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let request = args::acquire(&words(&args[2..]))?;
     let token = request.token.unwrap_or_else(Token::generate);
     let now = now_ms(ctx);
-    let wait = if waits::may_block(ctx) {
-        request.wait
-    } else {
-        0
-    };
-    let outcome = project::change(ctx, &args[1], true, |project| {
+    let wait = if may_block(ctx) { request.wait } else { 0 };
+    let outcome = change(ctx, &args[1], true, |project| {
         match project.acquire(now, &token, request.ttl, &request.items) {
             Some(fence) => Outcome::Granted(fence),
             None if wait > 0 => {
@@ -53,6 +51,6 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
     let reply = reply::grant(&token, fence);
     let deadline = now.saturating_add(request.ttl);
-    project::granted(ctx, &args[1], token, deadline, fence, request.items);
+    grants::granted(ctx, &args[1], token, deadline, fence, request.items);
     Ok(reply)
 }

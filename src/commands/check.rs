@@ -3,7 +3,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 use super::words;
 use crate::args;
 use crate::clock::now_ms;
-use crate::{project, reply};
+use crate::{reply, store};
 
 /// PATHLOCK.CHECK key [TOKEN token] mode path [mode path ...]
 pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -12,7 +12,7 @@ pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let request = args::check(&words(&args[2..]))?;
     let now = now_ms(ctx);
-    let blockers = project::read(ctx, &args[1], |project| {
+    let blockers = store::read(ctx, &args[1], |project| {
         project
             .locks()
             .blockers(now, request.token.as_ref(), &request.items)

@@ -1,21 +1,23 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use super::words;
+use crate::change::change;
+use crate::context::{decides, notify};
 use crate::effects::Effect;
 use crate::errors::ERR_EFFECT_INTERNAL;
-use crate::{project, stats};
+use crate::stats;
 
 /// PATHLOCK.EFFECT key GRANT|RELEASE|RENEW|EXPIRE|FENCE ...: a master's decision, applied.
 /// Accepted only from the replication link and from the AOF; clients get an error.
 pub fn effect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if project::decides(ctx) {
+    if decides(ctx) {
         return Err(RedisError::Str(ERR_EFFECT_INTERNAL));
     }
     if args.len() < 3 {
         return Err(RedisError::WrongArity);
     }
     let effect = Effect::parse(&words(&args[2..]))?;
-    let applied = project::change(ctx, &args[1], effect.creates_key(), |project| {
+    let applied = change(ctx, &args[1], effect.creates_key(), |project| {
         effect.apply(project)
     })?;
     if let Some(applied) = applied {
@@ -27,7 +29,7 @@ pub fn effect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 Effect::Expire { .. } | Effect::Fence { .. } => &stats::EXPIRATIONS,
             };
             stats::count(total, applied.count);
-            project::notify(ctx, applied.event, &args[1]);
+            notify(ctx, applied.event, &args[1]);
         }
     }
     // A replica's own AOF and its sub-replicas get the effect as it came.

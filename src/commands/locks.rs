@@ -4,7 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisString};
 use crate::clock::now_ms;
 use crate::config;
 use crate::errors::Error;
-use crate::{project, reply};
+use crate::{reply, store};
 
 /// PATHLOCK.LOCKS key [path]
 pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -16,7 +16,7 @@ pub fn locks(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         None => Path::root(),
     };
     let now = now_ms(ctx);
-    let locks = project::read(ctx, &args[1], |project| project.locks().locks(now, &under))?
+    let locks = store::read(ctx, &args[1], |project| project.locks().locks(now, &under))?
         .unwrap_or_default();
     Ok(reply::lock_entries(&locks, now))
 }

@@ -1,6 +1,8 @@
 //! The command handlers. Each one parses its arguments (`args.rs`), calls the engine
-//! (`pathlock_core`), replies, and replicates and announces what changed. Nothing is decided
-//! here; `project.rs` opens keys and `effects.rs` carries decisions to replicas and the AOF.
+//! (`pathlock_core`) through `change` (writes) or `store::read` (reads), replies, and
+//! replicates and announces what changed. Nothing is decided here.
+//!
+//! Level 6: may import anything below. Registered by `lib.rs`.
 
 mod acquire;
 mod check;

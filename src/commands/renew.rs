@@ -1,8 +1,9 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use crate::change::change;
 use crate::clock::now_ms;
+use crate::context::notify;
 use crate::effects::Effect;
-use crate::project;
 use crate::{args, stats};
 
 /// PATHLOCK.RENEW key token ms
@@ -13,14 +14,14 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let token = args::token(args[2].as_slice())?;
     let ttl = args::ttl_ms(args[3].as_slice())?;
     let deadline = now_ms(ctx).saturating_add(ttl);
-    let renewed = project::change(ctx, &args[1], false, |project| {
+    let renewed = change(ctx, &args[1], false, |project| {
         project.locks_mut().renew(&token, deadline)
     })?
     .unwrap_or(0);
     if renewed > 0 {
         stats::count(&stats::RENEWALS, renewed);
         Effect::Renew { token, deadline }.replicate(ctx, &args[1]);
-        project::notify(ctx, "pathlock.renew", &args[1]);
+        notify(ctx, "pathlock.renew", &args[1]);
     }
     Ok(RedisValue::Integer(renewed as i64))
 }

@@ -1,0 +1,55 @@
+//! What a call into the module needs to know about where it runs: the selected database, whether
+//! this server decides or applies decisions, whether the caller may block, and the keyspace
+//! event that announces a change.
+//!
+//! Level 0: imports nothing of the crate. Used by every file that opens keys or answers clients.
+
+use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisString};
+
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: the context is the live one Redis gave this call.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.ctx)) }
+}
+
+pub fn select_db(ctx: &Context, db: i32) {
+    // SAFETY: selecting a database on the caller's context.
+    unsafe {
+        if let Some(select) = raw::RedisModule_SelectDb {
+            select(ctx.ctx, db);
+        }
+    }
+}
+
+/// Runs `work` with `db` selected, then selects the database that was selected before, so
+/// timers and deferred work can visit keys of any database.
+pub fn in_db<R>(ctx: &Context, db: i32, work: impl FnOnce() -> R) -> R {
+    let original = selected_db(ctx);
+    select_db(ctx, db);
+    let result = work();
+    select_db(ctx, original);
+    result
+}
+
+/// Whether this call decides, rather than applies a decision: a replica applying its master's
+/// stream and a server replaying its AOF must never reclaim or refuse on their own.
+pub fn decides(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+}
+
+/// Whether this command may block: not inside `MULTI`, a script, a replicated or replayed
+/// command, or any context Redis marks as unable to block.
+pub fn may_block(ctx: &Context) -> bool {
+    !ctx.get_flags().intersects(
+        ContextFlags::MULTI
+            | ContextFlags::LUA
+            | ContextFlags::DENY_BLOCKING
+            | ContextFlags::REPLICATED
+            | ContextFlags::LOADING,
+    )
+}
+
+/// Raises a keyspace event of the module class (`pathlock.acquire`, ...) on a project key.
+pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
+    ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);
+}

@@ -1,0 +1,50 @@
+//! What follows every grant, made at once or to a waiter, in one place: the effect for replicas
+//! and the AOF, the keyspace event, the counts in INFO, and for a waiter its reply.
+//!
+//! Level 3: imports `effects`, `context`, `registry`, `blocked`, `stats`. Called by the ACQUIRE
+//! handler, `change` (grants made when expired locks or cancelled waiters leave) and `waits`.
+
+use pathlock_core::{Grant, Mode, Path, Token};
+use redis_module::{Context, RedisString};
+
+use crate::context::notify;
+use crate::effects::Effect;
+use crate::{blocked, registry, stats};
+
+pub fn granted(
+    ctx: &Context,
+    key: &RedisString,
+    token: Token,
+    deadline: u64,
+    fence: u64,
+    items: Vec<(Mode, Path)>,
+) {
+    Effect::Grant {
+        token,
+        deadline,
+        fence,
+        items,
+    }
+    .replicate(ctx, key);
+    notify(ctx, "pathlock.acquire", key);
+    stats::count(&stats::GRANTS, 1);
+}
+
+/// Replicates and announces grants made for waiters, and unblocks their clients.
+pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
+    for grant in grants {
+        let reply = (grant.token.clone(), grant.fence);
+        granted(
+            ctx,
+            key,
+            grant.token,
+            grant.deadline,
+            grant.fence,
+            grant.items,
+        );
+        stats::count(&stats::WAITS_GRANTED, 1);
+        if let Some(entry) = registry::forget(grant.waiter) {
+            blocked::unblock(entry.client, Some(reply));
+        }
+    }
+}

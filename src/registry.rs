@@ -1,0 +1,215 @@
+//! The registry of waiting clients and the queue of signals about them.
+//!
+//! Level 1: imports `stats`. Written by `waits` (a client starts waiting), `blocked` (a client
+//! gave up), `keytype` (a value left its key) and `events` (a flush); worked off by `waits`.
+//!
+//! As in Redis's own `db.c`, code that learns that waiters are affected never calls into the
+//! waiting machinery: it only queues a signal here. The queue is worked off from the top, by the
+//! worker that `lib.rs` registers at load time (`waits::work_off_signals`), from a zero-delay
+//! timer, where keys can be opened and effects replicated. The signals:
+//!
+//! * **cancelled**: a waiter disconnected or was `CLIENT UNBLOCK`ed; it leaves its key's queue,
+//!   which may let later waiters through, and a change to that key purges it first, so it is
+//!   never granted;
+//! * **resubmit**: the waiters' key was deleted, overwritten or flushed; they are queued again on
+//!   the key name they asked for, in their original order;
+//! * **moved**: a value holding waiters arrived under a new name (`RENAME`, `MOVE`); the waiters
+//!   that asked for another key are taken out of it and resubmitted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use pathlock_core::Waiter;
+use redis_module::{raw, Context};
+
+use crate::stats;
+
+/// What the registry knows of one waiter.
+pub struct Entry {
+    pub client: usize,
+    pub db: i32,
+    pub key: Vec<u8>,
+    pub waiter: Waiter,
+}
+
+/// The signals queued since the worker last ran.
+#[derive(Default)]
+pub struct Signals {
+    pub cancelled: Vec<(i32, Vec<u8>, u64)>,
+    pub resubmit: Vec<u64>,
+    pub moved: Vec<(i32, Vec<u8>)>,
+}
+
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    entries: HashMap<u64, Entry>,
+    by_client: HashMap<usize, u64>,
+    signals: Signals,
+    timer_armed: bool,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+fn with_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut guard = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.get_or_insert_with(Registry::default))
+}
+
+/// Records a waiter and returns its id. Ids increase, so they order waiters by arrival.
+pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter) -> u64 {
+    let id = with_registry(|r| {
+        r.next_id += 1;
+        let id = r.next_id;
+        r.by_client.insert(client, id);
+        r.entries.insert(
+            id,
+            Entry {
+                client,
+                db,
+                key: key.to_vec(),
+                waiter,
+            },
+        );
+        id
+    });
+    stats::track(&stats::CLIENTS_WAITING, 0, 1);
+    id
+}
+
+/// Takes a waiter out of the registry (granted, timed out or gone); `None` when it already was.
+pub fn forget(id: u64) -> Option<Entry> {
+    with_registry(|r| forget_in(r, id))
+}
+
+fn forget_in(registry: &mut Registry, id: u64) -> Option<Entry> {
+    let entry = registry.entries.remove(&id)?;
+    registry.by_client.remove(&entry.client);
+    stats::track(&stats::CLIENTS_WAITING, 1, 0);
+    Some(entry)
+}
+
+/// The client stopped waiting without a grant: forget it and signal that it left its queue.
+/// Returns whether it was waiting here.
+pub fn give_up(client: usize) -> bool {
+    signal(|r| {
+        let Some(id) = r.by_client.get(&client).copied() else {
+            return false;
+        };
+        if let Some(entry) = forget_in(r, id) {
+            r.signals.cancelled.push((entry.db, entry.key, id));
+        }
+        true
+    })
+}
+
+/// The waiters that gave up on key `key` of database `db` and are still in its queue; the
+/// caller removes them from the queue before changing the key.
+pub fn take_cancelled(db: i32, key: &[u8]) -> Vec<u64> {
+    with_registry(|r| {
+        if r.signals.cancelled.is_empty() {
+            return Vec::new();
+        }
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut r.signals.cancelled)
+            .into_iter()
+            .partition(|(d, k, _)| *d == db && k == key);
+        r.signals.cancelled = rest;
+        mine.into_iter().map(|(_, _, id)| id).collect()
+    })
+}
+
+/// Signals that these waiters' key lost its value: they are to be queued again on their key.
+pub fn requeue(waiter_ids: Vec<u64>) {
+    if !waiter_ids.is_empty() {
+        signal(|r| r.signals.resubmit.extend(waiter_ids));
+    }
+}
+
+/// Signals a flush: every waiter of database `db` (of all databases when `None`) is requeued.
+pub fn requeue_db(db: Option<i32>) {
+    let ids: Vec<u64> = with_registry(|r| {
+        let mut ids: Vec<u64> = r
+            .entries
+            .iter()
+            .filter(|(_, e)| db.is_none_or(|db| e.db == db))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    });
+    requeue(ids);
+}
+
+/// Signals that a value holding waiters arrived under key `key` of database `db`.
+pub fn value_moved(db: i32, key: &[u8]) {
+    signal(|r| r.signals.moved.push((db, key.to_vec())));
+}
+
+/// Takes every queued signal, for the worker; signals raised while it works arm it again.
+pub fn take_signals() -> Signals {
+    with_registry(|r| {
+        r.timer_armed = false;
+        std::mem::take(&mut r.signals)
+    })
+}
+
+/// Queues waiters to resubmit from inside the worker, without arming it again.
+pub fn resubmit_later(waiter_ids: impl IntoIterator<Item = u64>) {
+    with_registry(|r| r.signals.resubmit.extend(waiter_ids));
+}
+
+/// Takes the resubmissions queued since `take_signals`, for the worker.
+pub fn take_resubmit() -> Vec<u64> {
+    with_registry(|r| std::mem::take(&mut r.signals.resubmit))
+}
+
+/// A waiter's key and request, when it is still waiting.
+pub fn waiter(id: u64) -> Option<(i32, Vec<u8>, Waiter)> {
+    with_registry(|r| {
+        r.entries
+            .get(&id)
+            .map(|e| (e.db, e.key.clone(), e.waiter.clone()))
+    })
+}
+
+/// Of `ids`, the waiters that did not ask for key `key` of database `db`.
+pub fn strays(db: i32, key: &[u8], ids: impl Iterator<Item = u64>) -> Vec<u64> {
+    with_registry(|r| {
+        ids.filter(|id| r.entries.get(id).is_none_or(|e| e.db != db || e.key != key))
+            .collect()
+    })
+}
+
+/// The worker, and the module's own context it runs with: timers need one, and signals are
+/// raised outside any command (unlink, flush, disconnect).
+static WORKER: OnceLock<fn(&Context)> = OnceLock::new();
+static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Registers the function that works the signals off; called once, at load.
+pub fn set_worker(ctx: &Context, worker: fn(&Context)) {
+    // SAFETY: a detached context lives as long as the module and is only used on the main thread.
+    let detached = unsafe {
+        raw::RedisModule_GetDetachedThreadSafeContext.map_or(std::ptr::null_mut(), |f| f(ctx.ctx))
+    };
+    MODULE_CTX.store(detached, Ordering::Relaxed);
+    let _ = WORKER.set(worker);
+}
+
+/// Queues a signal and arms the worker's timer unless it already is.
+fn signal<R>(queue: impl FnOnce(&mut Registry) -> R) -> R {
+    let (result, armed) =
+        with_registry(|r| (queue(r), std::mem::replace(&mut r.timer_armed, true)));
+    if !armed {
+        let ctx = MODULE_CTX.load(Ordering::Relaxed);
+        if let (false, Some(&worker)) = (ctx.is_null(), WORKER.get()) {
+            Context::new(ctx).create_timer(
+                Duration::ZERO,
+                move |ctx: &Context, ()| worker(ctx),
+                (),
+            );
+        }
+    }
+    result
+}

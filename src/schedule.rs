@@ -1,0 +1,82 @@
+//! The expiry schedule: when each project key next has a lock due, ordered by that deadline, so
+//! the expiry cycle visits only keys with something due.
+//!
+//! Level 1: imports `context`. Written by `change` after every change and by `expiry` for keys
+//! that arrive without a command; read by `expiry`'s cycle.
+//!
+//! An entry can go stale (the key was deleted, or `SWAPDB` moved it); the cycle finds no
+//! path-lock key, or nothing due, under that name and drops or reschedules the entry.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use redis_module::Context;
+
+use crate::context::selected_db;
+
+/// A key: its database and its name.
+pub type KeyId = (i32, Vec<u8>);
+
+#[derive(Default)]
+struct Schedule {
+    due: BTreeSet<(u64, KeyId)>,
+    /// Per database, each key's entry in `due`; looked up by the key's bytes so that the common
+    /// case (the earliest deadline did not change) allocates nothing.
+    by_key: HashMap<i32, HashMap<Vec<u8>, u64>>,
+}
+
+static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
+
+fn with_schedule<R>(f: impl FnOnce(&mut Schedule) -> R) -> R {
+    let mut guard = SCHEDULE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(guard.get_or_insert_with(Schedule::default))
+}
+
+/// Records that `key`, in the context's database, next has a lock due at `next` (or none).
+pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
+    let db = selected_db(ctx);
+    with_schedule(|s| {
+        let current = s.by_key.get(&db).and_then(|keys| keys.get(key)).copied();
+        if current == next {
+            return;
+        }
+        let id = (db, key.to_vec());
+        if let Some(old) = current {
+            s.due.remove(&(old, id.clone()));
+        }
+        let keys = s.by_key.entry(db).or_default();
+        match next {
+            Some(deadline) => {
+                keys.insert(id.1.clone(), deadline);
+                s.due.insert((deadline, id));
+            }
+            None => {
+                keys.remove(key);
+            }
+        }
+    });
+}
+
+/// Takes out of the schedule up to `max` keys whose deadline is not after `now`, earliest
+/// first. A key's next change schedules it again.
+pub fn take_due(now: u64, max: usize) -> Vec<KeyId> {
+    with_schedule(|s| {
+        let mut due = Vec::new();
+        while due.len() < max {
+            match s.due.first() {
+                Some((deadline, _)) if *deadline <= now => {
+                    if let Some((_, id)) = s.due.pop_first() {
+                        if let Some(keys) = s.by_key.get_mut(&id.0) {
+                            keys.remove(&id.1);
+                        }
+                        due.push(id);
+                    }
+                }
+                _ => break,
+            }
+        }
+        due
+    })
+}
