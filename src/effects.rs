@@ -126,10 +126,16 @@ impl Effect {
                         _ => Err(Error::Fixed(ERR_EFFECT_SYNTAX)),
                     })
                     .collect::<Result<_, _>>()?;
+                // A master's fences start at 1; a grant of fence 0 would be refused when the RDB
+                // that holds it is loaded, so it is refused here, before it is applied.
+                let fence = number(fence)?;
+                if fence == 0 {
+                    return Err(ERR_EFFECT_SYNTAX.into());
+                }
                 Ok(Effect::Grant {
                     token: Token::new(token)?,
                     deadline: number(deadline)?,
-                    fence: number(fence)?,
+                    fence,
                     items,
                 })
             }

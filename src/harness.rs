@@ -204,8 +204,10 @@ pub fn rdb(data: &[u8]) {
         encoded,
         "a decode-encode round trip changed the payload"
     );
-    // Listing walks the whole tree, as LOCKS, DEBUG DIGEST and AOF rewrites do.
-    assert_eq!(table.locks(0, &Path::root()).len(), table.len());
+    // Listing walks the whole tree, as LOCKS, DEBUG DIGEST and AOF rewrites do; at time 0 it
+    // shows every lock but those whose deadline is 0.
+    let live = table.iter().filter(|lock| lock.deadline > 0).count();
+    assert_eq!(table.locks(0, &Path::root()).len(), live);
 }
 
 fn encode(table: &LockTable) -> Vec<u8> {
