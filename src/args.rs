@@ -148,3 +148,77 @@ fn check_count(count: usize) -> Result<(), Error> {
 fn positive(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(1).max(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_reads_options_in_any_order_then_mode_path_pairs() {
+        let request = acquire(&[
+            b"wait", b"5", b"TOKEN", b"t", b"TTL", b"100", b"READ", b"/a",
+        ])
+        .expect("a well-formed request");
+        assert_eq!(request.token.as_ref().map(Token::as_bytes), Some(&b"t"[..]));
+        assert_eq!((request.ttl, request.wait), (100, 5));
+        assert_eq!(request.items.len(), 1);
+        let defaults = acquire(&[b"WRITE", b"/a", b"write", b"/b"]).expect("two pairs");
+        assert_eq!(defaults.ttl, positive(config::default_ttl()));
+        assert_eq!(defaults.wait, 0);
+        assert!(defaults.token.is_none());
+    }
+
+    #[test]
+    fn acquire_names_what_is_wrong() {
+        let error = |words: &[&[u8]]| acquire(words).expect_err("refused").to_string();
+        assert_eq!(
+            error(&[b"TTL", b"0", b"READ", b"/a"]),
+            format!(
+                "ERR invalid TTL: must be an integer from 1 to {}",
+                config::max_ttl()
+            )
+        );
+        assert_eq!(
+            error(&[b"TOKEN", b"a", b"TOKEN", b"b", b"READ", b"/a"]),
+            "ERR TOKEN given more than once"
+        );
+        assert_eq!(error(&[b"TOKEN"]), "ERR TOKEN needs a value");
+        assert_eq!(error(&[b"READ"]), "ERR missing path after mode");
+        assert_eq!(
+            error(&[b"READ", b"/a/../b"]),
+            "ERR invalid path: '..' segments are not allowed"
+        );
+        assert_eq!(
+            error(&[b"\xff", b"/a"]),
+            "ERR unknown option or mode '\\xff': expected TOKEN, TTL, WAIT, READ or WRITE"
+        );
+    }
+
+    #[test]
+    fn integers_are_decimal_and_in_range() {
+        assert_eq!(integer_in(b"0", 0, 10), Some(0));
+        assert_eq!(integer_in(b"10", 0, 10), Some(10));
+        for bad in [
+            &b"11"[..],
+            b"-1",
+            b"1e3",
+            b" 1",
+            b"",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(integer_in(bad, 0, 10), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn too_many_paths_is_refused_before_any_is_parsed() {
+        let words: Vec<&[u8]> = std::iter::repeat([&b"READ"[..], b"/a"])
+            .take(65)
+            .flatten()
+            .collect();
+        assert_eq!(
+            mode_paths(&words).expect_err("65 pairs").to_string(),
+            "ERR too many paths: at most 64 per call"
+        );
+    }
+}

@@ -291,3 +291,57 @@ fn number(word: &[u8]) -> Result<u64, Error> {
         .and_then(|text| text.parse().ok())
         .ok_or(Error::Fixed(ERR_EFFECT_SYNTAX))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(words: &[&[u8]]) -> Vec<Vec<u8>> {
+        Effect::parse(words).expect("a well-formed effect").words()
+    }
+
+    #[test]
+    fn every_effect_survives_its_own_encoding() {
+        let cases: &[&[&[u8]]] = &[
+            &[
+                b"GRANT",
+                b"t",
+                b"1700000000000",
+                b"7",
+                b"WRITE",
+                b"/A/C",
+                b"READ",
+                b"/",
+            ],
+            &[b"RELEASE", b"t"],
+            &[b"RELEASE", b"t", b"/A", b"/B/\xff"],
+            &[b"RENEW", b"t", b"99"],
+            &[b"EXPIRE", b"12"],
+            &[b"FENCE", b"40"],
+        ];
+        for words in cases {
+            let once = round_trip(words);
+            let borrowed: Vec<&[u8]> = once.iter().map(Vec::as_slice).collect();
+            assert_eq!(round_trip(&borrowed), once);
+            assert_eq!(once.len(), words.len(), "{words:?}");
+        }
+    }
+
+    #[test]
+    fn malformed_effects_are_refused() {
+        let cases: &[&[&[u8]]] = &[
+            &[],
+            &[b"GRANT", b"t", b"1", b"0", b"WRITE", b"/a"],
+            &[b"GRANT", b"t", b"1", b"2", b"WRITE"],
+            &[b"GRANT", b"t", b"x", b"2", b"WRITE", b"/a"],
+            &[b"RENEW", b"t"],
+            &[b"EXPIRE", b"-1"],
+            &[b"NOPE", b"1"],
+        ];
+        for words in cases {
+            assert!(Effect::parse(words).is_err(), "{words:?}");
+        }
+        let deep = b"/a".repeat(PathLimits::CEILING.max_depth + 1);
+        assert!(Effect::parse(&[b"RELEASE", b"t", &deep]).is_err());
+    }
+}
