@@ -1,8 +1,13 @@
 //! The harness of the integration tests: real `redis-server` processes with the module loaded,
 //! each on a free loopback port and in a directory of its own, killed when the test ends.
+//!
+//! The server is `redis-server` from PATH unless `REDIS_SERVER` names another binary (a
+//! `valkey-server`, a build of one's own); `REDIS_CLI` likewise names the `redis-cli` that the
+//! Cluster tests use to create and reshard a cluster.
 
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -25,6 +30,30 @@ pub fn module_path() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The server binary the tests start: `REDIS_SERVER`, or `redis-server` from PATH.
+pub fn server_binary() -> OsString {
+    binary_from("REDIS_SERVER", "redis-server")
+}
+
+/// The command-line client the Cluster tests run: `REDIS_CLI`, or `redis-cli` from PATH. Redis
+/// 7.0's `redis-cli --cluster` also manages a Valkey cluster, so one client serves every server.
+pub fn cli_binary() -> OsString {
+    binary_from("REDIS_CLI", "redis-cli")
+}
+
+/// A relative path is made absolute here, because servers start in directories of their own.
+fn binary_from(variable: &str, default: &str) -> OsString {
+    match std::env::var_os(variable).filter(|v| !v.is_empty()) {
+        Some(given) if PathBuf::from(&given).components().count() > 1 => {
+            std::fs::canonicalize(&given)
+                .unwrap_or_else(|e| panic!("{variable}={given:?}: {e}"))
+                .into_os_string()
+        }
+        Some(given) => given,
+        None => default.into(),
+    }
 }
 
 pub struct Server {
@@ -102,7 +131,7 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u1
     };
     for _ in 0..10 {
         let port = fixed_port.unwrap_or_else(free_port);
-        let mut child = Command::new("redis-server")
+        let mut child = Command::new(server_binary())
             .args(config)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
@@ -125,7 +154,12 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u1
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server on PATH (make test installs it)");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {:?} (set REDIS_SERVER, or let make test install redis-server): {e}",
+                    server_binary()
+                )
+            });
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(20) {
             if let Ok(Some(_)) = child.try_wait() {
