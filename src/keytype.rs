@@ -72,8 +72,9 @@ fn into_value(project: Project) -> *mut c_void {
     Box::into_raw(Box::new(project)).cast::<c_void>()
 }
 
-/// Runs in Redis's lazy-free thread for large values, so it touches nothing but the table and
-/// the atomic gauges.
+/// Runs in the server's lazy-free thread for large values (on Valkey 8 and later for a plain
+/// `DEL` too), so it touches nothing but the table and the atomic gauges, which drop here, when
+/// the memory goes, and not when the key leaves the keyspace (see `stats`).
 extern "C" fn free(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: the value was created by `Box::new` in `into_value` or `set_value`.

@@ -301,6 +301,26 @@ pub fn info_number(con: &mut Connection, section: &str, field: &str) -> i64 {
         .unwrap_or_else(|| panic!("INFO {section} has no numeric {field}"))
 }
 
+/// Waits until the server has no value queued for its lazy-free thread. The gauges of `INFO
+/// pathlock` count a project until its memory is freed, and where `DEL`, `FLUSHALL` or `DEBUG
+/// RELOAD` hand a large value to that thread (Valkey 8 and later default `lazyfree-lazy-user-del`
+/// and `-user-flush` to yes, and Valkey 9.1 reloads that way), the free runs just after the
+/// command returns. Redis decrements `lazyfree_pending_objects` only once a free has finished.
+pub fn wait_for_lazy_frees(con: &mut Connection) {
+    wait_until(Duration::from_secs(20), "the lazy-free thread", || {
+        info_number(con, "memory", "lazyfree_pending_objects") == 0
+    });
+}
+
+/// `(pathlock_locks, pathlock_keys)` once every pending lazy free has run.
+pub fn settled_gauges(con: &mut Connection) -> (i64, i64) {
+    wait_for_lazy_frees(con);
+    (
+        info_number(con, "pathlock", "pathlock_locks"),
+        info_number(con, "pathlock", "pathlock_keys"),
+    )
+}
+
 /// `DEBUG DIGEST-VALUE key`: equal on two servers exactly when the values are.
 pub fn digest_of(con: &mut Connection, key: &str) -> String {
     let values: Vec<String> = cmd("DEBUG")
