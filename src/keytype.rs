@@ -21,7 +21,7 @@ use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use pathlock_core::{LockTable, Mode, Path, Project, Token};
 use redis_module::{logging, native_types::RedisType, raw};
 
-use crate::{stats, waits};
+use crate::{selected_db, stats, waits};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -48,7 +48,7 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         mem_usage2: None,
         free_effort2: None,
         unlink2: None,
-        copy2: None,
+        copy2: Some(copy2),
         aux_save2: None,
     },
 );
@@ -99,6 +99,16 @@ extern "C" fn copy(
 ) -> *mut c_void {
     // SAFETY: see `project`. A copy carries the locks, not the waiters.
     into_value(unsafe { project(value) }.clone())
+}
+
+/// `COPY` calls this rather than `copy` where the server has it (Redis 7.0, Valkey): the same
+/// copy, and the source database for `selected_db`.
+extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
+    // SAFETY: the server passes the live key context of this COPY.
+    if let Some(from_db) = unsafe { raw::RedisModule_GetDbIdFromOptCtx } {
+        selected_db::copying_from(unsafe { from_db(ctx) });
+    }
+    copy(std::ptr::null_mut(), std::ptr::null_mut(), value)
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {

@@ -16,6 +16,7 @@ mod expiry;
 mod info;
 mod keytype;
 mod project;
+mod selected_db;
 mod stats;
 mod waits;
 
@@ -51,6 +52,8 @@ redis_module! {
     ],
     event_handlers: [
         [@GENERIC @LOADED: expiry::on_keyspace_event],
+        // Last: it undoes Valkey 8.1's database switch after every subscriber ran.
+        [@GENERIC: selected_db::on_keyspace_event],
     ],
     configurations: [
         i64: [

@@ -251,6 +251,43 @@ fn copy_rename_move_and_swapdb_carry_the_locks() {
     assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 2);
 }
 
+/// The database `CLIENT INFO` says this connection has selected.
+fn selected_db(con: &mut Connection) -> String {
+    let info: String = cmd("CLIENT").arg("INFO").query(con).expect("CLIENT INFO");
+    info.split(' ')
+        .find_map(|field| field.strip_prefix("db="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Valkey 8.1 (up to 8.1.8 at least) leaves a client in the destination database after `MOVE`
+/// or `COPY ... DB` when a module subscribes to generic keyspace events, as pathlock does; the
+/// module selects the source back.
+#[test]
+fn move_and_copy_to_another_database_leave_the_client_where_it_was() {
+    let server = Server::start();
+    let mut con = server.conn();
+    populate(&mut con, "p");
+    let digest = digest_of(&mut con, "p");
+    let _: () = cmd("SET").arg(&["s", "v"]).query(&mut con).expect("SET");
+    let moved: i64 = cmd("MOVE").arg(&["s", "1"]).query(&mut con).expect("MOVE");
+    assert_eq!(moved, 1);
+    assert_eq!(selected_db(&mut con), "0", "after MOVE of a string");
+    let moved: i64 = cmd("MOVE").arg(&["p", "2"]).query(&mut con).expect("MOVE");
+    assert_eq!(moved, 1);
+    assert_eq!(selected_db(&mut con), "0", "after MOVE of a project");
+    let _: () = cmd("SELECT").arg(2).query(&mut con).expect("SELECT");
+    let copied: i64 = cmd("COPY")
+        .arg(&["p", "q", "DB", "3"])
+        .query(&mut con)
+        .expect("COPY");
+    assert_eq!(copied, 1);
+    assert_eq!(selected_db(&mut con), "2", "after COPY of a project");
+    assert_eq!(digest_of(&mut con, "p"), digest);
+    let _: () = cmd("SELECT").arg(3).query(&mut con).expect("SELECT");
+    assert_eq!(digest_of(&mut con, "q"), digest);
+}
+
 #[test]
 fn dump_and_restore_round_trip() {
     let server = Server::start();
