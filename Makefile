@@ -32,8 +32,9 @@ run: build
 test: build
 	@scripts/deps.sh test $(if $(REDIS_SERVER),,valkey)
 	$(CARGO) test --release --workspace --exclude pathlock
-	@for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
-	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock || exit 1; done
+	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
+	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \
+	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
 	scripts/with-redis.sh python3 examples/cloud_drive.py
 
 # Only the Cluster, failover and mutual-exclusion stress tests (they also run in `make test`).
