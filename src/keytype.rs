@@ -14,7 +14,7 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::{registry, stats};
+use crate::{registry, selected_db, stats};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -37,11 +37,11 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         free_effort: Some(free_effort),
         unlink: Some(unlink),
         copy: Some(copy),
-        defrag: None,
+        defrag: Some(defrag),
         mem_usage2: None,
         free_effort2: None,
         unlink2: None,
-        copy2: None,
+        copy2: Some(copy2),
         aux_save2: None,
     },
 );
@@ -65,8 +65,9 @@ fn into_value(project: Project) -> *mut c_void {
     Box::into_raw(Box::new(project)).cast::<c_void>()
 }
 
-/// Runs in Redis's lazy-free thread for large values, so it touches nothing but the table and
-/// the atomic gauges.
+/// Runs in the server's lazy-free thread for large values (on Valkey 8 and later for a plain
+/// `DEL` too), so it touches nothing but the table and the atomic gauges, which drop here, when
+/// the memory goes, and not when the key leaves the keyspace (see `stats`).
 extern "C" fn free(value: *mut c_void) {
     contained("free", (), || {
         if !value.is_null() {
@@ -98,6 +99,48 @@ extern "C" fn copy(
         // SAFETY: see `project`. A copy carries the locks, not the waiters.
         into_value(unsafe { project(value) }.clone())
     })
+}
+
+/// `COPY` calls this rather than `copy` where the server has it (Redis 7.0, Valkey): the same
+/// copy, and the source database for `selected_db`.
+extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
+    // SAFETY: the server passes the live key context of this COPY.
+    if let Some(from_db) = unsafe { raw::RedisModule_GetDbIdFromOptCtx } {
+        selected_db::copying_from(unsafe { from_db(ctx) });
+    }
+    copy(std::ptr::null_mut(), std::ptr::null_mut(), value)
+}
+
+/// Active defragmentation, on a server whose allocator supports it (Redis or Valkey built with
+/// their bundled jemalloc, `activedefrag yes`): moves the project's own allocation, the
+/// `Box<Project>` the key points to, when the allocator finds it in a sparsely used page. Moving
+/// it is a bitwise copy, which Rust allows for any value that is not pinned (the engine has no
+/// unsafe code, so no self-references), and no pointer to it outlives a command. The table's
+/// inner allocations (trie nodes, token and waiter maps) stay where they are: moving them needs
+/// the engine to rebuild them through the server's allocator. Where the server has no defrag
+/// API, or never defragments (Debian's Redis with the system jemalloc, libc-malloc builds), this
+/// is never called or returns at once. Returns 0: nothing is left for a later call.
+extern "C" fn defrag(
+    ctx: *mut raw::RedisModuleDefragCtx,
+    _key: *mut raw::RedisModuleString,
+    value: *mut *mut c_void,
+) -> c_int {
+    let Some(defrag_alloc) = (unsafe { raw::RedisModule_DefragAlloc }) else {
+        return 0;
+    };
+    if value.is_null() {
+        return 0;
+    }
+    // SAFETY: `*value` is the `Box<Project>` allocation, made by the server's allocator (the
+    // module's global allocator); DefragAlloc copies it to a new allocation and frees the old
+    // one, or returns null and leaves it.
+    unsafe {
+        let moved = defrag_alloc(ctx, *value);
+        if !moved.is_null() {
+            *value = moved;
+        }
+    }
+    0
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {

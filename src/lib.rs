@@ -10,7 +10,7 @@
 // README's file map says what each holds.
 //
 // 0  config, contain, context, docs, errors, stats
-// 1  args, clock, effects, info, registry, reply, schedule
+// 1  args, clock, effects, info, registry, reply, schedule, selected_db
 // 2  blocked, keytype (and harness, for tests and fuzzing)
 // 3  events, grants, store
 // 4  change
@@ -37,6 +37,7 @@ mod keytype;
 mod registry;
 mod reply;
 mod schedule;
+mod selected_db;
 mod stats;
 mod store;
 mod waits;
@@ -92,6 +93,8 @@ redis_module! {
     ],
     event_handlers: [
         [@GENERIC @LOADED: events::on_keyspace_event],
+        // Last: it undoes Valkey 8.1's database switch after every subscriber ran.
+        [@GENERIC: selected_db::on_keyspace_event],
     ],
     configurations: [
         i64: [

@@ -1,8 +1,14 @@
-//! The figures behind `INFO pathlock`. Gauges (locks held, keys) follow the data, so they are
-//! right after `DEL`, `FLUSHALL`, reloads and full syncs; totals count this server's work since
-//! it started, like Redis's own `total_*` fields.
+//! The figures behind `INFO pathlock`. Gauges (locks held, keys) follow the data the module
+//! holds in memory: a project counts from its creation or load until its `free` callback, so they
+//! are right after `DEL`, `FLUSHALL`, reloads and full syncs; totals count this server's work
+//! since it started, like Redis's own `total_*` fields.
 //!
-//! Atomics, because Redis may free a value in its lazy-free thread.
+//! Atomics, because the server may free a value in its lazy-free thread. Where it does (`UNLINK`,
+//! `FLUSHALL ASYNC`, and on Valkey 8 and later also `DEL`, `FLUSHALL` and `DEBUG RELOAD` by
+//! default), the gauges drop when that thread has freed the project, shortly after the command
+//! returned, like `used_memory`; `lazyfree_pending_objects` in `INFO memory` is 0 once they have.
+//! Counting at `unlink` instead would be wrong: `RENAME` and `MOVE` call it on a value that lives
+//! on under another name, and no callback says so.
 //!
 //! Level 0: imports nothing of the crate. Counted by everything that changes locks or waiters;
 //! read by `info`.

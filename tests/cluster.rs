@@ -34,7 +34,7 @@ impl Cluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let created = Command::new("redis-cli")
+        let created = Command::new(cli_binary())
             .args(["--cluster", "create"])
             .args(&addresses)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -184,7 +184,7 @@ fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
         .iter()
         .find(|m| m.port != from.port)
         .expect("target");
-    let moved = Command::new("redis-cli")
+    let moved = Command::new(cli_binary())
         .args(["--cluster", "reshard", &format!("127.0.0.1:{}", from.port)])
         .args([
             "--cluster-from",

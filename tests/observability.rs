@@ -158,7 +158,7 @@ fn configs_are_validated_and_changed_at_run_time() {
 
 #[test]
 fn a_server_refuses_to_start_with_a_bad_config() {
-    let status = std::process::Command::new("redis-server")
+    let status = std::process::Command::new(server_binary())
         .args(["--port", "0", "--loadmodule"])
         .arg(module_path())
         .args(["--pathlock.max-depth", "0"])

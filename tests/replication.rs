@@ -80,13 +80,8 @@ fn assert_replica_agrees(master: &mut Connection, replica: &mut Connection) {
         assert_eq!(digest_of(master, key), digest_of(replica, key), "{key}");
     }
     assert_eq!(dataset_digest(master), dataset_digest(replica));
-    for gauge in ["pathlock_locks", "pathlock_keys"] {
-        assert_eq!(
-            info_number(master, "pathlock", gauge),
-            info_number(replica, "pathlock", gauge),
-            "{gauge}"
-        );
-    }
+    // Deleted projects may still be in either server's lazy-free thread (Valkey's default).
+    assert_eq!(settled_gauges(master), settled_gauges(replica), "gauges");
     resume_writes(master);
 }
 

@@ -1,8 +1,13 @@
 //! The harness of the integration tests: real `redis-server` processes with the module loaded,
 //! each on a free loopback port and in a directory of its own, killed when the test ends.
+//!
+//! The server is `redis-server` from PATH unless `REDIS_SERVER` names another binary (a
+//! `valkey-server`, a build of one's own); `REDIS_CLI` likewise names the `redis-cli` that the
+//! Cluster tests use to create and reshard a cluster.
 
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -25,6 +30,30 @@ pub fn module_path() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The server binary the tests start: `REDIS_SERVER`, or `redis-server` from PATH.
+pub fn server_binary() -> OsString {
+    binary_from("REDIS_SERVER", "redis-server")
+}
+
+/// The command-line client the Cluster tests run: `REDIS_CLI`, or `redis-cli` from PATH. Redis
+/// 7.0's `redis-cli --cluster` also manages a Valkey cluster, so one client serves every server.
+pub fn cli_binary() -> OsString {
+    binary_from("REDIS_CLI", "redis-cli")
+}
+
+/// A relative path is made absolute here, because servers start in directories of their own.
+fn binary_from(variable: &str, default: &str) -> OsString {
+    match std::env::var_os(variable).filter(|v| !v.is_empty()) {
+        Some(given) if PathBuf::from(&given).components().count() > 1 => {
+            std::fs::canonicalize(&given)
+                .unwrap_or_else(|e| panic!("{variable}={given:?}: {e}"))
+                .into_os_string()
+        }
+        Some(given) => given,
+        None => default.into(),
+    }
 }
 
 pub struct Server {
@@ -102,7 +131,7 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u1
     };
     for _ in 0..10 {
         let port = fixed_port.unwrap_or_else(free_port);
-        let mut child = Command::new("redis-server")
+        let mut child = Command::new(server_binary())
             .args(config)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
@@ -125,7 +154,12 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u1
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server on PATH (make test installs it)");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {:?} (set REDIS_SERVER, or let make test install redis-server): {e}",
+                    server_binary()
+                )
+            });
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(20) {
             if let Ok(Some(_)) = child.try_wait() {
@@ -265,6 +299,26 @@ pub fn info_number(con: &mut Connection, section: &str, field: &str) -> i64 {
     info_field(con, section, field)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no numeric {field}"))
+}
+
+/// Waits until the server has no value queued for its lazy-free thread. The gauges of `INFO
+/// pathlock` count a project until its memory is freed, and where `DEL`, `FLUSHALL` or `DEBUG
+/// RELOAD` hand a large value to that thread (Valkey 8 and later default `lazyfree-lazy-user-del`
+/// and `-user-flush` to yes, and Valkey 9.1 reloads that way), the free runs just after the
+/// command returns. Redis decrements `lazyfree_pending_objects` only once a free has finished.
+pub fn wait_for_lazy_frees(con: &mut Connection) {
+    wait_until(Duration::from_secs(20), "the lazy-free thread", || {
+        info_number(con, "memory", "lazyfree_pending_objects") == 0
+    });
+}
+
+/// `(pathlock_locks, pathlock_keys)` once every pending lazy free has run.
+pub fn settled_gauges(con: &mut Connection) -> (i64, i64) {
+    wait_for_lazy_frees(con);
+    (
+        info_number(con, "pathlock", "pathlock_locks"),
+        info_number(con, "pathlock", "pathlock_keys"),
+    )
 }
 
 /// `DEBUG DIGEST-VALUE key`: equal on two servers exactly when the values are.
