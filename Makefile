@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-cluster lint bench clean
+.PHONY: all build run test test-cluster test-node lint bench clean
 
 all: build
 
@@ -23,6 +23,12 @@ test: build
 	@scripts/deps.sh test
 	$(CARGO) test --release --workspace
 	scripts/with-redis.sh python3 examples/cloud_drive.py
+	$(MAKE) test-node
+
+# The Node.js client (clients/node) against its own servers: a single one, a master with a
+# replica, and a 3-master cluster, all started by the tests.
+test-node: build
+	cd clients/node && npm ci && npm run build && npm test
 
 # Only the Cluster, failover and mutual-exclusion stress tests (they also run in `make test`).
 test-cluster: build
