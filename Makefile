@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-cluster test-node lint bench clean
+.PHONY: all build run test test-cluster lint bench clean
 
 all: build
 
@@ -25,8 +25,9 @@ test: build
 	scripts/with-redis.sh python3 examples/cloud_drive.py
 	$(MAKE) test-node
 
-# The Node.js client (clients/node) against its own servers: a single one, a master with a
-# replica, and a 3-master cluster, all started by the tests.
+# The Node.js client (clients/node) against servers its tests start: a single one, a master with
+# a replica, and a 3-master cluster.
+.PHONY: test-node
 test-node: build
 	cd clients/node && npm ci && npm run build && npm test
 

@@ -22,9 +22,7 @@ export class BlockingPool {
       return reused;
     }
     if (!this.client.isCluster) {
-      // The acquire retries with what is left of its wait budget itself; ioredis resending the
-      // original command after a reconnect would wait longer than the caller allowed.
-      return (this.client as Redis).duplicate({ autoResendUnfulfilledCommands: false });
+      return (this.client as Redis).duplicate();
     }
     const cluster = (this.client as Cluster).duplicate();
     // A keyless command resolves once the cluster client is ready, that is once it knows which

@@ -102,6 +102,8 @@ export class Server {
   /** An ioredis client of this server, disconnected by `closeClients`. */
   client(options: RedisOptions = {}): Redis {
     const client = new Redis({ host: "127.0.0.1", port: this.port, ...options });
+    // Tests stop servers under their clients on purpose; the reconnect errors are expected.
+    client.on("error", () => undefined);
     clients.add(client);
     return client;
   }
@@ -163,6 +165,7 @@ export async function startCluster(): Promise<{ nodes: Server[]; cluster: () => 
   }
   const cluster = (): Cluster => {
     const client = new Cluster(nodes.map((n) => ({ host: "127.0.0.1", port: n.port })));
+    client.on("error", () => undefined);
     clients.add(client);
     return client;
   };
