@@ -35,42 +35,42 @@ export class PathLocks implements AsyncDisposable {
   }
 
   /** Creating or uploading a file or folder: `WRITE path`. */
-  upload(path: string, options?: AcquireOptions): Promise<Lease> {
+  async upload(path: string, options?: AcquireOptions): Promise<Lease> {
     return this.acquire([write(path)], options);
   }
 
   /** Same as `upload`. */
-  create(path: string, options?: AcquireOptions): Promise<Lease> {
+  async create(path: string, options?: AcquireOptions): Promise<Lease> {
     return this.acquire([write(path)], options);
   }
 
   /** Reading or downloading: `READ path`. */
-  read(path: string, options?: AcquireOptions): Promise<Lease> {
+  async read(path: string, options?: AcquireOptions): Promise<Lease> {
     return this.acquire([read(path)], options);
   }
 
   /** Renaming: `WRITE path`, `WRITE newPath`. */
-  rename(path: string, newPath: string, options?: AcquireOptions): Promise<Lease> {
+  async rename(path: string, newPath: string, options?: AcquireOptions): Promise<Lease> {
     return this.acquire([write(path), write(newPath)], options);
   }
 
   /** Moving `path` into `intoFolder`: `WRITE path`, `WRITE intoFolder/<last segment of path>`. */
-  move(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
+  async move(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
     return this.acquire([write(path), write(inside(intoFolder, lastSegment(path)))], options);
   }
 
   /** Copying `path` into `intoFolder`: `READ path`, `WRITE intoFolder/<last segment of path>`. */
-  copy(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
+  async copy(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
     return this.acquire([read(path), write(inside(intoFolder, lastSegment(path)))], options);
   }
 
   /** Deleting a file or folder: `WRITE path`. */
-  delete(path: string, options?: AcquireOptions): Promise<Lease> {
+  async delete(path: string, options?: AcquireOptions): Promise<Lease> {
     return this.acquire([write(path)], options);
   }
 
   /** Emptying the recycle bin: `WRITE` each path, all or nothing. */
-  purge(paths: readonly string[], options?: AcquireOptions): Promise<Lease> {
+  async purge(paths: readonly string[], options?: AcquireOptions): Promise<Lease> {
     return this.acquire(
       paths.map((p) => write(p)),
       options,
@@ -78,7 +78,7 @@ export class PathLocks implements AsyncDisposable {
   }
 
   /** Any `(mode, path)` pairs, all or nothing. */
-  lock(requests: readonly LockRequestLike[], options?: AcquireOptions): Promise<Lease> {
+  async lock(requests: readonly LockRequestLike[], options?: AcquireOptions): Promise<Lease> {
     return this.acquire(requests, options);
   }
 
@@ -240,7 +240,8 @@ function resolve(base: Required<PathLocksOptions>, overrides: PathLocksOptions):
     if (value === undefined) {
       continue;
     }
-    const least = name === "ttlMs" ? 1 : 0;
+    // A TTL of 0 is refused by the server, and WAIT with a timeout of 0 would block forever.
+    const least = name === "ttlMs" || name === "replicasTimeoutMs" ? 1 : 0;
     if (!Number.isInteger(value) || value < least) {
       throw new RangeError(`${name} must be an integer of at least ${least}, not ${value}`);
     }

@@ -96,6 +96,13 @@ describe("one server", () => {
       await lease.release();
     }
     assert.deepEqual(await locks.locks(), []);
+    // Requests that cannot be right fail before anything is sent.
+    await assert.rejects(locks.lock([]), TypeError);
+    await assert.rejects(locks.move("/", "/B"), TypeError);
+    await assert.rejects(locks.upload("/A", { ttlMs: 0 }), RangeError);
+    await assert.rejects(locks.upload("/A", { replicas: 1, replicasTimeoutMs: 0 }), RangeError);
+    // The server's own refusals come through as they are.
+    await assert.rejects(locks.upload("/A/../B"), /ERR/);
   });
 
   it("reports the loss within one renewal period when the token is released elsewhere", async () => {
