@@ -36,6 +36,13 @@ test: build
 	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \
 	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
 	scripts/with-redis.sh python3 examples/cloud_drive.py
+	$(MAKE) test-node
+
+# The Node.js client (clients/node) against servers its tests start: a single one, a master with
+# a replica, and a 3-master cluster.
+.PHONY: test-node
+test-node: build
+	cd clients/node && npm ci && npm run build && npm test
 
 # Only the Cluster, failover and mutual-exclusion stress tests (they also run in `make test`).
 test-cluster: build
