@@ -162,8 +162,9 @@ class AsyncPathLocks(Operations["Acquiring"]):
             finally:
                 await pinned.aclose()
             return
-        await client.initialize()
-        node = client.get_node_from_key(self.key)
+        cluster: Any = client
+        await cluster.initialize()
+        node: Any = cluster.get_node_from_key(self.key)
         connection = node.acquire_connection()
 
         async def run(*args: Any) -> Any:

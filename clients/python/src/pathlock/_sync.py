@@ -59,6 +59,7 @@ class PathLocks(Operations["Lease"]):
         self.client = client
         self.key = key
         self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, on_lost)
+        self._execute: Run = client.execute_command
 
     def _acquire(
         self,
@@ -72,7 +73,7 @@ class PathLocks(Operations["Lease"]):
         # The client makes the token, so that a retry after a lost reply is the same owner.
         token = str(uuid.uuid4())
         if options.replicas == 0:
-            return self._grant(self.client.execute_command, token, locks, options)
+            return self._grant(self._execute, token, locks, options)
         # WAIT counts the acknowledgements of the writes made on its own connection, so it must
         # follow the ACQUIRE on the very connection that sent it.
         with self._pinned() as run:
@@ -90,7 +91,7 @@ class PathLocks(Operations["Lease"]):
     def _grant(self, run: Run, token: str, locks: Sequence[LockRequest], options: Options) -> "Lease":
         sent, reply = self._send_acquire(run, token, locks, options)
         if reply is None:
-            blockers = self.client.execute_command(*check_args(self.key, token, locks))
+            blockers = self._execute(*check_args(self.key, token, locks))
             raise Busy(locks, blockers_of(blockers))
         lease = Lease(self, token, fence_of(reply), locks, options, sent)
         lease._schedule()
@@ -115,7 +116,7 @@ class PathLocks(Operations["Lease"]):
                 attempt += 1
                 if attempt > 1 and time.monotonic() >= budget_end:
                     # A grant may have happened that no reply reported: free it once possible.
-                    _ReleaseLater(self.client, self.key, token, time.monotonic() + options.ttl_ms / 1000.0)._start()
+                    _ReleaseLater(self._execute, self.key, token, time.monotonic() + options.ttl_ms / 1000.0)._start()
                     raise
                 time.sleep(min(0.01 * 2**attempt, 0.2))
 
@@ -124,7 +125,8 @@ class PathLocks(Operations["Lease"]):
         """One connection of the pool to the key's master, held for a few commands."""
         client: Any = self.client
         if isinstance(client, RedisCluster):
-            client = client.get_redis_connection(client.get_node_from_key(self.key))
+            cluster: Any = client
+            client = cluster.get_redis_connection(cluster.get_node_from_key(self.key))
         pinned = client.client()
         try:
             yield pinned.execute_command
@@ -156,7 +158,7 @@ class Lease:
         self.ttl_ms = options.ttl_ms
         self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
-        self._client = owner.client
+        self._execute = owner._execute
         self._on_lost = options.on_lost
         self._ttl = options.ttl_ms / 1000.0
         self._period = options.period
@@ -197,9 +199,9 @@ class Lease:
                 return
             self._released = True
         try:
-            self._client.execute_command("PATHLOCK.RELEASE", self.key, self.token)
+            self._execute("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
-            _ReleaseLater(self._client, self.key, self.token, time.monotonic() + self._ttl)._start()
+            _ReleaseLater(self._execute, self.key, self.token, time.monotonic() + self._ttl)._start()
 
     def __enter__(self) -> "Lease":
         return self
@@ -248,7 +250,7 @@ class Lease:
         sent = time.monotonic()
         try:
             renewed: Optional[int] = int(
-                self._client.execute_command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+                self._execute("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
             )
         except Exception as error:  # retried while the deadline is ahead, whatever it was
             log.debug("pathlock: renewing %s failed: %r", self.token, error)
@@ -286,8 +288,8 @@ class Lease:
 class _ReleaseLater:
     """Sends RELEASE for a token until it gets through or the locks have surely expired."""
 
-    def __init__(self, client: Client, key: Key, token: str, until: float) -> None:
-        self._client = client
+    def __init__(self, execute: Run, key: Key, token: str, until: float) -> None:
+        self._execute = execute
         self._key = key
         self._token = token
         self._until = until
@@ -301,7 +303,7 @@ class _ReleaseLater:
 
     def _try(self) -> None:
         try:
-            self._client.execute_command("PATHLOCK.RELEASE", self._key, self._token)
+            self._execute("PATHLOCK.RELEASE", self._key, self._token)
             self.finished = True
         except Exception:
             if time.monotonic() >= self._until:
