@@ -6,8 +6,6 @@ import asyncio
 import inspect
 import logging
 import math
-import time
-import uuid
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import (
@@ -41,8 +39,10 @@ from ._requests import (
     blockers_of,
     check_args,
     fence_of,
+    new_token,
 )
 from ._sync import NO_RENEWAL, RENEWED_ZERO
+from ._timers import LoopTimers
 
 log = logging.getLogger("pathlock")
 
@@ -85,6 +85,13 @@ class AsyncPathLocks(Operations["Acquiring"]):
         self.client = client
         self.key = key
         self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, on_lost)
+        self._timers: Optional[LoopTimers] = None
+
+    def _timers_of_loop(self) -> LoopTimers:
+        loop = asyncio.get_running_loop()
+        if self._timers is None or self._timers.loop is not loop:
+            self._timers = LoopTimers(loop)
+        return self._timers
 
     def _acquire(
         self,
@@ -99,7 +106,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
 
     async def _acquire_now(self, locks: Sequence[LockRequest], options: Options) -> "AsyncLease":
         # The client makes the token, so that a retry after a lost reply is the same owner.
-        token = str(uuid.uuid4())
+        token = new_token()
         if options.replicas == 0:
             return await self._grant(self.client.execute_command, token, locks, options)
         # WAIT counts the acknowledgements of the writes made on its own connection, so it must
@@ -135,18 +142,20 @@ class AsyncPathLocks(Operations["Acquiring"]):
         After a connection error the grant may or may not have happened; sending the same token
         again is then idempotent. It is retried at least once and while the wait budget lasts.
         """
-        budget_end = time.monotonic() + options.wait_ms / 1000.0
+        # The event loop's clock, which the watchdog's timers run on.
+        loop = asyncio.get_running_loop()
+        budget_end = loop.time() + options.wait_ms / 1000.0
         attempt = 0
         while True:
-            sent = time.monotonic()
+            sent = loop.time()
             wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if options.wait_ms else 0
             try:
                 return sent, await run(*acquire_args(self.key, token, options.ttl_ms, wait_ms, locks))
             except CONNECTION_ERRORS:
                 attempt += 1
-                if attempt > 1 and time.monotonic() >= budget_end:
+                if attempt > 1 and loop.time() >= budget_end:
                     # A grant may have happened that no reply reported: free it once possible.
-                    until = time.monotonic() + options.ttl_ms / 1000.0
+                    until = loop.time() + options.ttl_ms / 1000.0
                     _keep(asyncio.ensure_future(_release_later(self.client, self.key, token, until)))
                     raise
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.2))
@@ -210,7 +219,7 @@ class Acquiring:
 
 
 class AsyncLease:
-    """Locks held by one owner, renewed by a background task until released.
+    """Locks held by one owner, renewed in the background until released.
 
     Also an async context manager that releases them when the block ends. `lost` (an
     `asyncio.Event`) is set when the lease is lost; `check()` then raises `LeaseLost`, and
@@ -242,7 +251,9 @@ class AsyncLease:
         # Known from the client's own clock only: when the last successful command was sent.
         self._deadline = sent + self._ttl
         self._next_renew = sent + self._period
-        self._task: Optional["asyncio.Task[None]"] = None
+        self._renewing = False
+        self._wake_at = math.inf
+        self._timers = owner._timers_of_loop()
 
     def __repr__(self) -> str:
         state = "released" if self._released else "lost" if self.lost.is_set() else "held"
@@ -289,14 +300,10 @@ class AsyncLease:
         if self._released:
             return
         self._released = True
-        # A renewal in flight is left to finish on its own: after the RELEASE it answers 0 and
-        # changes nothing, and its answer is no longer looked at.
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
         try:
             await self._client.execute_command("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
-            until = time.monotonic() + self._ttl
+            until = self._timers.loop.time() + self._ttl
             _keep(asyncio.ensure_future(_release_later(self._client, self.key, self.token, until)))
 
     async def __aenter__(self) -> "AsyncLease":
@@ -310,43 +317,58 @@ class AsyncLease:
     ) -> None:
         await self.release()
 
+    # The watchdog: the handle's timer wakes the lease at each renewal (which then runs as a
+    # task of its own) and at its deadline.
+
     def _start(self) -> None:
-        self._task = asyncio.ensure_future(self._watch())
+        self._schedule()
 
-    async def _renew(self) -> int:
-        return int(await self._client.execute_command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms))
+    def _schedule(self) -> None:
+        if self.finished:
+            return
+        wake = self._deadline if self._renewing else min(self._next_renew, self._deadline)
+        # One pending wake-up is enough; an earlier one replaces a later one.
+        if wake < self._wake_at:
+            self._wake_at = wake
+            self._timers.at(wake, self)
 
-    async def _watch(self) -> None:
-        while not self.finished:
-            now = time.monotonic()
-            if now >= self._deadline:
-                self._lose(NO_RENEWAL)
-                return
-            if now < self._next_renew:
-                await asyncio.sleep(min(self._next_renew, self._deadline) - now)
-                continue
-            sent = time.monotonic()
-            # The renewal runs as its own task so that the deadline is kept even when the server
-            # does not answer, and so that releasing (which cancels this task) never cuts a
-            # command off in the middle.
-            renewal = asyncio.ensure_future(self._renew())
-            _keep(renewal)
-            done, _ = await asyncio.wait({renewal}, timeout=max(0.0, self._deadline - time.monotonic()))
-            if self.finished or renewal.cancelled():
-                return
-            if not done:
-                self._lose(NO_RENEWAL)
-                return
-            error = renewal.exception()
-            if error is not None:
-                log.debug("pathlock: renewing %s failed: %r", self.token, error)
-                self._next_renew = time.monotonic() + self._period * RETRY_FRACTION
-                continue
-            if renewal.result() == 0:
-                self._lose(RENEWED_ZERO)
-                return
+    def fire(self, when: float) -> None:
+        if when == self._wake_at:
+            self._wake_at = math.inf
+        if self.finished:
+            return
+        # The timer may run a moment before `when`; the lease goes by the time it asked for.
+        now = max(self._timers.loop.time(), when)
+        if now >= self._deadline:
+            self._lose(NO_RENEWAL)
+            return
+        if not self._renewing and now >= self._next_renew:
+            self._renewing = True
+            # Its own task, left to finish even if the lease is released meanwhile: after the
+            # RELEASE it answers 0 and changes nothing, and its answer is no longer looked at.
+            _keep(asyncio.ensure_future(self._renew(self._timers.loop.time())))
+        self._schedule()
+
+    async def _renew(self, sent: float) -> None:
+        try:
+            renewed: Optional[int] = int(
+                await self._client.execute_command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+            )
+        except Exception as error:  # retried while the deadline is ahead, whatever it was
+            log.debug("pathlock: renewing %s failed: %r", self.token, error)
+            renewed = None
+        self._renewing = False
+        if self.finished:
+            return
+        if renewed is None:
+            self._next_renew = self._timers.loop.time() + self._period * RETRY_FRACTION
+        elif renewed == 0:
+            self._lose(RENEWED_ZERO)
+            return
+        else:
             self._deadline = max(self._deadline, sent + self._ttl)
             self._next_renew = sent + self._period
+        self._schedule()
 
     def _lose(self, reason: str) -> None:
         if self.finished:
@@ -365,11 +387,12 @@ class AsyncLease:
 
 async def _release_later(client: Client, key: Key, token: str, until: float) -> None:
     """Sends RELEASE for a token until it gets through or the locks have surely expired."""
+    loop = asyncio.get_running_loop()
     while True:
         try:
             await client.execute_command("PATHLOCK.RELEASE", key, token)
             return
         except Exception:
-            if time.monotonic() >= until:
+            if loop.time() >= until:
                 return
             await asyncio.sleep(0.2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
@@ -47,6 +48,8 @@ class Options:
         replicas: Optional[int],
         on_lost: Optional[Callable[[Any], Any]],
     ) -> "Options":
+        if ttl_ms is None and wait_ms is None and replicas is None and on_lost is None:
+            return self
         return Options(
             ttl_ms=self.ttl_ms if ttl_ms is None else ttl_ms,
             wait_ms=self.wait_ms if wait_ms is None else wait_ms,
@@ -59,6 +62,18 @@ class Options:
     def period(self) -> float:
         """Seconds between renewals: a third of the TTL, so two may fail before the lease ends."""
         return self.ttl_ms / 3000.0
+
+
+def new_token() -> str:
+    """A random UUID v4 in its canonical form, which the module stores compactly.
+
+    The same as `str(uuid.uuid4())`, at a fraction of its cost on every acquire.
+    """
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def segments(path: str) -> List[str]:

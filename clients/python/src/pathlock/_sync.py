@@ -6,7 +6,6 @@ import logging
 import math
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Type, Union
@@ -26,6 +25,7 @@ from ._requests import (
     blockers_of,
     check_args,
     fence_of,
+    new_token,
 )
 from ._scheduler import SCHEDULER
 
@@ -71,7 +71,7 @@ class PathLocks(Operations["Lease"]):
     ) -> "Lease":
         options = self.options.override(ttl_ms, wait_ms, replicas, on_lost)
         # The client makes the token, so that a retry after a lost reply is the same owner.
-        token = str(uuid.uuid4())
+        token = new_token()
         if options.replicas == 0:
             return self._grant(self._execute, token, locks, options)
         # WAIT counts the acknowledgements of the writes made on its own connection, so it must
@@ -156,8 +156,11 @@ class Lease:
         self.fence = fence
         self.locks: Tuple[LockRequest, ...] = tuple(locks)
         self.ttl_ms = options.ttl_ms
-        self.lost = threading.Event()
         self.lost_reason: Optional[str] = None
+        # `lost` is made on first use: most leases end without anyone waiting for their loss,
+        # and an Event (a Condition and its lock) is a noticeable part of an acquire's cost.
+        self._lost_event: Optional[threading.Event] = None
+        self._lost = False
         self._execute = owner._execute
         self._on_lost = options.on_lost
         self._ttl = options.ttl_ms / 1000.0
@@ -171,8 +174,18 @@ class Lease:
         self._wake_at = math.inf
 
     def __repr__(self) -> str:
-        state = "released" if self._released else "lost" if self.lost.is_set() else "held"
+        state = "released" if self._released else "lost" if self._lost else "held"
         return f"<Lease {self.token} fence={self.fence} {state} {list(self.locks)}>"
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the lease is lost: poll it, or wait on it from another thread."""
+        with self._mutex:
+            if self._lost_event is None:
+                self._lost_event = threading.Event()
+                if self._lost:
+                    self._lost_event.set()
+            return self._lost_event
 
     @property
     def released(self) -> bool:
@@ -181,11 +194,11 @@ class Lease:
     @property
     def finished(self) -> bool:
         """Nothing more for the watchdog to do: released or lost."""
-        return self._released or self.lost.is_set()
+        return self._released or self._lost
 
     def check(self) -> None:
         """Raises `LeaseLost` if the lease was lost; call it between steps of long work."""
-        if self.lost.is_set():
+        if self._lost:
             raise LeaseLost(self.token, self.lost_reason or NO_RENEWAL)
 
     def release(self) -> None:
@@ -276,7 +289,9 @@ class Lease:
             if self.finished:
                 return
             self.lost_reason = reason
-            self.lost.set()
+            self._lost = True
+            if self._lost_event is not None:
+                self._lost_event.set()
         log.warning("pathlock: lease %s on %r lost: %s", self.token, self.key, reason)
         if self._on_lost is not None:
             try:
