@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from typing import Any, List
 
 import pytest
@@ -40,6 +41,7 @@ def test_each_operation_asks_for_the_locks_of_the_table(client: redis.Redis) -> 
     for acquire, expected in cases:
         with acquire() as lease:
             assert isinstance(lease, Lease)
+            assert str(uuid.UUID(lease.token)) == lease.token and uuid.UUID(lease.token).version == 4
             assert sorted(held(client)) == sorted((m, p, lease.token) for m, p in expected)
             assert list(lease.locks) == expected
         assert held(client) == []
