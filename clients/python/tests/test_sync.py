@@ -126,9 +126,10 @@ def test_lost_when_the_server_is_paused_past_the_deadline(own_server: Server) ->
     time.sleep(0.5)
     paused = time.monotonic()
     client.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
-    # The last renewal that got through was sent at most one period before the pause.
+    # The last renewal that got through was sent about one period before the pause at most: the
+    # loss waits for the deadline, it is not reported at the first renewal that hangs.
     took = lost_within(lease, paused, 0.9 + 0.3 + SLACK)
-    assert took >= 0.9 - 0.3 - 0.05
+    assert took >= 0.9 - 0.3 - 0.15
     assert "deadline" in (lease.lost_reason or "")
     client.execute_command("CLIENT", "UNPAUSE")
     lease.release()
