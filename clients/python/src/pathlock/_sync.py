@@ -41,8 +41,8 @@ NO_RENEWAL = "no renewal succeeded before the lease's deadline"
 class PathLocks(Operations["Lease"]):
     """A Redis connection bound to one project key, with the defaults of every lease it takes.
 
-    `client` is a `redis.Redis` or a `redis.RedisCluster`. `on_lost(lease)` is called (on the
-    watchdog's thread) when a lease is lost.
+    `client` is a `redis.Redis` or a `redis.RedisCluster`. `on_lost(lease)` is called (on one of
+    the watchdog's worker threads) when a lease is lost.
     """
 
     def __init__(
@@ -294,10 +294,17 @@ class Lease:
                 self._lost_event.set()
         log.warning("pathlock: lease %s on %r lost: %s", self.token, self.key, reason)
         if self._on_lost is not None:
-            try:
-                self._on_lost(self)
-            except Exception:
-                log.exception("pathlock: on_lost callback failed")
+            # On a worker thread: a callback that blocks must not hold up the timer thread,
+            # which keeps every other lease's deadline.
+            SCHEDULER.submit(self._call_on_lost)
+
+    def _call_on_lost(self) -> None:
+        if self._on_lost is None:
+            return
+        try:
+            self._on_lost(self)
+        except Exception:
+            log.exception("pathlock: on_lost callback failed")
 
 
 class _ReleaseLater:
