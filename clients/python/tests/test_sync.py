@@ -150,10 +150,15 @@ def no_retry_client(port: int) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=port, retry=Retry(NoBackoff(), 0))
 
 
-def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(client: redis.Redis, server: Server) -> None:
+@pytest.mark.parametrize("redis_py_retries", [False, True])
+def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(
+    client: redis.Redis, server: Server, redis_py_retries: bool
+) -> None:
     proxy = DroppingProxy(server.port, drops=1)
     try:
-        locks = PathLocks(no_retry_client(proxy.port), KEY)
+        # Whether redis-py resends the command itself or the client does, the token is the same.
+        proxied = redis.Redis(port=proxy.port) if redis_py_retries else no_retry_client(proxy.port)
+        locks = PathLocks(proxied, KEY)
         with locks.move("/A/C", "/B") as lease:
             assert proxy.dropped == 1 and proxy.acquires == 2
             # One owner, not two: both locks under the one token.
