@@ -43,9 +43,23 @@ def start_server() -> "tuple[subprocess.Popen[bytes], int, str]":
         port = s.getsockname()[1]
     directory = tempfile.mkdtemp(prefix="pathlock-bench-")
     process = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", directory,
-         "--save", "", "--appendonly", "no", "--loadmodule", MODULE],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            directory,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--loadmodule",
+            MODULE,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     client = redis.Redis(port=port)
     for _ in range(200):
@@ -59,7 +73,7 @@ def start_server() -> "tuple[subprocess.Popen[bytes], int, str]":
 
 def calls(client: "redis.Redis") -> Dict[str, int]:
     stats = client.info("commandstats")
-    return {name.lower()[len("cmdstat_"):]: int(v["calls"]) for name, v in stats.items()}
+    return {name.lower()[len("cmdstat_") :]: int(v["calls"]) for name, v in stats.items()}
 
 
 def watchdog_load(port: int, leases: int, ttl_ms: int, held: float) -> None:
@@ -72,8 +86,10 @@ def watchdog_load(port: int, leases: int, ttl_ms: int, held: float) -> None:
         lease.release()
     renewals = calls(client).get("pathlock.renew", 0) - before
     expected = leases * held / (ttl_ms / 3000.0)
-    print(f"sync:    {leases} leases, ttl {ttl_ms} ms, held {held:.1f} s: {renewals} RENEWs, "
-          f"{expected:.0f} predicted by one per ttl/3 ({renewals / expected:.2f}x)")
+    print(
+        f"sync:    {leases} leases, ttl {ttl_ms} ms, held {held:.1f} s: {renewals} RENEWs, "
+        f"{expected:.0f} predicted by one per ttl/3 ({renewals / expected:.2f}x)"
+    )
 
     async def run_async() -> None:
         aclient = redis.asyncio.Redis(port=port)
@@ -84,15 +100,19 @@ def watchdog_load(port: int, leases: int, ttl_ms: int, held: float) -> None:
         for lease in held_leases:
             await lease.release()
         renewals = calls(client).get("pathlock.renew", 0) - before
-        print(f"asyncio: {leases} leases, ttl {ttl_ms} ms, held {held:.1f} s: {renewals} RENEWs, "
-              f"{expected:.0f} predicted by one per ttl/3 ({renewals / expected:.2f}x)")
+        print(
+            f"asyncio: {leases} leases, ttl {ttl_ms} ms, held {held:.1f} s: {renewals} RENEWs, "
+            f"{expected:.0f} predicted by one per ttl/3 ({renewals / expected:.2f}x)"
+        )
         await aclient.aclose()
 
     asyncio.run(run_async())
 
 
 def sync_raw(client: "redis.Redis") -> None:
-    token, _fence = client.execute_command("PATHLOCK.ACQUIRE", "bench:sync", "TTL", 30000, "WRITE", PATH)
+    token, _fence = client.execute_command(
+        "PATHLOCK.ACQUIRE", "bench:sync", "TTL", 30000, "WRITE", PATH
+    )
     client.execute_command("PATHLOCK.RELEASE", "bench:sync", token)
 
 
@@ -129,7 +149,9 @@ def sync_throughput(port: int, seconds: float, rounds: int) -> None:
     for _ in range(1000):
         with_client()
     after = calls(client)
-    per_op = {k: (after[k] - before.get(k, 0)) / 1000 for k in after if after[k] != before.get(k, 0)}
+    per_op = {
+        k: (after[k] - before.get(k, 0)) / 1000 for k in after if after[k] != before.get(k, 0)
+    }
     per_op.pop("info", None)
     report("sync, 1 thread", raw, wrapped, per_op)
 
@@ -139,7 +161,9 @@ async def async_throughput(port: int, seconds: float, rounds: int) -> None:
     locks = AsyncPathLocks(client, "bench:async")
 
     async def raw_op(i: int) -> None:
-        token, _ = await client.execute_command("PATHLOCK.ACQUIRE", "bench:async", "TTL", 30000, "WRITE", f"{PATH}{i}")
+        token, _ = await client.execute_command(
+            "PATHLOCK.ACQUIRE", "bench:async", "TTL", 30000, "WRITE", f"{PATH}{i}"
+        )
         await client.execute_command("PATHLOCK.RELEASE", "bench:async", token)
 
     async def client_op(i: int) -> None:
@@ -176,8 +200,10 @@ async def async_throughput(port: int, seconds: float, rounds: int) -> None:
 def report(what: str, raw: List[float], wrapped: List[float], per_op: Any) -> None:
     r, w = statistics.median(raw), statistics.median(wrapped)
     ratio = statistics.median(b / a for a, b in zip(raw, wrapped))
-    print(f"{what}: raw execute_command {r:,.0f} acquire+release/s, client {w:,.0f}/s; "
-          f"client/raw {100 * ratio:.0f}% (median of {len(raw)} back-to-back pairs)")
+    print(
+        f"{what}: raw execute_command {r:,.0f} acquire+release/s, client {w:,.0f}/s; "
+        f"client/raw {100 * ratio:.0f}% (median of {len(raw)} back-to-back pairs)"
+    )
     if per_op:
         print(f"  commands the server got per client acquire+release: {per_op}")
 

@@ -39,10 +39,16 @@ class DroppingProxy:
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
             self._sockets += [downstream, upstream]
             state = {"drop": False}
-            threading.Thread(target=self._forward_requests, args=(downstream, upstream, state), daemon=True).start()
-            threading.Thread(target=self._forward_replies, args=(upstream, downstream, state), daemon=True).start()
+            threading.Thread(
+                target=self._forward_requests, args=(downstream, upstream, state), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._forward_replies, args=(upstream, downstream, state), daemon=True
+            ).start()
 
-    def _forward_requests(self, downstream: socket.socket, upstream: socket.socket, state: dict) -> None:
+    def _forward_requests(
+        self, downstream: socket.socket, upstream: socket.socket, state: dict
+    ) -> None:
         try:
             while True:
                 data = downstream.recv(65536)
@@ -59,7 +65,9 @@ class DroppingProxy:
             pass
         _close(upstream, downstream)
 
-    def _forward_replies(self, upstream: socket.socket, downstream: socket.socket, state: dict) -> None:
+    def _forward_replies(
+        self, upstream: socket.socket, downstream: socket.socket, state: dict
+    ) -> None:
         try:
             while True:
                 data = upstream.recv(65536)

@@ -43,9 +43,21 @@ class Server:
         self.port = free_port(cluster)
         self.dir = tempfile.mkdtemp(prefix="pathlock-py-")
         self.args = [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", self.dir, "--save", "", "--appendonly", "no",
-            "--loadmodule", MODULE, "--logfile", "redis.log",
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.dir,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--loadmodule",
+            MODULE,
+            "--logfile",
+            "redis.log",
         ]
         if cluster:
             self.args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
@@ -54,7 +66,9 @@ class Server:
         self.start()
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -96,7 +110,9 @@ def wait_until(condition, timeout: float = 10.0, what: str = "condition") -> Non
 def replica_of(master: Server) -> Server:
     replica = Server("--replicaof", "127.0.0.1", str(master.port))
     client = master.client()
-    wait_until(lambda: client.info("replication")["connected_slaves"] >= 1, what="replica to connect")
+    wait_until(
+        lambda: client.info("replication")["connected_slaves"] >= 1, what="replica to connect"
+    )
     wait_until(
         lambda: replica.client().info("replication").get("master_link_status") == "up",
         what="replica link up",
@@ -108,9 +124,19 @@ def cluster(masters: int = 3) -> List[Server]:
     nodes = [Server(cluster=True) for _ in range(masters)]
     try:
         subprocess.run(
-            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60,
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
         )
         for node in nodes:
             client = node.client()

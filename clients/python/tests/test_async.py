@@ -22,7 +22,9 @@ from pathlock import AsyncLease, AsyncPathLocks, Blocker, Busy, LeaseLost, NotRe
 SLACK = 0.25
 
 
-def run(server: Server, body: Callable[[redis.asyncio.Redis], Awaitable[None]], **kwargs: Any) -> None:
+def run(
+    server: Server, body: Callable[[redis.asyncio.Redis], Awaitable[None]], **kwargs: Any
+) -> None:
     """Runs an async test body with an asyncio client of the server, on a loop of its own."""
 
     async def main() -> None:
@@ -47,11 +49,17 @@ def test_operations_and_scopes(server: Server, client: redis.Redis) -> None:
         locks = AsyncPathLocks(aclient, KEY)
         async with locks.move("/A/C", "/B") as lease:
             assert isinstance(lease, AsyncLease)
-            assert sorted(held(client)) == [("WRITE", "/A/C", lease.token), ("WRITE", "/B/C", lease.token)]
+            assert sorted(held(client)) == [
+                ("WRITE", "/A/C", lease.token),
+                ("WRITE", "/B/C", lease.token),
+            ]
         assert held(client) == []
         lease = await locks.copy("/A/a.txt", "/B")
         async with lease:
-            assert sorted(held(client)) == [("READ", "/A/a.txt", lease.token), ("WRITE", "/B/a.txt", lease.token)]
+            assert sorted(held(client)) == [
+                ("READ", "/A/a.txt", lease.token),
+                ("WRITE", "/B/a.txt", lease.token),
+            ]
         assert lease.released and held(client) == []
         with pytest.raises(RuntimeError):
             async with locks.purge("/bin/1", "/bin/2") as lease:
@@ -76,7 +84,9 @@ def test_watchdog_keeps_a_300ms_lease_for_3s(server: Server, client: redis.Redis
     run(server, body)
 
 
-def test_second_owner_is_busy_with_blockers_then_granted(server: Server, client: redis.Redis) -> None:
+def test_second_owner_is_busy_with_blockers_then_granted(
+    server: Server, client: redis.Redis
+) -> None:
     async def body(aclient: redis.asyncio.Redis) -> None:
         alice, bob = AsyncPathLocks(aclient, KEY), AsyncPathLocks(aclient, KEY)
         moving = await alice.move("/A/C", "/B", ttl_ms=60000)
@@ -84,7 +94,12 @@ def test_second_owner_is_busy_with_blockers_then_granted(server: Server, client:
             await bob.delete("/A")
         [blocker] = refused.value.blockers
         assert isinstance(blocker, Blocker)
-        assert (blocker.path, blocker.mode, blocker.token, blocker.fence) == ("/A/C", "WRITE", moving.token, moving.fence)
+        assert (blocker.path, blocker.mode, blocker.token, blocker.fence) == (
+            "/A/C",
+            "WRITE",
+            moving.token,
+            moving.fence,
+        )
         await moving.release()
         async with bob.delete("/A") as deleting:
             assert held(client) == [("WRITE", "/A", deleting.token)]
@@ -98,7 +113,9 @@ def test_second_owner_is_busy_with_blockers_then_granted(server: Server, client:
     run(server, body)
 
 
-def test_lost_when_the_token_is_released_elsewhere_or_the_key_deleted(server: Server, client: redis.Redis) -> None:
+def test_lost_when_the_token_is_released_elsewhere_or_the_key_deleted(
+    server: Server, client: redis.Redis
+) -> None:
     async def body(aclient: redis.asyncio.Redis) -> None:
         called: List[AsyncLease] = []
 
@@ -175,14 +192,21 @@ def test_lost_when_the_server_is_stopped_past_the_deadline(own_server: Server) -
     run(own_server, body)
 
 
-def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(server: Server, client: redis.Redis) -> None:
+def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(
+    server: Server, client: redis.Redis
+) -> None:
     proxy = DroppingProxy(server.port, drops=1)
 
     async def body(_: redis.asyncio.Redis) -> None:
-        aclient = redis.asyncio.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        aclient = redis.asyncio.Redis(
+            host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0)
+        )
         async with AsyncPathLocks(aclient, KEY).move("/A/C", "/B") as lease:
             assert proxy.dropped == 1 and proxy.acquires == 2
-            assert sorted(held(client)) == [("WRITE", "/A/C", lease.token), ("WRITE", "/B/C", lease.token)]
+            assert sorted(held(client)) == [
+                ("WRITE", "/A/C", lease.token),
+                ("WRITE", "/B/C", lease.token),
+            ]
             assert lease.fence == 2
         assert held(client) == []
         await aclient.aclose()
@@ -193,11 +217,15 @@ def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(server: Ser
         proxy.close()
 
 
-def test_an_acquire_that_keeps_failing_releases_its_token(server: Server, client: redis.Redis) -> None:
+def test_an_acquire_that_keeps_failing_releases_its_token(
+    server: Server, client: redis.Redis
+) -> None:
     proxy = DroppingProxy(server.port, drops=1000)
 
     async def body(_: redis.asyncio.Redis) -> None:
-        aclient = redis.asyncio.Redis(host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0))
+        aclient = redis.asyncio.Redis(
+            host="127.0.0.1", port=proxy.port, retry=Retry(NoBackoff(), 0)
+        )
         with pytest.raises(redis.ConnectionError):
             await AsyncPathLocks(aclient, KEY, ttl_ms=60000).upload("/A/f")
         deadline = time.monotonic() + 5

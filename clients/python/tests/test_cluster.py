@@ -35,7 +35,10 @@ def test_sync_handle_on_a_cluster(cluster_client: RedisCluster) -> None:
     time.sleep(1.5)
     for key, lease in zip(KEYS, leases):
         assert not lease.lost.is_set()
-        assert sorted(held(cluster_client, key)) == [("WRITE", "/A/C", lease.token), ("WRITE", "/B/C", lease.token)]
+        assert sorted(held(cluster_client, key)) == [
+            ("WRITE", "/A/C", lease.token),
+            ("WRITE", "/B/C", lease.token),
+        ]
     cluster_client.delete(KEYS[0])
     assert leases[0].lost.wait(0.1 + 0.25)
     for lease in leases:
@@ -53,7 +56,9 @@ def test_sync_replicas_on_a_cluster_without_replicas(cluster_client: RedisCluste
         assert held(cluster_client, key) == []
 
 
-def test_async_handle_on_a_cluster(cluster_nodes: List[Server], cluster_client: RedisCluster) -> None:
+def test_async_handle_on_a_cluster(
+    cluster_nodes: List[Server], cluster_client: RedisCluster
+) -> None:
     async def body() -> None:
         aclient = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster_nodes[1].port)
         try:
@@ -78,7 +83,9 @@ def test_async_handle_on_a_cluster(cluster_nodes: List[Server], cluster_client: 
             for key in KEYS:
                 assert held(cluster_client, key) == []
                 with pytest.raises(NotReplicated):
-                    await AsyncPathLocks(aclient, key, replicas=1, replicas_timeout_ms=100).upload("/A")
+                    await AsyncPathLocks(aclient, key, replicas=1, replicas_timeout_ms=100).upload(
+                        "/A"
+                    )
                 assert held(cluster_client, key) == []
         finally:
             await aclient.aclose()

@@ -36,12 +36,17 @@ def test_each_operation_asks_for_the_locks_of_the_table(client: redis.Redis) -> 
         (lambda: locks.copy("/A/a.txt", "/B"), [("READ", "/A/a.txt"), ("WRITE", "/B/a.txt")]),
         (lambda: locks.delete("/A"), [("WRITE", "/A")]),
         (lambda: locks.purge("/bin/1", "/bin/2"), [("WRITE", "/bin/1"), ("WRITE", "/bin/2")]),
-        (lambda: locks.lock([("read", "/X"), ("WRITE", "/X/y")]), [("READ", "/X"), ("WRITE", "/X/y")]),
+        (
+            lambda: locks.lock([("read", "/X"), ("WRITE", "/X/y")]),
+            [("READ", "/X"), ("WRITE", "/X/y")],
+        ),
     ]
     for acquire, expected in cases:
         with acquire() as lease:
             assert isinstance(lease, Lease)
-            assert str(uuid.UUID(lease.token)) == lease.token and uuid.UUID(lease.token).version == 4
+            assert (
+                str(uuid.UUID(lease.token)) == lease.token and uuid.UUID(lease.token).version == 4
+            )
             assert sorted(held(client)) == sorted((m, p, lease.token) for m, p in expected)
             assert list(lease.locks) == expected
         assert held(client) == []
@@ -56,7 +61,10 @@ def test_watchdog_keeps_a_300ms_lease_for_3s(client: redis.Redis) -> None:
     with locks.move("/A/C", "/B") as lease:
         time.sleep(3.0)
         assert not lease.lost.is_set()
-        assert sorted(held(client)) == [("WRITE", "/A/C", lease.token), ("WRITE", "/B/C", lease.token)]
+        assert sorted(held(client)) == [
+            ("WRITE", "/A/C", lease.token),
+            ("WRITE", "/B/C", lease.token),
+        ]
         with pytest.raises(Busy):
             PathLocks(client, KEY).upload("/A/C/x")
     assert held(client) == []
@@ -70,7 +78,12 @@ def test_second_owner_is_busy_with_blockers_then_granted(client: redis.Redis) ->
         bob.upload("/A/C/D/new.txt")
     [blocker] = refused.value.blockers
     assert isinstance(blocker, Blocker)
-    assert (blocker.path, blocker.mode, blocker.token, blocker.fence) == ("/A/C", "WRITE", moving.token, moving.fence)
+    assert (blocker.path, blocker.mode, blocker.token, blocker.fence) == (
+        "/A/C",
+        "WRITE",
+        moving.token,
+        moving.fence,
+    )
     assert 50000 < blocker.ttl_ms <= 60000
     assert refused.value.locks == (("WRITE", "/A/C/D/new.txt"),)
     # Beside the folder being moved, work goes on.
@@ -162,7 +175,10 @@ def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(
         with locks.move("/A/C", "/B") as lease:
             assert proxy.dropped == 1 and proxy.acquires == 2
             # One owner, not two: both locks under the one token.
-            assert sorted(held(client)) == [("WRITE", "/A/C", lease.token), ("WRITE", "/B/C", lease.token)]
+            assert sorted(held(client)) == [
+                ("WRITE", "/A/C", lease.token),
+                ("WRITE", "/B/C", lease.token),
+            ]
             # The retry was a re-acquire: it took the next fence.
             assert lease.fence == 2
         assert held(client) == []
@@ -170,7 +186,9 @@ def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(
         proxy.close()
 
 
-def test_an_acquire_that_keeps_failing_releases_its_token(client: redis.Redis, server: Server) -> None:
+def test_an_acquire_that_keeps_failing_releases_its_token(
+    client: redis.Redis, server: Server
+) -> None:
     proxy = DroppingProxy(server.port, drops=1000)
     try:
         locks = PathLocks(no_retry_client(proxy.port), KEY, ttl_ms=60000)
@@ -230,7 +248,9 @@ class GatedRedis(redis.Redis):
 
 
 @pytest.mark.parametrize("hold", ["before-send", "after-answer"])
-def test_a_renewal_in_flight_at_release_neither_keeps_the_lock_nor_reports_a_loss(server: Server, hold: str) -> None:
+def test_a_renewal_in_flight_at_release_neither_keeps_the_lock_nor_reports_a_loss(
+    server: Server, hold: str
+) -> None:
     gated = GatedRedis(host="127.0.0.1", port=server.port, hold=hold)
     client = server.client()
     lost: List[Lease] = []
@@ -263,7 +283,9 @@ def test_releases_racing_renewals_never_report_a_loss(client: redis.Redis) -> No
     assert lost == [] and held(client) == []
 
 
-def test_scope_ends_by_an_exception_release_and_lost_release_are_no_errors(client: redis.Redis) -> None:
+def test_scope_ends_by_an_exception_release_and_lost_release_are_no_errors(
+    client: redis.Redis,
+) -> None:
     locks = PathLocks(client, KEY)
     with pytest.raises(RuntimeError):
         with locks.delete("/A") as lease:

@@ -148,15 +148,19 @@ class AsyncPathLocks(Operations["Acquiring"]):
         attempt = 0
         while True:
             sent = loop.time()
-            wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if options.wait_ms else 0
+            wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if attempt else options.wait_ms
             try:
-                return sent, await run(*acquire_args(self.key, token, options.ttl_ms, wait_ms, locks))
+                return sent, await run(
+                    *acquire_args(self.key, token, options.ttl_ms, wait_ms, locks)
+                )
             except CONNECTION_ERRORS:
                 attempt += 1
                 if attempt > 1 and loop.time() >= budget_end:
                     # A grant may have happened that no reply reported: free it once possible.
                     until = loop.time() + options.ttl_ms / 1000.0
-                    _keep(asyncio.ensure_future(_release_later(self.client, self.key, token, until)))
+                    _keep(
+                        asyncio.ensure_future(_release_later(self.client, self.key, token, until))
+                    )
                     raise
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.2))
 
@@ -352,7 +356,9 @@ class AsyncLease:
     async def _renew(self, sent: float) -> None:
         try:
             renewed: Optional[int] = int(
-                await self._client.execute_command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+                await self._client.execute_command(
+                    "PATHLOCK.RENEW", self.key, self.token, self.ttl_ms
+                )
             )
         except Exception as error:  # retried while the deadline is ahead, whatever it was
             log.debug("pathlock: renewing %s failed: %r", self.token, error)

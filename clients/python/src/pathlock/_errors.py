@@ -35,8 +35,7 @@ class Busy(PathLockError):
         wanted = ", ".join(f"{mode} {path}" for mode, path in self.locks)
         if self.blockers:
             held = "; ".join(
-                f"{b.mode} {b.path} held by {b.token} for {b.ttl_ms} ms more"
-                for b in self.blockers
+                f"{b.mode} {b.path} held by {b.token} for {b.ttl_ms} ms more" for b in self.blockers
             )
             super().__init__(f"busy: {wanted} (blocked by {held})")
         else:

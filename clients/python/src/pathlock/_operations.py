@@ -47,7 +47,9 @@ class Operations(Generic[L]):
         on_lost: Optional[Callable[[Any], Any]] = None,
     ) -> L:
         """`WRITE path`."""
-        return self.lock([("WRITE", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost)
+        return self.lock(
+            [("WRITE", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost
+        )
 
     def create(
         self,
@@ -59,7 +61,9 @@ class Operations(Generic[L]):
         on_lost: Optional[Callable[[Any], Any]] = None,
     ) -> L:
         """`WRITE path` (a new file or folder)."""
-        return self.lock([("WRITE", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost)
+        return self.lock(
+            [("WRITE", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost
+        )
 
     def read(
         self,
@@ -71,7 +75,9 @@ class Operations(Generic[L]):
         on_lost: Optional[Callable[[Any], Any]] = None,
     ) -> L:
         """`READ path`."""
-        return self.lock([("READ", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost)
+        return self.lock(
+            [("READ", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost
+        )
 
     def rename(
         self,
@@ -86,7 +92,10 @@ class Operations(Generic[L]):
         """`WRITE path`, `WRITE new_path`."""
         return self.lock(
             [("WRITE", path), ("WRITE", new_path)],
-            ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            replicas=replicas,
+            on_lost=on_lost,
         )
 
     def move(
@@ -102,7 +111,10 @@ class Operations(Generic[L]):
         """`WRITE path`, `WRITE into_folder/<last segment of path>`."""
         return self.lock(
             [("WRITE", path), ("WRITE", into(into_folder, path))],
-            ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            replicas=replicas,
+            on_lost=on_lost,
         )
 
     def copy(
@@ -118,7 +130,10 @@ class Operations(Generic[L]):
         """`READ path`, `WRITE into_folder/<last segment of path>`."""
         return self.lock(
             [("READ", path), ("WRITE", into(into_folder, path))],
-            ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            replicas=replicas,
+            on_lost=on_lost,
         )
 
     def delete(
@@ -131,7 +146,9 @@ class Operations(Generic[L]):
         on_lost: Optional[Callable[[Any], Any]] = None,
     ) -> L:
         """`WRITE path`."""
-        return self.lock([("WRITE", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost)
+        return self.lock(
+            [("WRITE", path)], ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost
+        )
 
     def purge(
         self,
@@ -144,5 +161,8 @@ class Operations(Generic[L]):
         """`WRITE` each path: emptying the recycle bin."""
         return self.lock(
             [("WRITE", path) for path in paths],
-            ttl_ms=ttl_ms, wait_ms=wait_ms, replicas=replicas, on_lost=on_lost,
+            ttl_ms=ttl_ms,
+            wait_ms=wait_ms,
+            replicas=replicas,
+            on_lost=on_lost,
         )

@@ -36,7 +36,12 @@ class Options:
     on_lost: Optional[Callable[[Any], Any]]
 
     def __post_init__(self) -> None:
-        for name, low in (("ttl_ms", 1), ("wait_ms", 0), ("replicas", 0), ("replicas_timeout_ms", 0)):
+        for name, low in (
+            ("ttl_ms", 1),
+            ("wait_ms", 0),
+            ("replicas", 0),
+            ("replicas_timeout_ms", 0),
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"{name} must be an integer of at least {low}, not {value!r}")

@@ -34,7 +34,9 @@ log = logging.getLogger("pathlock")
 Client = Union["redis.Redis", "RedisCluster"]
 Run = Callable[..., Any]
 
-RENEWED_ZERO = "a renewal answered 0 (the lease expired, was released with its token, or its key was deleted)"
+RENEWED_ZERO = (
+    "a renewal answered 0 (the lease expired, was released with its token, or its key was deleted)"
+)
 NO_RENEWAL = "no renewal succeeded before the lease's deadline"
 
 
@@ -88,7 +90,9 @@ class PathLocks(Operations["Lease"]):
                 raise NotReplicated(acknowledged, options.replicas)
             return lease
 
-    def _grant(self, run: Run, token: str, locks: Sequence[LockRequest], options: Options) -> "Lease":
+    def _grant(
+        self, run: Run, token: str, locks: Sequence[LockRequest], options: Options
+    ) -> "Lease":
         sent, reply = self._send_acquire(run, token, locks, options)
         if reply is None:
             blockers = self._execute(*check_args(self.key, token, locks))
@@ -109,14 +113,16 @@ class PathLocks(Operations["Lease"]):
         attempt = 0
         while True:
             sent = time.monotonic()
-            wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if options.wait_ms else 0
+            wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if attempt else options.wait_ms
             try:
                 return sent, run(*acquire_args(self.key, token, options.ttl_ms, wait_ms, locks))
             except CONNECTION_ERRORS:
                 attempt += 1
                 if attempt > 1 and time.monotonic() >= budget_end:
                     # A grant may have happened that no reply reported: free it once possible.
-                    _ReleaseLater(self._execute, self.key, token, time.monotonic() + options.ttl_ms / 1000.0)._start()
+                    _ReleaseLater(
+                        self._execute, self.key, token, time.monotonic() + options.ttl_ms / 1000.0
+                    )._start()
                     raise
                 time.sleep(min(0.01 * 2**attempt, 0.2))
 
@@ -214,7 +220,9 @@ class Lease:
         try:
             self._execute("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
-            _ReleaseLater(self._execute, self.key, self.token, time.monotonic() + self._ttl)._start()
+            _ReleaseLater(
+                self._execute, self.key, self.token, time.monotonic() + self._ttl
+            )._start()
 
     def __enter__(self) -> "Lease":
         return self
