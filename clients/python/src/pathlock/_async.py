@@ -25,7 +25,6 @@ from typing import (
 
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
 from ._errors import Busy, LeaseLost, NotReplicated
 from ._operations import Operations
@@ -107,6 +106,11 @@ class AsyncPathLocks(Operations["Acquiring"]):
     async def _acquire_now(self, locks: Sequence[LockRequest], options: Options) -> "AsyncLease":
         # The client makes the token, so that a retry after a lost reply is the same owner.
         token = new_token()
+        if isinstance(self.client, RedisCluster):
+            # A cluster client's first command learns the slots and the commands' key positions
+            # first; that must not count against the lease's TTL, which starts when it is sent.
+            cluster: Any = self.client
+            await cluster.initialize()
         if options.replicas == 0:
             return await self._grant(self.client.execute_command, token, locks, options)
         # WAIT counts the acknowledgements of the writes made on its own connection, so it must
@@ -178,23 +182,18 @@ class AsyncPathLocks(Operations["Acquiring"]):
         cluster: Any = client
         await cluster.initialize()
         node: Any = cluster.get_node_from_key(self.key)
-        connection = node.acquire_connection()
+        # A connection of its own to the key's master: the cluster client has no public way to
+        # hold one of its pooled connections, and it is only for acquires that ask for replicas.
+        connection = node.connection_class(**node.connection_kwargs)
 
         async def run(*args: Any) -> Any:
-            try:
-                await connection.send_command(*args)
-                return await connection.read_response()
-            except ResponseError:
-                raise
-            except BaseException:
-                # Cut off in the middle of a reply, the connection cannot be reused as it is.
-                await connection.disconnect()
-                raise
+            await connection.send_command(*args)
+            return await connection.read_response()
 
         try:
             yield run
         finally:
-            node.release(connection)
+            await connection.disconnect()
 
 
 class Acquiring:
