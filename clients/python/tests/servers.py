@@ -3,8 +3,10 @@ directory, for the tests to start, pause, stop and wire into replicas and cluste
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -16,6 +18,15 @@ import redis
 
 REPO = Path(__file__).resolve().parents[3]
 MODULE = os.environ.get("PATHLOCK_MODULE") or str(REPO / "target" / "release" / "libpathlock.so")
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: on Linux, the server is killed when the test process dies,
+    so that a test run cut short leaves no server behind."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port(cluster: bool = False) -> int:
@@ -67,7 +78,10 @@ class Server:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + 10
         while True:
