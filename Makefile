@@ -1,12 +1,12 @@
 # pathlock: `make run` starts a local redis-server with the module; `make test` runs every test.
-# Both install what is missing (libclang, redis-server, redis-py) with apt-get on Debian/Ubuntu.
+# Both install what is missing (libclang, redis-server, python3-venv) with apt-get on Debian/Ubuntu.
 
 CARGO ?= cargo
 PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-cluster lint bench fuzz clean
+.PHONY: all build run test test-python test-cluster lint bench fuzz clean
 
 # The servers of the README's compatibility table. `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts

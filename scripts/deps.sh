@@ -4,7 +4,7 @@
 #
 #   scripts/deps.sh build   libclang (redis-module's bindings are generated with bindgen)
 #   scripts/deps.sh run     redis-server 7.0 or newer (module configs need 7.0)
-#   scripts/deps.sh test    redis-server, redis-cli, redis-py for the Python example
+#   scripts/deps.sh test    redis-server, redis-cli, python3 -m venv (redis-py and pytest go in it)
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
@@ -144,11 +144,16 @@ PY
     done
 }
 
+# `make test-python` keeps redis-py and pytest in a virtualenv; Debian ships venv on its own.
+need_venv() {
+    python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
+}
+
 for what in "$@"; do
     case "$what" in
     build) need_libclang ;;
     run) need_libclang; need_redis ;;
-    test) need_libclang; need_redis; need_python_module redis redis "the Python example" ;;
+    test) need_libclang; need_redis; need_venv ;;
     bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
     fuzz) need_fuzz ;;
     valkey) need_valkey ;;
