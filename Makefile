@@ -35,8 +35,19 @@ test: build
 	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
 	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \
 	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
-	scripts/with-redis.sh python3 examples/cloud_drive.py
-	$(MAKE) test-node
+	$(MAKE) --no-print-directory test-python
+	$(MAKE) --no-print-directory test-node
+
+# The Python client's tests (real servers, a replica, a cluster) and the example that uses it, in a
+# virtualenv of the project's own so that the system Python is left alone. pytest exits non-zero
+# (5) when it collects no test, which fails the target like a failing test.
+VENV := $(CURDIR)/.venv-py
+test-python: build
+	@scripts/deps.sh test
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python pytest
+	cd clients/python && $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	scripts/with-redis.sh $(VENV)/bin/python examples/cloud_drive.py
 
 # The Node.js client (clients/node) against servers its tests start: a single one, a master with
 # a replica, and a 3-master cluster.
