@@ -9,7 +9,7 @@ use redis::{Cmd, Value};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::connection::{is_transient, Connection};
+use crate::connection::{is_transient, send, Connection};
 use crate::error::{integer, Blocker, Error};
 use crate::handle::{Options, PathLocks};
 use crate::lease::Lease;
@@ -104,10 +104,8 @@ async fn acquire<C: Connection>(
         let wait = budget_end.saturating_duration_since(Instant::now());
         let sent = Instant::now();
         attempt.last_sent = sent;
-        let reply = attempt
-            .conn
-            .req_packed_command(&acquire_command(&key, &token, &requests, &options, wait))
-            .await;
+        let command = acquire_command(&key, &token, &requests, &options, wait);
+        let reply = send(attempt.conn, &command).await;
         match reply {
             Ok(Value::Nil) => match attempt.recover_earlier_grant().await {
                 Some(fence) => break (sent, fence),
@@ -191,7 +189,7 @@ impl<C: Connection> Attempt<'_, C> {
             .arg(self.token)
             .arg(millis(self.options.ttl));
         let sent = Instant::now();
-        let renewed = self.conn.req_packed_command(&renew).await.ok()?;
+        let renewed = send(self.conn, &renew).await.ok()?;
         if integer(&renewed)? <= 0 {
             return None;
         }
@@ -199,7 +197,7 @@ impl<C: Connection> Attempt<'_, C> {
         let first = self.requests.first()?;
         let mut list = redis::cmd("PATHLOCK.LOCKS");
         list.arg(self.key).arg(&first.path);
-        let listed = self.conn.req_packed_command(&list).await.ok()?;
+        let listed = send(self.conn, &list).await.ok()?;
         Blocker::parse_all(&listed)?
             .into_iter()
             .find(|lock| lock.token == self.token)
@@ -213,7 +211,7 @@ impl<C: Connection> Attempt<'_, C> {
         for request in self.requests {
             check.arg(request.mode.as_str()).arg(&request.path);
         }
-        match self.conn.req_packed_command(&check).await {
+        match send(self.conn, &check).await {
             Ok(reply) => Blocker::parse_all(&reply).unwrap_or_default(),
             Err(_) => Vec::new(),
         }
@@ -240,7 +238,11 @@ impl<C: Connection> Attempt<'_, C> {
         // WAIT with a timeout of 0 blocks for ever; the smallest real timeout is 1 ms.
         wait.arg(wanted)
             .arg(millis(self.options.replicas_timeout).max(1));
-        let reply = self.conn.send_for_key(self.key.as_bytes(), &wait).await;
+        let reply = self
+            .conn
+            .send_for_key(self.key.as_bytes(), &wait)
+            .await
+            .and_then(Value::extract_error);
         let failure = match reply {
             Ok(Value::Int(acked)) if acked >= i64::from(wanted) => return Ok(()),
             Ok(Value::Int(acked)) => Error::NotReplicated {

@@ -3,7 +3,7 @@
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, ErrorKind, RedisError, RedisFuture, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, Value};
 
 /// A redis-rs async connection the client can share between the caller, the watchdogs and the
 /// background releases: it is cloned for each of them, so it must be a handle onto one
@@ -52,4 +52,15 @@ pub(crate) fn is_transient(e: &RedisError) -> bool {
                 | ErrorKind::ReadOnly
                 | ErrorKind::ClusterConnectionNotFound
         )
+}
+
+/// Sends `cmd` and turns an error reply into an `Err`, as redis-rs's `query_async` does (its
+/// `req_packed_command` hands error replies back as values).
+pub(crate) async fn send<C: ConnectionLike + ?Sized>(
+    conn: &mut C,
+    cmd: &Cmd,
+) -> RedisResult<Value> {
+    conn.req_packed_command(cmd)
+        .await
+        .and_then(Value::extract_error)
 }

@@ -6,7 +6,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisResult, Value};
 use tokio::time::Instant;
 
-use crate::connection::is_transient;
+use crate::connection::{is_transient, send};
 
 pub(crate) fn release_command(key: &str, token: &str) -> Cmd {
     let mut cmd = redis::cmd("PATHLOCK.RELEASE");
@@ -20,7 +20,7 @@ pub(crate) async fn release_now<C: ConnectionLike>(
     key: &str,
     token: &str,
 ) -> RedisResult<Value> {
-    conn.req_packed_command(&release_command(key, token)).await
+    send(conn, &release_command(key, token)).await
 }
 
 /// Releases `token` from a spawned task on the current runtime, retrying connection errors
@@ -38,7 +38,7 @@ where
         let cmd = release_command(&key, &token);
         let mut delay = Duration::from_millis(10);
         loop {
-            let attempt = tokio::time::timeout_at(expires_at, conn.req_packed_command(&cmd)).await;
+            let attempt = tokio::time::timeout_at(expires_at, send(&mut conn, &cmd)).await;
             match attempt {
                 Ok(Err(e)) if is_transient(&e) && Instant::now() + delay < expires_at => {
                     tokio::time::sleep(delay).await;

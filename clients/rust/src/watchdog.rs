@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::connection::Connection;
+use crate::connection::{send, Connection};
 use crate::lease::{leave_held, Status, StatusCell};
 use crate::millis;
 
@@ -37,7 +37,7 @@ pub(crate) async fn run<C: Connection>(
         }
         let sent = Instant::now();
         // A renewal that is still unanswered at the deadline comes too late, whatever it says.
-        let Ok(reply) = timeout_at(deadline, conn.req_packed_command(&renew)).await else {
+        let Ok(reply) = timeout_at(deadline, send(&mut conn, &renew)).await else {
             break;
         };
         match reply {
