@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::connection::Connection;
+use crate::connection::{is_transient, Connection};
 use crate::error::Error;
 use crate::release::{release_in_background, release_now};
 use crate::request::LockRequest;
@@ -151,16 +151,31 @@ impl Lease {
 
     /// Stops the watchdog, then releases the locks (`PATHLOCK.RELEASE key token`). Releasing a
     /// lost lease is not an error: it still asks the server to free whatever is left, but
-    /// ignores the outcome.
+    /// ignores the outcome. When the server cannot be reached, the error is returned and the
+    /// release is retried in the background until the locks would have expired anyway.
     pub async fn release(mut self) -> Result<(), Error> {
         let before = self.stop();
         let Some(mut conn) = self.conn.take() else {
             return Ok(());
         };
-        match release_now(&mut conn, &self.key, &self.token).await {
-            Ok(_) => Ok(()),
-            Err(_) if before == Status::Lost => Ok(()),
-            Err(e) => Err(e.into()),
+        let result = release_now(&mut conn, &self.key, &self.token).await;
+        let failure = match result {
+            Ok(_) => return Ok(()),
+            Err(e) if is_transient(&e) => {
+                release_in_background(
+                    conn,
+                    self.key.clone(),
+                    self.token.clone(),
+                    Instant::now() + self.ttl,
+                );
+                e
+            }
+            Err(e) => e,
+        };
+        if before == Status::Lost {
+            Ok(())
+        } else {
+            Err(failure.into())
         }
     }
 

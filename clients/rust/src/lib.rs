@@ -30,3 +30,17 @@ pub use request::{LockRequest, Mode};
 pub(crate) fn millis(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    fn send_and_sync<T: Send + Sync>() {}
+
+    /// Leases and handles move between tasks and threads.
+    #[test]
+    fn leases_and_handles_are_send_and_sync() {
+        send_and_sync::<crate::Lease>();
+        send_and_sync::<crate::Error>();
+        send_and_sync::<crate::PathLocks<redis::aio::ConnectionManager>>();
+        send_and_sync::<crate::PathLocks<redis::cluster_async::ClusterConnection>>();
+    }
+}
