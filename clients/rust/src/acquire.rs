@@ -78,7 +78,7 @@ impl<C: Connection> IntoFuture for Acquire<'_, C> {
 }
 
 async fn acquire<C: Connection>(
-    mut conn: C,
+    conn: C,
     key: String,
     requests: Result<Vec<LockRequest>, Error>,
     options: Options,
@@ -87,40 +87,38 @@ async fn acquire<C: Connection>(
     if requests.is_empty() {
         return Err(Error::Invalid("no locks requested".into()));
     }
-    // A token of our own, sent with every attempt, makes a retry the same owner: re-acquiring
-    // what a token holds is idempotent on the server.
-    let token = Uuid::new_v4().to_string();
     let budget_end = Instant::now() + options.wait;
     let mut attempt = Attempt {
-        conn: &mut conn,
-        key: &key,
-        token: &token,
-        requests: &requests,
-        options: &options,
+        conn,
+        key,
+        // A token of our own, sent with every attempt, makes a retry the same owner:
+        // re-acquiring what a token holds is idempotent on the server.
+        token: Uuid::new_v4().to_string(),
+        requests,
+        options,
         unsure: false,
+        may_hold: false,
         last_sent: Instant::now(),
     };
     let (sent, fence) = loop {
         let wait = budget_end.saturating_duration_since(Instant::now());
+        let command = acquire_command(&attempt, wait);
         let sent = Instant::now();
         attempt.last_sent = sent;
-        let command = acquire_command(&key, &token, &requests, &options, wait);
-        let reply = send(attempt.conn, &command).await;
-        match reply {
+        attempt.may_hold = true;
+        match send(&mut attempt.conn, &command).await {
             Ok(Value::Nil) => match attempt.recover_earlier_grant().await {
                 Some(fence) => break (sent, fence),
                 None => {
-                    let blockers = attempt.blockers().await;
-                    attempt.give_up();
-                    return Err(Error::Busy { blockers });
+                    attempt.may_hold = attempt.unsure;
+                    return Err(Error::Busy {
+                        blockers: attempt.blockers().await,
+                    });
                 }
             },
-            Ok(reply) => match parse_grant(&reply, &token) {
+            Ok(reply) => match parse_grant(&reply, &attempt.token) {
                 Some(fence) => break (sent, fence),
-                None => {
-                    attempt.give_up();
-                    return Err(Error::Protocol(format!("ACQUIRE answered {reply:?}")));
-                }
+                None => return Err(Error::Protocol(format!("ACQUIRE answered {reply:?}"))),
             },
             Err(e) if is_transient(&e) => {
                 // The request may have been granted with its reply lost: from here on, giving up
@@ -129,7 +127,6 @@ async fn acquire<C: Connection>(
                 attempt.unsure = true;
                 let now = Instant::now();
                 if !first_failure && now >= budget_end {
-                    attempt.give_up();
                     return Err(e.into());
                 }
                 // The first retry goes out at once (a reconnecting connection waits for its new
@@ -140,39 +137,60 @@ async fn acquire<C: Connection>(
                 }
             }
             Err(e) => {
-                attempt.give_up();
+                // The server refused the request itself; only an earlier attempt may hold.
+                attempt.may_hold = attempt.unsure;
                 return Err(e.into());
             }
         }
     };
-    if options.replicas > 0 {
+    if attempt.options.replicas > 0 {
         attempt.await_replicas().await?;
     }
-    Ok(Lease::start(
-        conn,
-        key,
-        token,
+    let lease = Lease::start(
+        attempt.conn.clone(),
+        attempt.key.clone(),
+        attempt.token.clone(),
         fence,
-        requests,
-        options.ttl,
+        attempt.requests.clone(),
+        attempt.options.ttl,
         sent,
-    ))
+    );
+    attempt.may_hold = false;
+    Ok(lease)
 }
 
-/// What an acquire knows while it tries.
-struct Attempt<'a, C> {
-    conn: &'a mut C,
-    key: &'a str,
-    token: &'a str,
-    requests: &'a [LockRequest],
-    options: &'a Options,
+/// What an acquire knows while it tries. Dropping it while the token may hold locks, on any
+/// failure or because the caller dropped the acquire's future (a timeout, a `select!`),
+/// releases the token in the background, so a grant nobody will use does not outlive its call.
+struct Attempt<C: Connection> {
+    conn: C,
+    key: String,
+    token: String,
+    requests: Vec<LockRequest>,
+    options: Options,
     /// Whether an attempt failed without an answer, so that the server may have granted it.
     unsure: bool,
-    /// When the latest attempt was sent: a grant it got expires by this plus the TTL.
+    /// Whether the token may hold locks that no lease owns.
+    may_hold: bool,
+    /// When the latest attempt was sent.
     last_sent: Instant,
 }
 
-impl<C: Connection> Attempt<'_, C> {
+impl<C: Connection> Drop for Attempt<C> {
+    fn drop(&mut self) {
+        if self.may_hold {
+            // A grant is at the latest when the server's wait ends, and lives for the TTL.
+            release_in_background(
+                self.conn.clone(),
+                self.key.clone(),
+                self.token.clone(),
+                self.last_sent + self.options.wait + self.options.ttl,
+            );
+        }
+    }
+}
+
+impl<C: Connection> Attempt<C> {
     /// After an earlier attempt went unanswered, a refusal of the retry does not prove that the
     /// token holds nothing: the earlier attempt may have been granted, and a request of another
     /// owner queued since (waiting for us) refuses our retry, since nobody may overtake a waiter.
@@ -185,19 +203,17 @@ impl<C: Connection> Attempt<'_, C> {
         }
         let mut renew = redis::cmd("PATHLOCK.RENEW");
         renew
-            .arg(self.key)
-            .arg(self.token)
+            .arg(&self.key)
+            .arg(&self.token)
             .arg(millis(self.options.ttl));
-        let sent = Instant::now();
-        let renewed = send(self.conn, &renew).await.ok()?;
+        let renewed = send(&mut self.conn, &renew).await.ok()?;
         if integer(&renewed)? <= 0 {
             return None;
         }
-        self.last_sent = sent;
         let first = self.requests.first()?;
         let mut list = redis::cmd("PATHLOCK.LOCKS");
-        list.arg(self.key).arg(&first.path);
-        let listed = send(self.conn, &list).await.ok()?;
+        list.arg(&self.key).arg(&first.path);
+        let listed = send(&mut self.conn, &list).await.ok()?;
         Blocker::parse_all(&listed)?
             .into_iter()
             .find(|lock| lock.token == self.token)
@@ -207,26 +223,13 @@ impl<C: Connection> Attempt<'_, C> {
     /// The live locks that refused this request, as `PATHLOCK.CHECK` reports them.
     async fn blockers(&mut self) -> Vec<Blocker> {
         let mut check = redis::cmd("PATHLOCK.CHECK");
-        check.arg(self.key).arg("TOKEN").arg(self.token);
-        for request in self.requests {
+        check.arg(&self.key).arg("TOKEN").arg(&self.token);
+        for request in &self.requests {
             check.arg(request.mode.as_str()).arg(&request.path);
         }
-        match send(self.conn, &check).await {
+        match send(&mut self.conn, &check).await {
             Ok(reply) => Blocker::parse_all(&reply).unwrap_or_default(),
             Err(_) => Vec::new(),
-        }
-    }
-
-    /// Ends a failed acquire: when a grant may have happened unseen, the token is released in
-    /// the background once the server can be reached.
-    fn give_up(&self) {
-        if self.unsure {
-            release_in_background(
-                self.conn.clone(),
-                self.key.to_string(),
-                self.token.to_string(),
-                self.last_sent + self.options.ttl,
-            );
         }
     }
 
@@ -252,32 +255,29 @@ impl<C: Connection> Attempt<'_, C> {
             Ok(other) => Error::Protocol(format!("WAIT answered {other:?}")),
             Err(e) => Error::Redis(e),
         };
-        if release_now(self.conn, self.key, self.token).await.is_err() {
-            self.unsure = true;
-            self.give_up();
+        // Released now, or else by the drop of this attempt, in the background.
+        if release_now(&mut self.conn, &self.key, &self.token)
+            .await
+            .is_ok()
+        {
+            self.may_hold = false;
         }
         Err(failure)
     }
 }
 
-fn acquire_command(
-    key: &str,
-    token: &str,
-    requests: &[LockRequest],
-    options: &Options,
-    wait: Duration,
-) -> Cmd {
+fn acquire_command<C: Connection>(attempt: &Attempt<C>, wait: Duration) -> Cmd {
     let mut cmd = redis::cmd("PATHLOCK.ACQUIRE");
-    cmd.arg(key)
+    cmd.arg(&attempt.key)
         .arg("TOKEN")
-        .arg(token)
+        .arg(&attempt.token)
         .arg("TTL")
-        .arg(millis(options.ttl));
+        .arg(millis(attempt.options.ttl));
     let wait = millis(wait);
     if wait > 0 {
         cmd.arg("WAIT").arg(wait);
     }
-    for request in requests {
+    for request in &attempt.requests {
         cmd.arg(request.mode.as_str()).arg(&request.path);
     }
     cmd

@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::future::IntoFuture;
+
 use common::proxy::{After, Behaviour, Proxy};
 use common::*;
 use pathlock_client::{Error, LockRequest, Mode, PathLocks};
@@ -258,4 +260,39 @@ async fn an_acquire_that_cannot_get_through_fails_and_its_token_is_released_late
     })
     .await;
     let _ = &mut probe;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_leaves_no_lock_behind() {
+    let server = Server::start();
+    let mut admin = server.admin().await;
+    // Two connections: a waiting acquire holds up its own connection until the server answers.
+    let holder = server
+        .locks("proj")
+        .await
+        .upload("/A")
+        .await
+        .expect("granted");
+    let locks = server.locks("proj").await;
+
+    // A waiting acquire, given up by its caller while the server still queues it.
+    let waiting = locks.upload("/A").wait(ms(3000));
+    assert!(tokio::time::timeout(ms(100), waiting.into_future())
+        .await
+        .is_err());
+
+    // The server grants the queued request when the holder lets go; the client, which dropped
+    // it, releases it right after.
+    holder.release().await.expect("released");
+    let mut probe = admin.clone();
+    wait_until(ms(2000), "the abandoned grant to be released", || {
+        let mut probe = probe.clone();
+        async move { locks_of(&mut probe, "proj").await.is_empty() }
+    })
+    .await;
+    let _ = &mut probe;
+    assert_eq!(
+        info_number(&mut admin, "pathlock_total_waits_granted").await,
+        1
+    );
 }
