@@ -127,6 +127,25 @@ impl Server {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // After a diskless sync the master streams to the replica only once the replica has
+        // acknowledged, up to a second later; until then a WAIT after a write answers 0.
+        let mut on_master = master.admin().await;
+        loop {
+            run(&mut on_master, &["SET", "replica-probe", "1"]).await;
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(50)
+                .query_async(&mut on_master)
+                .await
+                .unwrap_or(0);
+            if acked >= 1 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the replica did not ack"
+            );
+        }
         replica
     }
 
