@@ -1,0 +1,51 @@
+//! Freeing a token's locks: at once, or in the background until the server answers.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, RedisResult, Value};
+use tokio::time::Instant;
+
+use crate::connection::{is_transient, send};
+
+pub(crate) fn release_command(key: &str, token: &str) -> Cmd {
+    let mut cmd = redis::cmd("PATHLOCK.RELEASE");
+    cmd.arg(key).arg(token);
+    cmd
+}
+
+/// Sends `PATHLOCK.RELEASE key token` once.
+pub(crate) async fn release_now<C: ConnectionLike>(
+    conn: &mut C,
+    key: &str,
+    token: &str,
+) -> RedisResult<Value> {
+    send(conn, &release_command(key, token)).await
+}
+
+/// Releases `token` from a spawned task on the current runtime, retrying connection errors
+/// until the server answers or until `expires_at`, after which the locks have expired on their
+/// own and there is nothing left to free. Does nothing outside a tokio runtime: the locks then
+/// expire with their TTL.
+pub(crate) fn release_in_background<C>(mut conn: C, key: String, token: String, expires_at: Instant)
+where
+    C: ConnectionLike + Send + 'static,
+{
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let cmd = release_command(&key, &token);
+        let mut delay = Duration::from_millis(10);
+        loop {
+            let attempt = tokio::time::timeout_at(expires_at, send(&mut conn, &cmd)).await;
+            match attempt {
+                Ok(Err(e)) if is_transient(&e) && Instant::now() + delay < expires_at => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                _ => return,
+            }
+        }
+    });
+}
