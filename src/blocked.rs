@@ -13,7 +13,7 @@
 use std::os::raw::{c_int, c_void};
 
 use pathlock_core::Token;
-use redis_module::{raw, Context, RedisValue};
+use redis_module::{raw, Context, RedisError, RedisValue};
 
 use crate::contain::contained;
 use crate::{registry, reply, stats};
@@ -44,12 +44,23 @@ pub fn block_client(ctx: &Context) -> Option<usize> {
     Some(client as usize)
 }
 
-/// Unblocks a client with its reply (`None` answers nil). Every blocked client goes through
-/// here exactly once, which also frees Redis's handle.
-pub fn unblock(client: usize, reply: Option<(Token, u64)>) {
-    let data = reply.map_or(std::ptr::null_mut(), |r| {
-        Box::into_raw(Box::new(r)).cast::<c_void>()
-    });
+/// What a blocked client is answered.
+pub enum Answer {
+    /// `[token, fence]`.
+    Granted(Token, u64),
+    /// Nil: its time ran out.
+    Nil,
+    /// An error: its project left the key it waited on.
+    Error(String),
+}
+
+/// Unblocks a client with its answer. Every blocked client goes through here exactly once,
+/// which also frees Redis's handle.
+pub fn unblock(client: usize, answer: Answer) {
+    let data = match answer {
+        Answer::Nil => std::ptr::null_mut(),
+        answer => Box::into_raw(Box::new(answer)).cast::<c_void>(),
+    };
     // SAFETY: `client` came from BlockClient and has not been unblocked: registry entries are
     // removed before this is called, once.
     unsafe {
@@ -64,7 +75,7 @@ pub fn unblock(client: usize, reply: Option<(Token, u64)>) {
 fn give_up(client: usize) {
     if registry::give_up(client) {
         // Redis has already let the client go; this frees the handle without a reply.
-        unblock(client, None);
+        unblock(client, Answer::Nil);
     }
 }
 
@@ -74,18 +85,21 @@ extern "C" fn on_reply(
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    let reply = contained("a blocked client's reply", RedisValue::Null, || {
-        // SAFETY: the private data was set by `unblock` as a boxed `(Token, u64)`.
+    let reply = contained("a blocked client's reply", Ok(RedisValue::Null), || {
+        // SAFETY: the private data was set by `unblock` as a boxed `Answer`.
         let data = unsafe {
             raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| f(ctx))
         };
         if data.is_null() {
-            return RedisValue::Null;
+            return Ok(RedisValue::Null);
         }
-        let (token, fence) = unsafe { &*data.cast::<(Token, u64)>() };
-        reply::grant(token, *fence)
+        match unsafe { &*data.cast::<Answer>() } {
+            Answer::Granted(token, fence) => Ok(reply::grant(token, *fence)),
+            Answer::Nil => Ok(RedisValue::Null),
+            Answer::Error(message) => Err(RedisError::String(message.clone())),
+        }
     });
-    context.reply(Ok(reply)) as c_int
+    context.reply(reply::safe(reply)) as c_int
 }
 
 extern "C" fn on_timeout(
@@ -117,6 +131,6 @@ extern "C" fn on_disconnect(
 extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     if !data.is_null() {
         // SAFETY: created by `Box::into_raw` in `unblock`.
-        drop(unsafe { Box::from_raw(data.cast::<(Token, u64)>()) });
+        drop(unsafe { Box::from_raw(data.cast::<Answer>()) });
     }
 }

@@ -16,6 +16,20 @@ pub const ERR_MISSING_PATH: &str = "ERR missing path after mode";
 pub const ERR_EFFECT_INTERNAL: &str = "ERR PATHLOCK.EFFECT is internal: it carries a master's decisions to its replicas and the AOF, and clients cannot send it";
 pub const ERR_EFFECT_SYNTAX: &str = "ERR malformed PATHLOCK.EFFECT";
 pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not applied";
+/// The answers of a waiter whose project left the key name it waited on (see `registry`).
+pub const ERR_MOVED_RENAMED: &str = "ERR project moved: its key was renamed or moved to another database while this client waited; acquire it under its new name";
+pub const ERR_MOVED_SWAPPED: &str =
+    "ERR project moved: SWAPDB swapped its database while this client waited";
+pub const ERR_REPLACED: &str =
+    "ERR project replaced: its key was overwritten by another value while this client waited";
+
+/// A waiter's project was migrated to another server (`MIGRATE`); `destination` is `host:port`
+/// as the `MIGRATE` command gave it, already escaped.
+pub fn moved_migrated(destination: &str) -> String {
+    format!(
+        "ERR project moved: its key was migrated to {destination} while this client waited; acquire it there"
+    )
+}
 
 /// An error that carries a value in its message.
 #[derive(Debug, Clone, PartialEq, Eq)]

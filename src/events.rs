@@ -1,7 +1,8 @@
 //! Server and keyspace events the module listens to: values that arrive under a name without a
-//! command (loaded, renamed, moved, copied, restored), and flushes.
+//! command (loaded, renamed, moved, copied, restored), flushes, `SWAPDB`, and, through a
+//! command filter, the start of each `MIGRATE`.
 //!
-//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`. Subscribed by
+//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`. Subscribed by
 //! `lib.rs`. Like the keyspace itself in Redis, it never calls into the waiting machinery: it
 //! schedules expiry and queues signals in `registry`.
 
@@ -13,7 +14,7 @@ use redis_module::{raw, Context, NotifyEvent, RedisString};
 use crate::contain::contained;
 use crate::context::selected_db;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{registry, schedule};
+use crate::{errors, registry, schedule};
 
 /// Keyspace events that bring a path-lock key under a new name or from outside: it is scheduled
 /// for expiry, and waiters that came with it under a new name are signalled.
@@ -37,16 +38,82 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
 }
 
 pub fn subscribe(ctx: &Context) {
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_FLUSHDB,
-        dataver: 1,
-    };
-    // SAFETY: subscribing with a callback that lives as long as the module.
+    type Callback =
+        extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
+    let events: [(u64, Callback); 2] = [
+        (raw::REDISMODULE_EVENT_FLUSHDB, on_flush),
+        (raw::REDISMODULE_EVENT_SWAPDB, on_swapdb),
+    ];
+    // SAFETY: subscribing with callbacks, and registering a filter, that live as long as the
+    // module.
     unsafe {
         if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
-            subscribe(ctx.ctx, event, Some(on_flush));
+            for (id, callback) in events {
+                subscribe(
+                    ctx.ctx,
+                    raw::RedisModuleEvent { id, dataver: 1 },
+                    Some(callback),
+                );
+            }
+        }
+        if let Some(register) = raw::RedisModule_RegisterCommandFilter {
+            register(
+                ctx.ctx,
+                Some(on_command),
+                raw::REDISMODULE_CMDFILTER_NOSELF as i32,
+            );
         }
     }
+}
+
+/// Runs before every command the server executes. `MIGRATE` unlinks the keys it sends to
+/// another server like a `DEL` would, so the registry is told which command runs: waiters of a
+/// value that leaves by `MIGRATE` are answered that their project moved, never granted on the
+/// name left behind. Every other command costs one comparison of its name.
+extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
+    contained("the command filter", (), || {
+        // SAFETY: the filter context and its arguments are valid for the duration of the call;
+        // the bytes are copied out before it returns.
+        let arg = |i: i32| unsafe {
+            let (Some(get), Some(bytes)) = (
+                raw::RedisModule_CommandFilterArgGet,
+                raw::RedisModule_StringPtrLen,
+            ) else {
+                return None;
+            };
+            let string = get(filter, i);
+            if string.is_null() {
+                return None;
+            }
+            let mut len = 0;
+            let ptr = bytes(string, &mut len);
+            (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
+        };
+        let migrate = arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"MIGRATE"));
+        let destination = migrate.then(|| {
+            let host = errors::shown(arg(1).unwrap_or_default());
+            let port = errors::shown(arg(2).unwrap_or_default());
+            format!("{host}:{port}")
+        });
+        registry::command_starts(destination);
+    });
+}
+
+/// `SWAPDB`: the waiters of both databases are answered that their project moved.
+extern "C" fn on_swapdb(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    if data.is_null() {
+        return;
+    }
+    contained("the SWAPDB event", (), || {
+        // SAFETY: Redis passes a RedisModuleSwapDbInfo with the swap-database event.
+        let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+        registry::swapped(info.dbnum_first, info.dbnum_second);
+    });
 }
 
 /// A flush is starting: every waiter of the flushed databases is queued again on its key name.

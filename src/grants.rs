@@ -7,6 +7,7 @@
 use pathlock_core::{Grant, Mode, Path, Token};
 use redis_module::{Context, RedisString};
 
+use crate::blocked::Answer;
 use crate::context::notify;
 use crate::effects::Effect;
 use crate::{blocked, registry, stats};
@@ -33,7 +34,7 @@ pub fn granted(
 /// Replicates and announces grants made for waiters, and unblocks their clients.
 pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
     for grant in grants {
-        let reply = (grant.token.clone(), grant.fence);
+        let answer = Answer::Granted(grant.token.clone(), grant.fence);
         granted(
             ctx,
             key,
@@ -44,7 +45,7 @@ pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
         );
         stats::count(&stats::WAITS_GRANTED, 1);
         if let Some(entry) = registry::forget(grant.waiter) {
-            blocked::unblock(entry.client, Some(reply));
+            blocked::unblock(entry.client, answer);
         }
     }
 }

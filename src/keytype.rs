@@ -79,14 +79,13 @@ extern "C" fn free(value: *mut c_void) {
     })
 }
 
-/// The key is leaving the keyspace (`DEL`, `UNLINK`, overwritten): this only signals that its
-/// waiters are to be queued again on the key name (`registry`), where the next acquire finds
-/// no locks.
+/// The value is leaving its key (`DEL`, `UNLINK`, an overwrite, `RENAME`, `MOVE`, `MIGRATE`):
+/// this only signals it to the registry, whose worker decides what its waiters are answered.
 extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
     contained("unlink", (), || {
         // SAFETY: see `project`; called on the main thread before the value is freed.
         let ids: Vec<u64> = unsafe { project(value) }.waiter_ids().collect();
-        registry::requeue(ids);
+        registry::unlinked(ids);
     })
 }
 

@@ -13,11 +13,19 @@
 //!   never granted;
 //! * **resubmit**: the waiters' key was deleted, overwritten or flushed; they are queued again on
 //!   the key name they asked for, in their original order;
+//! * **unlinked**: the value of the waiters' key left the keyspace; the worker tells a `DEL` (the
+//!   key is gone: they are queued again on their key name, where the next acquire finds no
+//!   locks) from an overwrite (another value holds the name: they are answered an error);
 //! * **moved**: a value holding waiters arrived under a new name (`RENAME`, `MOVE`); the waiters
-//!   that asked for another key are taken out of it and resubmitted.
+//!   that asked for another key are taken out of it and answered that the project moved;
+//! * **moved away**: waiters to answer that their project left: `MIGRATE` took it to another
+//!   server (known from the command filter in `events`), or `SWAPDB` swapped its database.
+//!
+//! A project's locks never disappear when its value moves, so its waiters are never granted on
+//! the name left behind.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,12 +42,24 @@ pub struct Entry {
     pub waiter: Waiter,
 }
 
+/// Why a waiter's project left the key name it waited on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Away {
+    Renamed,
+    Replaced,
+    Swapped,
+    /// To the `host:port` that `MIGRATE` named.
+    Migrated(String),
+}
+
 /// The signals queued since the worker last ran.
 #[derive(Default)]
 pub struct Signals {
     pub cancelled: Vec<(i32, Vec<u8>, u64)>,
     pub resubmit: Vec<u64>,
+    pub unlinked: Vec<u64>,
     pub moved: Vec<(i32, Vec<u8>)>,
+    pub moved_away: Vec<(u64, Away)>,
 }
 
 #[derive(Default)]
@@ -49,6 +69,8 @@ struct Registry {
     by_client: HashMap<usize, u64>,
     signals: Signals,
     timer_armed: bool,
+    /// The destination of the `MIGRATE` being executed, if one is.
+    migrating: Option<String>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -120,11 +142,59 @@ pub fn take_cancelled(db: i32, key: &[u8]) -> Vec<u64> {
     })
 }
 
-/// Signals that these waiters' key lost its value: they are to be queued again on their key.
+/// Signals that these waiters' key lost its value: deleted, overwritten, renamed away, or
+/// migrated when a `MIGRATE` is executing.
+pub fn unlinked(waiter_ids: Vec<u64>) {
+    if waiter_ids.is_empty() {
+        return;
+    }
+    signal(|r| match r.migrating.clone() {
+        Some(to) => r.signals.moved_away.extend(
+            waiter_ids
+                .into_iter()
+                .map(|id| (id, Away::Migrated(to.clone()))),
+        ),
+        None => r.signals.unlinked.extend(waiter_ids),
+    });
+}
+
+/// Signals that these waiters' key was flushed: they are to be queued again on their key.
 pub fn requeue(waiter_ids: Vec<u64>) {
     if !waiter_ids.is_empty() {
         signal(|r| r.signals.resubmit.extend(waiter_ids));
     }
+}
+
+/// Whether `migrating` may be set, so that the command filter, which runs before every command
+/// of the server, takes no lock for the others.
+static MIGRATING: AtomicBool = AtomicBool::new(false);
+
+/// Whether a `MIGRATE` (to `migrate_to`) or another command is about to execute.
+pub fn command_starts(migrate_to: Option<String>) {
+    if migrate_to.is_none() && !MIGRATING.load(Ordering::Relaxed) {
+        return;
+    }
+    MIGRATING.store(migrate_to.is_some(), Ordering::Relaxed);
+    with_registry(|r| r.migrating = migrate_to);
+}
+
+/// Signals `SWAPDB first second`: every waiter of either database is answered that its project
+/// moved, and leaves the queue of its project, which now lives in the other database.
+pub fn swapped(first: i32, second: i32) {
+    signal(|r| {
+        let mut ids: Vec<(u64, i32, Vec<u8>)> = r
+            .entries
+            .iter()
+            .filter(|(_, e)| e.db == first || e.db == second)
+            .map(|(id, e)| (*id, e.db, e.key.clone()))
+            .collect();
+        ids.sort_unstable();
+        for (id, db, key) in ids {
+            let other = if db == first { second } else { first };
+            r.signals.moved_away.push((id, Away::Swapped));
+            r.signals.cancelled.push((other, key, id));
+        }
+    });
 }
 
 /// Signals a flush: every waiter of database `db` (of all databases when `None`) is requeued.
@@ -153,16 +223,6 @@ pub fn take_signals() -> Signals {
         r.timer_armed = false;
         std::mem::take(&mut r.signals)
     })
-}
-
-/// Queues waiters to resubmit from inside the worker, without arming it again.
-pub fn resubmit_later(waiter_ids: impl IntoIterator<Item = u64>) {
-    with_registry(|r| r.signals.resubmit.extend(waiter_ids));
-}
-
-/// Takes the resubmissions queued since `take_signals`, for the worker.
-pub fn take_resubmit() -> Vec<u64> {
-    with_registry(|r| std::mem::take(&mut r.signals.resubmit))
 }
 
 /// A waiter's key and request, when it is still waiting.

@@ -15,9 +15,12 @@ use std::time::Duration;
 use pathlock_core::{Grant, Project, Waiter};
 use redis_module::{Context, RedisString};
 
+use crate::blocked::Answer;
 use crate::change::change;
 use crate::contain::contained;
 use crate::context::{in_db, selected_db};
+use crate::errors::{moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED};
+use crate::registry::Away;
 use crate::{blocked, clock, grants, registry, stats};
 
 /// Blocks the calling client until `waiter` is granted or `timeout_ms` passes, and queues it in
@@ -46,7 +49,7 @@ fn time_out(ctx: &Context, id: u64) {
             return;
         };
         stats::count(&stats::WAIT_TIMEOUTS, 1);
-        blocked::unblock(entry.client, None);
+        blocked::unblock(entry.client, Answer::Nil);
         in_db(ctx, entry.db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
             let now = clock::now_ms(ctx);
@@ -63,15 +66,45 @@ pub fn work_off_signals(ctx: &Context) {
     contained("the waiters' signal worker", (), || {
         let signals = registry::take_signals();
         let mut resubmit = signals.resubmit;
+        let mut away = signals.moved_away;
         let now = clock::now_ms(ctx);
         for (db, key) in signals.moved {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let _ = change(ctx, &name, false, |p| take_strays(db, &key, p));
+                if let Ok(Some(strays)) = change(ctx, &name, false, |p| take_strays(db, &key, p)) {
+                    away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
+                }
             });
         }
-        // Waiters taken out of a moved value just above wait to be resubmitted too.
-        resubmit.extend(registry::take_resubmit());
+        // A value that left its key was deleted when the name is now free (its waiters start
+        // over there, as after a DEL) and replaced when another value holds it.
+        for id in signals.unlinked {
+            if away.iter().any(|(gone, _)| *gone == id) {
+                continue;
+            }
+            if let Some((db, key, _)) = registry::waiter(id) {
+                let taken = in_db(ctx, db, || {
+                    let name = RedisString::create_from_slice(ctx.ctx, &key);
+                    !ctx.open_key(&name).is_null()
+                });
+                if taken {
+                    away.push((id, Away::Replaced));
+                } else {
+                    resubmit.push(id);
+                }
+            }
+        }
+        for (id, why) in away {
+            if let Some(entry) = registry::forget(id) {
+                let message = match why {
+                    Away::Renamed => ERR_MOVED_RENAMED.to_string(),
+                    Away::Replaced => ERR_REPLACED.to_string(),
+                    Away::Swapped => ERR_MOVED_SWAPPED.to_string(),
+                    Away::Migrated(to) => moved_migrated(&to),
+                };
+                blocked::unblock(entry.client, Answer::Error(message));
+            }
+        }
         for (db, key, id) in signals.cancelled {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
@@ -114,12 +147,12 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
     }
 }
 
-/// Takes out of `project`, now stored under `(db, key)`, the waiters that asked for another key,
-/// and queues them to be resubmitted on their own key.
-fn take_strays(db: i32, key: &[u8], project: &mut Project) {
+/// Takes out of `project`, now stored under `(db, key)`, the waiters that asked for another key
+/// (it was renamed or moved here), and returns them.
+fn take_strays(db: i32, key: &[u8], project: &mut Project) -> Vec<u64> {
     let strays = registry::strays(db, key, project.waiter_ids());
     if strays.is_empty() {
-        return;
+        return strays;
     }
     let (moved, stay): (Vec<_>, Vec<_>) = project
         .take_waiters()
@@ -128,5 +161,5 @@ fn take_strays(db: i32, key: &[u8], project: &mut Project) {
     for (id, waiter) in stay {
         project.enqueue(id, waiter);
     }
-    registry::resubmit_later(moved.into_iter().map(|(id, _)| id));
+    moved.into_iter().map(|(id, _)| id).collect()
 }

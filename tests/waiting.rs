@@ -132,7 +132,7 @@ fn a_waiter_is_woken_by_a_del_of_the_key() {
 }
 
 #[test]
-fn a_waiter_is_woken_when_its_key_is_flushed_or_renamed_away() {
+fn a_waiter_is_woken_when_its_key_is_flushed_and_told_when_it_is_renamed_away() {
     let server = Server::start();
     let mut con = server.conn();
     assert!(take(
@@ -141,13 +141,20 @@ fn a_waiter_is_woken_when_its_key_is_flushed_or_renamed_away() {
         "holder",
         &["TTL", "60000", "WRITE", "/"]
     ));
-    let waiter = spawn_acquire(&server, "p", &["TOKEN", "w", "WAIT", "5000", "WRITE", "/A"]);
+    let mut waiting = server.conn();
+    let waiter = thread::spawn(move || {
+        cmd("PATHLOCK.ACQUIRE")
+            .arg(&["p", "TOKEN", "w", "WAIT", "5000", "WRITE", "/A"])
+            .query::<Reply>(&mut waiting)
+    });
     wait_for_blocked(&mut con, 1);
     let _: () = cmd("RENAME")
         .arg(&["p", "elsewhere"])
         .query(&mut con)
         .expect("RENAME");
-    assert_eq!(waiter.join().expect("waiter").0, Some(("w".into(), 1)));
+    // The project moved with its locks, so the waiter is told, not granted under the old name.
+    let error = error_of(waiter.join().expect("waiter"));
+    assert!(error.starts_with("ERR project moved"), "{error}");
     assert!(
         !take(&mut con, "elsewhere", "x", &["READ", "/B"]),
         "the locks moved with the key"

@@ -1,0 +1,221 @@
+//! A waiter never wins a project that moved away (issue 13): when the value of a key with
+//! waiters leaves its name (`MIGRATE`, `RENAME`, `MOVE`, `SWAPDB`, an overwrite), the waiters are
+//! answered an error and nothing is granted under the name left behind; only `DEL` and flushes
+//! (the project is gone) let them start over on the empty name.
+
+mod common;
+
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use common::*;
+
+/// A blocking acquire on a connection of its own; yields the reply or the error text.
+fn spawn_wait(
+    server: &Server,
+    key: &str,
+    token: &str,
+    path: &str,
+) -> JoinHandle<Result<Value, String>> {
+    let mut con = server.conn();
+    let (key, token, path) = (key.to_string(), token.to_string(), path.to_string());
+    thread::spawn(move || {
+        cmd("PATHLOCK.ACQUIRE")
+            .arg(&key)
+            .arg(&[
+                "TOKEN",
+                token.as_str(),
+                "WAIT",
+                "5000",
+                "WRITE",
+                path.as_str(),
+            ])
+            .query::<Value>(&mut con)
+            .map_err(|e| match (e.code(), e.detail()) {
+                (Some(code), Some(detail)) => format!("{code} {detail}"),
+                _ => e.to_string(),
+            })
+    })
+}
+
+fn wait_for_blocked(con: &mut Connection, n: i64) {
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{n} blocked clients"),
+        || info_number(con, "clients", "blocked_clients") == n,
+    );
+}
+
+/// `holder` takes `WRITE /A` in `key`, and `waiter` starts waiting for `WRITE /A/x` there.
+fn held_and_awaited(
+    server: &Server,
+    con: &mut Connection,
+    key: &str,
+) -> JoinHandle<Result<Value, String>> {
+    assert!(take(con, key, "holder", &["TTL", "60000", "WRITE", "/A"]));
+    let waiter = spawn_wait(server, key, "waiter", "/A/x");
+    wait_for_blocked(con, 1);
+    waiter
+}
+
+fn exists(con: &mut Connection, key: &str) -> bool {
+    cmd("EXISTS").arg(key).query::<i64>(con).expect("EXISTS") == 1
+}
+
+/// The reproduction of the issue: S migrates K, with its holder and a waiter, to D.
+#[test]
+fn a_waiter_of_a_migrated_project_is_answered_that_it_moved_not_granted() {
+    let source = Server::start();
+    let destination = Server::start();
+    let mut con = source.conn();
+    let waiter = held_and_awaited(&source, &mut con, "K");
+    let _: () = cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(destination.port)
+        .arg(&["K", "0", "5000"])
+        .query(&mut con)
+        .expect("MIGRATE");
+    let answer = waiter.join().expect("the waiter");
+    assert_eq!(
+        answer,
+        Err(format!(
+            "ERR project moved: its key was migrated to 127.0.0.1:{} while this client waited; acquire it there",
+            destination.port
+        ))
+    );
+    assert!(
+        !exists(&mut con, "K"),
+        "no orphan project is left on the source"
+    );
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
+        0
+    );
+    let mut there = destination.conn();
+    let locks = lock_set(&mut there, "K");
+    assert_eq!(
+        locks,
+        vec![(b"/A".to_vec(), "WRITE".to_string(), b"holder".to_vec(), 1)]
+    );
+    // The waiter retries where the project is now, and finds it held.
+    assert!(!take(&mut there, "K", "waiter", &["WRITE", "/A/x"]));
+}
+
+#[test]
+fn a_waiter_of_a_renamed_or_moved_project_is_answered_that_it_moved() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiter = held_and_awaited(&server, &mut con, "p");
+    let _: () = cmd("RENAME")
+        .arg(&["p", "q"])
+        .query(&mut con)
+        .expect("RENAME");
+    let answer = waiter.join().expect("the waiter");
+    assert!(
+        answer
+            .as_ref()
+            .is_err_and(|e| e.starts_with("ERR project moved: its key was renamed")),
+        "{answer:?}"
+    );
+    assert!(
+        !exists(&mut con, "p"),
+        "nothing was granted under the old name"
+    );
+    assert_eq!(
+        lock_set(&mut con, "q").len(),
+        1,
+        "the holder's lock moved with the key"
+    );
+
+    let waiter = held_and_awaited(&server, &mut con, "m");
+    let moved: i64 = cmd("MOVE").arg(&["m", "3"]).query(&mut con).expect("MOVE");
+    assert_eq!(moved, 1);
+    let answer = waiter.join().expect("the waiter");
+    assert!(
+        answer
+            .as_ref()
+            .is_err_and(|e| e.starts_with("ERR project moved")),
+        "{answer:?}"
+    );
+    assert!(!exists(&mut con, "m"));
+    let _: () = cmd("SELECT").arg(3).query(&mut con).expect("SELECT");
+    assert_eq!(lock_set(&mut con, "m").len(), 1);
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
+        0
+    );
+}
+
+#[test]
+fn a_waiter_of_an_overwritten_project_is_answered_that_it_was_replaced() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiter = held_and_awaited(&server, &mut con, "p");
+    let _: () = cmd("SET")
+        .arg(&["p", "a string now"])
+        .query(&mut con)
+        .expect("SET");
+    let answer = waiter.join().expect("the waiter");
+    assert_eq!(
+        answer,
+        Err("ERR project replaced: its key was overwritten by another value while this client waited".into())
+    );
+
+    // RESTORE ... REPLACE of another project: its locks are not the waiter's to be granted in.
+    assert!(take(&mut con, "other", "o", &["READ", "/B"]));
+    let payload: Vec<u8> = cmd("DUMP").arg("other").query(&mut con).expect("DUMP");
+    let waiter = held_and_awaited(&server, &mut con, "r");
+    let _: () = cmd("RESTORE")
+        .arg("r")
+        .arg(0)
+        .arg(payload)
+        .arg("REPLACE")
+        .query(&mut con)
+        .expect("RESTORE");
+    let answer = waiter.join().expect("the waiter");
+    assert!(
+        answer
+            .as_ref()
+            .is_err_and(|e| e.starts_with("ERR project replaced")),
+        "{answer:?}"
+    );
+    assert_eq!(lock_set(&mut con, "r"), lock_set(&mut con, "other"));
+}
+
+#[test]
+fn a_waiter_in_a_swapped_database_is_answered_that_it_moved() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiter = held_and_awaited(&server, &mut con, "p");
+    let _: () = cmd("SWAPDB")
+        .arg(&["0", "1"])
+        .query(&mut con)
+        .expect("SWAPDB");
+    let answer = waiter.join().expect("the waiter");
+    assert_eq!(
+        answer,
+        Err("ERR project moved: SWAPDB swapped its database while this client waited".into())
+    );
+    assert!(!exists(&mut con, "p"));
+    let _: () = cmd("SELECT").arg(1).query(&mut con).expect("SELECT");
+    // The waiter left the queue of the project it waited in: a new request is not behind it.
+    wait_until(Duration::from_secs(5), "the queue to be purged", || {
+        let blockers: Vec<LockEntry> = cmd("PATHLOCK.CHECK")
+            .arg(&["p", "WRITE", "/B"])
+            .query(&mut con)
+            .expect("CHECK");
+        blockers.is_empty()
+    });
+    assert!(take(&mut con, "p", "next", &["WRITE", "/B"]));
+}
+
+#[test]
+fn a_waiter_of_a_deleted_project_still_starts_over_on_the_empty_name() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiter = held_and_awaited(&server, &mut con, "p");
+    let _: i64 = cmd("DEL").arg("p").query(&mut con).expect("DEL");
+    let answer = waiter.join().expect("the waiter");
+    assert!(matches!(answer, Ok(Value::Array(_))), "{answer:?}");
+    assert_eq!(lock_set(&mut con, "p").len(), 1);
+}
