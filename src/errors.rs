@@ -23,6 +23,10 @@ pub const ERR_MOVED_SWAPPED: &str =
 pub const ERR_REPLACED: &str =
     "ERR project replaced: its key was overwritten by another value while this client waited";
 
+/// What Redis answers its own blocked clients when their server turns replica.
+pub const ERR_UNBLOCKED: &str =
+    "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
+
 /// A waiter's project was migrated to another server (`MIGRATE`); `destination` is `host:port`
 /// as the `MIGRATE` command gave it, already escaped.
 pub fn moved_migrated(destination: &str) -> String {

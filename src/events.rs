@@ -40,9 +40,13 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
 pub fn subscribe(ctx: &Context) {
     type Callback =
         extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
-    let events: [(u64, Callback); 2] = [
+    let events: [(u64, Callback); 3] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, on_flush),
         (raw::REDISMODULE_EVENT_SWAPDB, on_swapdb),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            on_role_change,
+        ),
     ];
     // SAFETY: subscribing with callbacks, and registering a filter, that live as long as the
     // module.
@@ -97,6 +101,18 @@ extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
         });
         registry::command_starts(destination);
     });
+}
+
+/// The server turned replica (`REPLICAOF`, a failover): its waiters are answered `-UNBLOCKED`.
+extern "C" fn on_role_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
+        contained("the role change event", (), registry::demoted);
+    }
 }
 
 /// `SWAPDB`: the waiters of both databases are answered that their project moved.

@@ -50,6 +50,8 @@ pub enum Away {
     Swapped,
     /// To the `host:port` that `MIGRATE` named.
     Migrated(String),
+    /// This server turned replica.
+    Demoted,
 }
 
 /// The signals queued since the worker last ran.
@@ -176,6 +178,18 @@ pub fn command_starts(migrate_to: Option<String>) {
     }
     MIGRATING.store(migrate_to.is_some(), Ordering::Relaxed);
     with_registry(|r| r.migrating = migrate_to);
+}
+
+/// Signals that this server turned replica: every waiter is answered as Redis answers its own
+/// blocked clients then, and the queues they were in are emptied without granting anyone.
+pub fn demoted() {
+    signal(|r| {
+        let mut ids: Vec<u64> = r.entries.keys().copied().collect();
+        ids.sort_unstable();
+        r.signals
+            .moved_away
+            .extend(ids.into_iter().map(|id| (id, Away::Demoted)));
+    });
 }
 
 /// Signals `SWAPDB first second`: every waiter of either database is answered that its project

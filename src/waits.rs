@@ -1,8 +1,8 @@
 //! Blocking `ACQUIRE ... WAIT ms`: queueing a waiter, its timeout, and working off the signals
 //! that the rest of the module queued about waiters.
 //!
-//! Level 5: imports `change`, `grants`, `registry`, `blocked`, `context`, `clock`, `stats`,
-//! `contain`. Called by the ACQUIRE handler (`block`); `lib.rs` registers `work_off_signals` as
+//! Level 5: imports `change`, `store`, `grants`, `registry`, `blocked`, `context`, `clock`,
+//! `stats`, `errors`, `slot`, `contain`. Called by the ACQUIRE handler (`block`); `lib.rs` registers `work_off_signals` as
 //! the registry's worker.
 //!
 //! The engine decides who waits and who is granted (`pathlock_core::Project`); this file ties
@@ -13,15 +13,18 @@
 use std::time::Duration;
 
 use pathlock_core::{Grant, Project, Waiter};
-use redis_module::{Context, RedisString};
+use redis_module::{Context, ContextFlags, RedisString};
 
 use crate::blocked::Answer;
 use crate::change::change;
 use crate::contain::contained;
 use crate::context::{in_db, selected_db};
-use crate::errors::{moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED};
+use crate::errors::{
+    moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED, ERR_UNBLOCKED,
+};
 use crate::registry::Away;
-use crate::{blocked, clock, grants, registry, stats};
+use crate::slot::key_slot;
+use crate::{blocked, clock, grants, registry, stats, store};
 
 /// Blocks the calling client until `waiter` is granted or `timeout_ms` passes, and queues it in
 /// `project`. Returns false when Redis would not block the client.
@@ -65,8 +68,14 @@ fn time_out(ctx: &Context, id: u64) {
 pub fn work_off_signals(ctx: &Context) {
     contained("the waiters' signal worker", (), || {
         let signals = registry::take_signals();
-        let mut resubmit = signals.resubmit;
         let mut away = signals.moved_away;
+        if !ctx.get_flags().contains(ContextFlags::MASTER) {
+            // A replica decides nothing: its waiters were all answered when it turned replica,
+            // and its queues are emptied without a grant.
+            answer_away(ctx, away);
+            return;
+        }
+        let mut resubmit = signals.resubmit;
         let now = clock::now_ms(ctx);
         for (db, key) in signals.moved {
             in_db(ctx, db, || {
@@ -94,17 +103,7 @@ pub fn work_off_signals(ctx: &Context) {
                 }
             }
         }
-        for (id, why) in away {
-            if let Some(entry) = registry::forget(id) {
-                let message = match why {
-                    Away::Renamed => ERR_MOVED_RENAMED.to_string(),
-                    Away::Replaced => ERR_REPLACED.to_string(),
-                    Away::Swapped => ERR_MOVED_SWAPPED.to_string(),
-                    Away::Migrated(to) => moved_migrated(&to),
-                };
-                blocked::unblock(entry.client, Answer::Error(message));
-            }
-        }
+        answer_away(ctx, away);
         for (db, key, id) in signals.cancelled {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
@@ -121,6 +120,34 @@ pub fn work_off_signals(ctx: &Context) {
             }
         }
     });
+}
+
+/// Answers the waiters whose project left the key they waited on. In Cluster, a migrated
+/// project's waiters are redirected with `-ASK <slot> <host>:<port>`, as Redis redirects a
+/// client to the node importing the slot, so cluster clients follow the project.
+fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
+    let cluster = ctx.get_flags().contains(ContextFlags::CLUSTER);
+    for (id, why) in away {
+        let Some(entry) = registry::forget(id) else {
+            continue;
+        };
+        let message = match why {
+            Away::Renamed => ERR_MOVED_RENAMED.to_string(),
+            Away::Replaced => ERR_REPLACED.to_string(),
+            Away::Swapped => ERR_MOVED_SWAPPED.to_string(),
+            Away::Migrated(to) if cluster => format!("ASK {} {to}", key_slot(&entry.key)),
+            Away::Migrated(to) => moved_migrated(&to),
+            Away::Demoted => {
+                // The queue goes with its waiters; nobody is granted on a replica.
+                in_db(ctx, entry.db, || {
+                    let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
+                    let _ = store::write(ctx, &name, false, |p| drop(p.take_waiters()));
+                });
+                ERR_UNBLOCKED.to_string()
+            }
+        };
+        blocked::unblock(entry.client, Answer::Error(message));
+    }
 }
 
 /// Queues a waiter again on the key name it asked for (or grants it, if nothing there blocks it

@@ -267,3 +267,85 @@ fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
         owned.len()
     );
 }
+
+/// A waiter of a project whose slot is being migrated follows it: `MIGRATE` answers it
+/// `-ASK <slot> <host>:<port>` of the importing node, nothing is granted on the node the project
+/// left, and that node keeps no key in the slot it gave away.
+#[test]
+fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
+    let cluster = Cluster::start();
+    let key = "proj:ask";
+    let source = cluster.owner(key);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != source.port)
+        .expect("another master");
+    let mut con = source.conn();
+    assert!(take(
+        &mut con,
+        key,
+        "holder",
+        &["TTL", "60000", "WRITE", "/A"]
+    ));
+    let mut waiting = source.conn();
+    let waiter = std::thread::spawn(move || {
+        cmd("PATHLOCK.ACQUIRE")
+            .arg(&[key, "TOKEN", "waiter", "WAIT", "10000", "WRITE", "/A/x"])
+            .query::<Option<(String, i64)>>(&mut waiting)
+    });
+    wait_until(Duration::from_secs(10), "the waiter to block", || {
+        info_number(&mut con, "clients", "blocked_clients") == 1
+    });
+    let slot: i64 = cmd("CLUSTER")
+        .arg(&["KEYSLOT", key])
+        .query(&mut con)
+        .expect("KEYSLOT");
+    let (source_id, target_id) = (cluster.node_id(source), cluster.node_id(target));
+    let setslot = |node: &Server, args: &[&str]| {
+        let _: () = cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(args)
+            .query(&mut node.conn())
+            .expect("CLUSTER SETSLOT");
+    };
+    setslot(target, &["IMPORTING", &source_id]);
+    setslot(source, &["MIGRATING", &target_id]);
+    let _: () = cmd("MIGRATE")
+        .arg(&[
+            "127.0.0.1",
+            &target.port.to_string(),
+            "",
+            "0",
+            "5000",
+            "KEYS",
+            key,
+        ])
+        .query(&mut con)
+        .expect("MIGRATE");
+    let error = error_of(waiter.join().expect("the waiter"));
+    assert_eq!(error, format!("ASK {slot} 127.0.0.1:{}", target.port));
+    for node in cluster.masters() {
+        setslot(node, &["NODE", &target_id]);
+    }
+    let left: i64 = cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut con)
+        .expect("COUNTKEYSINSLOT");
+    assert_eq!(left, 0, "the source keeps no key in the slot it gave away");
+    cluster.wait_until_ok();
+    // The waiter retries through the cluster and finds the project, held, where it is now.
+    let mut client = cluster.client();
+    assert!(!take(&mut client, key, "waiter", &["WRITE", "/A/x"]));
+    let checked = Command::new(cli_binary())
+        .args(["--cluster", "check", &format!("127.0.0.1:{}", target.port)])
+        .output()
+        .expect("redis-cli --cluster check");
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success() && !report.contains("[WARNING]"),
+        "{report}"
+    );
+}

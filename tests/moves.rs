@@ -219,3 +219,27 @@ fn a_waiter_of_a_deleted_project_still_starts_over_on_the_empty_name() {
     assert!(matches!(answer, Ok(Value::Array(_))), "{answer:?}");
     assert_eq!(lock_set(&mut con, "p").len(), 1);
 }
+
+/// A master that turns replica answers its waiters as Redis answers its own blocked clients,
+/// and grants nothing: the replica's locks change only through its new master's effects.
+#[test]
+fn a_master_that_turns_replica_answers_its_waiters_unblocked() {
+    let server = Server::start();
+    let other = Server::start();
+    let mut con = server.conn();
+    let waiter = held_and_awaited(&server, &mut con, "p");
+    let _: () = cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(other.port)
+        .query(&mut con)
+        .expect("REPLICAOF");
+    let answer = waiter.join().expect("the waiter");
+    assert!(
+        answer.as_ref().is_err_and(|e| e.starts_with("UNBLOCKED ")),
+        "{answer:?}"
+    );
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
+        0
+    );
+}
