@@ -49,6 +49,30 @@ pub fn may_block(ctx: &Context) -> bool {
     )
 }
 
+/// Whether this node may act on `key`: always outside Cluster; in Cluster, when it serves the
+/// key's slot and the key is not one that moved away while the slot migrates. Redis refuses a
+/// module's call on any other key (RM_Call answers NULL, as it routes a client elsewhere), so a
+/// harmless `EXISTS` asks exactly the question Redis's routing answers.
+pub fn serves(ctx: &Context, key: &RedisString) -> bool {
+    if !ctx.get_flags().contains(ContextFlags::CLUSTER) {
+        return true;
+    }
+    // SAFETY: the command name and the format are C string literals; `s` takes the key's
+    // RedisModuleString, which outlives the call; the reply is freed before returning.
+    unsafe {
+        let (Some(call), Some(free)) = (raw::RedisModule_Call, raw::RedisModule_FreeCallReply)
+        else {
+            return true;
+        };
+        let reply = call(ctx.ctx, c"EXISTS".as_ptr(), c"s".as_ptr(), key.inner);
+        if reply.is_null() {
+            return false;
+        }
+        free(reply);
+        true
+    }
+}
+
 /// Raises a keyspace event of the module class (`pathlock.acquire`, ...) on a project key.
 pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
     ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);

@@ -23,6 +23,11 @@ pub const ERR_MOVED_SWAPPED: &str =
 pub const ERR_REPLACED: &str =
     "ERR project replaced: its key was overwritten by another value while this client waited";
 
+/// A waiter whose key was deleted while its slot is moving to another node: retried, Redis routes
+/// it to where the slot is now (`-ASK` or `-MOVED`).
+pub const ERR_TRYAGAIN: &str =
+    "TRYAGAIN the project's slot is being migrated or is served by another node; retry";
+
 /// What Redis answers its own blocked clients when their server turns replica.
 pub const ERR_UNBLOCKED: &str =
     "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";

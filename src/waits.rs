@@ -18,9 +18,9 @@ use redis_module::{Context, ContextFlags, RedisString};
 use crate::blocked::Answer;
 use crate::change::change;
 use crate::contain::contained;
-use crate::context::{in_db, selected_db};
+use crate::context::{in_db, selected_db, serves};
 use crate::errors::{
-    moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED, ERR_UNBLOCKED,
+    moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED, ERR_TRYAGAIN, ERR_UNBLOCKED,
 };
 use crate::registry::Away;
 use crate::slot::key_slot;
@@ -154,6 +154,14 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
 /// now), keeping its id and so its place among the waiters.
 fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
     let name = RedisString::create_from_slice(ctx.ctx, key);
+    // A grant, and the key it may create, happen only on a node that serves the key's slot: in
+    // Cluster, Redis refuses a module's call on a key it does not serve here (another node's
+    // slot, or a missing key in a slot being migrated away), and the waiter is told to retry,
+    // which routes it to where the slot is now.
+    if !serves(ctx, &name) {
+        answer(id, ERR_TRYAGAIN.to_string());
+        return;
+    }
     let outcome = change(ctx, &name, true, |p| {
         match p.acquire(now, &waiter.token, waiter.ttl, &waiter.items) {
             Some(fence) => vec![Grant {
@@ -169,8 +177,18 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
             }
         }
     });
-    if let Ok(Some(grants)) = outcome {
-        grants::deliver(ctx, &name, grants);
+    match outcome {
+        Ok(Some(grants)) => grants::deliver(ctx, &name, grants),
+        Ok(None) => {}
+        // Another value took the name meanwhile.
+        Err(error) => answer(id, error.to_string()),
+    }
+}
+
+/// Answers a waiter an error, if it is still waiting.
+fn answer(id: u64, message: String) {
+    if let Some(entry) = registry::forget(id) {
+        blocked::unblock(entry.client, Answer::Error(message));
     }
 }
 

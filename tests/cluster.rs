@@ -349,3 +349,59 @@ fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
         "{report}"
     );
 }
+
+/// A waiter whose project is deleted while its slot migrates away is not granted on the source
+/// (which would leave a key there in a slot it gives away): it is told to try again, and the
+/// retry is routed to the importing node.
+#[test]
+fn a_waiter_of_a_project_deleted_during_migration_is_told_to_try_again() {
+    let cluster = Cluster::start();
+    let key = "proj:del";
+    let source = cluster.owner(key);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != source.port)
+        .expect("another master");
+    let mut con = source.conn();
+    assert!(take(
+        &mut con,
+        key,
+        "holder",
+        &["TTL", "60000", "WRITE", "/A"]
+    ));
+    let mut waiting = source.conn();
+    let waiter = std::thread::spawn(move || {
+        cmd("PATHLOCK.ACQUIRE")
+            .arg(&[key, "TOKEN", "waiter", "WAIT", "10000", "WRITE", "/A/x"])
+            .query::<Option<(String, i64)>>(&mut waiting)
+    });
+    wait_until(Duration::from_secs(10), "the waiter to block", || {
+        info_number(&mut con, "clients", "blocked_clients") == 1
+    });
+    let slot: i64 = cmd("CLUSTER")
+        .arg(&["KEYSLOT", key])
+        .query(&mut con)
+        .expect("KEYSLOT");
+    let _: () = cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(&["MIGRATING", &cluster.node_id(target)])
+        .query(&mut con)
+        .expect("SETSLOT MIGRATING");
+    let _: i64 = cmd("DEL").arg(key).query(&mut con).expect("DEL");
+    let error = error_of(waiter.join().expect("the waiter"));
+    assert!(error.starts_with("TRYAGAIN"), "{error}");
+    let left: i64 = cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut con)
+        .expect("COUNTKEYSINSLOT");
+    assert_eq!(left, 0, "nothing was created in the migrating slot");
+    let retried = error_of(try_acquire(
+        &mut con,
+        key,
+        &["TOKEN", "waiter", "WRITE", "/A/x"],
+    ));
+    assert!(retried.starts_with("ASK"), "{retried}");
+}
