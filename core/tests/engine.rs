@@ -235,3 +235,44 @@ fn grant_applies_a_decided_grant_and_keeps_fences_ahead() {
     assert_eq!(table.acquire(0, &t("c"), 1, &[(Write, p("/C"))]), Some(42));
     table.check_integrity().expect("integrity");
 }
+
+#[test]
+fn a_project_grown_through_many_segment_splits_and_emptied_stays_whole() {
+    // Tens of thousands of files in one folder, each by its own token, and some readers shared
+    // by many tokens: the children's table, the owner index and the side maps all split their
+    // segments many times, and the engine must find every entry throughout.
+    let mut table = LockTable::new();
+    let files = 40_000;
+    for i in 0..files {
+        let token = t(&format!("owner-{i}"));
+        let items = [
+            (Write, p(&format!("/big/f{i}"))),
+            (Read, p(&format!("/shared/s{}", i % 7))),
+        ];
+        assert!(table
+            .acquire(0, &token, 1000 + (i % 5) as u64, &items)
+            .is_some());
+    }
+    table.check_integrity().expect("integrity after growth");
+    assert_eq!(table.len(), 2 * files);
+    assert!(table.conflicts(Write, &p("/big")));
+    assert!(!table.conflicts(Write, &p("/big/other")));
+    // Release every other owner by path, then reclaim the rest as they expire.
+    for i in (0..files).step_by(2) {
+        let token = t(&format!("owner-{i}"));
+        let freed = table.release(&token, Some(&[p(&format!("/big/f{i}"))]));
+        assert_eq!(freed.len(), 1);
+    }
+    table.check_integrity().expect("integrity after release");
+    for i in (1..files).step_by(2) {
+        assert!(table.is_blocked(&t("someone"), Write, &p(&format!("/big/f{i}"))));
+    }
+    let mut reclaimed = 0;
+    for now in 1000..1005 {
+        reclaimed += table.reclaim_expired(now).len();
+        table.check_integrity().expect("integrity while reclaiming");
+    }
+    assert_eq!(reclaimed, 2 * files - files / 2);
+    assert!(table.is_empty());
+    assert_eq!(table.node_count(), 0);
+}

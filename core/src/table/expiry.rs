@@ -1,8 +1,7 @@
 //! The expiry index: owners filed by the earliest deadline among their locks.
 
-use std::hash::BuildHasher;
-
 use super::ids::{OwnerId, Tagged, NONE};
+use super::owners::owner_hash;
 use super::LockTable;
 use crate::lock::LockInfo;
 
@@ -65,13 +64,11 @@ impl LockTable {
         match earliest {
             Some(earliest) => self.file(id, earliest),
             None => {
+                let hash = owner_hash(&self.owners, &self.hasher, id);
+                self.owner_index.remove(hash, |&other| other == id);
                 let Some(owner) = self.owners[id as usize].take() else {
                     return;
                 };
-                let hash = self.hasher.hash_one(owner.token.stored());
-                if let Ok(entry) = self.owner_index.find_entry(hash, |&other| other == id) {
-                    entry.remove();
-                }
                 self.token_bytes -= owner.token.heap_bytes();
                 self.free_owners.push(id);
             }

@@ -34,7 +34,7 @@ impl LockTable {
                 return Err(format!("node {id} keeps an empty table"));
             }
             let spilled = node.lock.owner.0 == SPILLED;
-            if spilled != self.crowded.contains_key(&id) || (spilled && self.held(id).len() < 2) {
+            if spilled != self.crowded.contains_key(id) || (spilled && self.held(id).len() < 2) {
                 return Err(format!("the locks of node {id} are spilled wrongly"));
             }
             let mut below = [0u32; 2];
@@ -81,7 +81,7 @@ impl LockTable {
         if len != self.len || live != self.live_nodes || segment_bytes != self.segment_bytes {
             return Err("the counts disagree with the tree".into());
         }
-        if self.crowded.keys().any(|&node| {
+        if self.crowded.keys().any(|node| {
             self.nodes
                 .get(node as usize)
                 .is_none_or(|n| n.lock.owner.0 != SPILLED)
@@ -95,7 +95,7 @@ impl LockTable {
             let id = id as OwnerId;
             token_bytes += owner.token.heap_bytes();
             let spilled = owner.lock.0 == SPILLED;
-            if spilled != self.owner_locks.contains_key(&id)
+            if spilled != self.owner_locks.contains_key(id)
                 || (spilled && self.locks_of(id).len() < 2)
             {
                 return Err(format!(

@@ -39,39 +39,45 @@
 //! * `conflicts`: the read-only queries (is it blocked, who blocks it, what lies beneath).
 //! * `integrity`: `check_integrity`, apart from what it checks.
 
+mod chunks;
 mod conflicts;
 mod expiry;
+mod idmap;
 mod ids;
 mod integrity;
 mod owners;
+mod rehash;
 mod tree;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::DefaultHashBuilder;
 
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
+use chunks::Chunks;
+use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
 use owners::Owner;
+use rehash::LinearTable;
 use tree::{Held, Node};
 
 /// The locks of one project.
 #[derive(Clone, Debug)]
 pub struct LockTable {
-    nodes: Vec<Node>,
-    free_nodes: Vec<NodeId>,
+    nodes: Chunks<Node>,
+    free_nodes: Chunks<NodeId>,
     /// The children's tables of nodes with two or more children, found by `Node::table`.
-    tables: Vec<HashTable<NodeId>>,
-    free_tables: Vec<u32>,
+    tables: Chunks<LinearTable<NodeId>>,
+    free_tables: Chunks<u32>,
     /// The locks of paths that hold several (readers sharing a path), by node.
-    crowded: HashMap<NodeId, Vec<Held>>,
-    owners: Vec<Option<Owner>>,
-    free_owners: Vec<OwnerId>,
+    crowded: IdMap<Vec<Held>>,
+    owners: Chunks<Option<Owner>>,
+    free_owners: Chunks<OwnerId>,
     /// The locks of owners that hold several, by owner.
-    owner_locks: HashMap<OwnerId, Vec<Tagged>>,
+    owner_locks: IdMap<Vec<Tagged>>,
     /// Owner ids, found by hashing the owner's token.
-    owner_index: HashTable<OwnerId>,
+    owner_index: LinearTable<OwnerId>,
     hasher: DefaultHashBuilder,
     /// The first owner of each earliest deadline; the others follow through `Owner::next`.
     /// Grants made together share a deadline, so a million locks take few entries, and
@@ -99,16 +105,16 @@ const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8;
 
 impl LockTable {
     pub fn new() -> LockTable {
-        LockTable {
-            nodes: vec![Node::default()],
-            free_nodes: Vec::new(),
-            tables: Vec::new(),
-            free_tables: Vec::new(),
-            crowded: HashMap::new(),
-            owners: Vec::new(),
-            free_owners: Vec::new(),
-            owner_locks: HashMap::new(),
-            owner_index: HashTable::new(),
+        let mut table = LockTable {
+            nodes: Chunks::default(),
+            free_nodes: Chunks::default(),
+            tables: Chunks::default(),
+            free_tables: Chunks::default(),
+            crowded: IdMap::default(),
+            owners: Chunks::default(),
+            free_owners: Chunks::default(),
+            owner_locks: IdMap::default(),
+            owner_index: LinearTable::default(),
             hasher: DefaultHashBuilder::default(),
             expiry: BTreeMap::new(),
             next_fence: 1,
@@ -116,7 +122,9 @@ impl LockTable {
             live_nodes: 0,
             segment_bytes: 0,
             token_bytes: 0,
-        }
+        };
+        table.nodes.push(Node::default());
+        table
     }
 
     /// The number of locks stored, including expired ones not yet reclaimed.

@@ -2,7 +2,11 @@
 
 use std::hash::BuildHasher;
 
+use hashbrown::DefaultHashBuilder;
+
+use super::chunks::Chunks;
 use super::ids::{OwnerId, Tagged, MAX_ID, NONE, SPILLED};
+use super::tree::reserve_for_one;
 use super::LockTable;
 use crate::lock::PackedToken;
 
@@ -77,10 +81,8 @@ impl LockTable {
             }
         };
         let (owners, hasher) = (&self.owners, &self.hasher);
-        self.owner_index.insert_unique(hash, id, |&other| {
-            let token = owners[other as usize].as_ref().map(|o| o.token.stored());
-            hasher.hash_one(token.unwrap_or_default())
-        });
+        self.owner_index
+            .insert_unique(hash, id, |&other| owner_hash(owners, hasher, other));
         id
     }
 
@@ -89,7 +91,7 @@ impl LockTable {
         let owner = self.owner(id);
         match owner.lock.0 {
             NONE => &[],
-            SPILLED => self.owner_locks.get(&id).map_or(&[], Vec::as_slice),
+            SPILLED => self.owner_locks.get(id).map_or(&[], Vec::as_slice),
             _ => std::slice::from_ref(&owner.lock),
         }
     }
@@ -101,14 +103,13 @@ impl LockTable {
         match owner.lock.0 {
             NONE => owner.lock = lock,
             SPILLED => {
-                let all = self.owner_locks.entry(id).or_default();
-                // Exact growth: nearly every owner holds one or two locks, and a default
-                // growth would reserve four.
-                all.reserve_exact(1);
-                all.push(lock);
+                if let Some(all) = self.owner_locks.get_mut(id) {
+                    reserve_for_one(all);
+                    all.push(lock);
+                }
             }
             _ => {
-                self.owner_locks.insert(id, vec![owner.lock, lock]);
+                self.owner_locks.insert_new(id, vec![owner.lock, lock]);
                 owner.lock = Tagged(SPILLED);
             }
         }
@@ -121,7 +122,7 @@ impl LockTable {
         if owner.lock == lock {
             owner.lock = Tagged(NONE);
         } else if owner.lock.0 == SPILLED {
-            if let Some(all) = self.owner_locks.get_mut(&id) {
+            if let Some(all) = self.owner_locks.get_mut(id) {
                 // From the end: releasing everything takes the last lock each time, which keeps
                 // it linear in the owner's locks.
                 if let Some(i) = all.iter().rposition(|&l| l == lock) {
@@ -129,9 +130,23 @@ impl LockTable {
                 }
                 if let [only] = all[..] {
                     owner.lock = only;
-                    self.owner_locks.remove(&id);
+                    self.owner_locks.remove(id);
                 }
             }
         }
     }
+}
+
+/// The hash an owner is indexed under: its token's. Entries of the index are ids, so moving one
+/// between tables looks the token up by id.
+pub(super) fn owner_hash(
+    owners: &Chunks<Option<Owner>>,
+    hasher: &DefaultHashBuilder,
+    id: OwnerId,
+) -> u64 {
+    let token = owners
+        .get(id as usize)
+        .and_then(Option::as_ref)
+        .map(|o| o.token.stored());
+    hasher.hash_one(token.unwrap_or_default())
 }

@@ -3,9 +3,8 @@
 
 use std::hash::BuildHasher;
 
-use hashbrown::HashTable;
-
 use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT, SPILLED};
+use super::rehash::LinearTable;
 use super::LockTable;
 use crate::bytes::SmallBytes;
 use crate::lock::{LockInfo, Mode};
@@ -90,7 +89,7 @@ impl LockTable {
         let slot = &self.nodes[node as usize].lock;
         match slot.owner.0 {
             NONE => &[],
-            SPILLED => self.crowded.get(&node).map_or(&[], Vec::as_slice),
+            SPILLED => self.crowded.get(node).map_or(&[], Vec::as_slice),
             _ => std::slice::from_ref(slot),
         }
     }
@@ -101,7 +100,7 @@ impl LockTable {
             NONE => &mut [],
             SPILLED => self
                 .crowded
-                .get_mut(&node)
+                .get_mut(node)
                 .map_or(&mut [], Vec::as_mut_slice),
             _ => std::slice::from_mut(slot),
         }
@@ -117,15 +116,16 @@ impl LockTable {
         match slot.owner.0 {
             NONE => *slot = held,
             SPILLED => {
-                let all = self.crowded.entry(node).or_default();
-                all.reserve_exact(1);
-                all.insert(at, held);
+                if let Some(all) = self.crowded.get_mut(node) {
+                    reserve_for_one(all);
+                    all.insert(at, held);
+                }
             }
             _ => {
                 let mut all = Vec::with_capacity(2);
                 all.push(*slot);
                 all.insert(at, held);
-                self.crowded.insert(node, all);
+                self.crowded.insert_new(node, all);
                 *slot = Held {
                     owner: Tagged(SPILLED),
                     ..Held::EMPTY
@@ -139,11 +139,11 @@ impl LockTable {
         match slot.owner.0 {
             NONE => None,
             SPILLED => {
-                let all = self.crowded.get_mut(&node)?;
+                let all = self.crowded.get_mut(node)?;
                 let removed = (at < all.len()).then(|| all.remove(at));
                 if let [only] = all[..] {
                     *slot = only;
-                    self.crowded.remove(&node);
+                    self.crowded.remove(node);
                 }
                 removed
             }
@@ -217,7 +217,7 @@ impl LockTable {
             p.table = match self.free_tables.pop() {
                 Some(slot) => slot,
                 None => {
-                    self.tables.push(HashTable::new());
+                    self.tables.push(LinearTable::default());
                     (self.tables.len() - 1) as u32
                 }
             };
@@ -231,7 +231,7 @@ impl LockTable {
         }
     }
 
-    pub(super) fn remove_child(&mut self, parent: NodeId, child: NodeId, segment: &[u8]) {
+    pub(super) fn remove_child(&mut self, parent: NodeId, child: NodeId) {
         let p = &mut self.nodes[parent as usize];
         if p.child == child {
             p.child = NONE;
@@ -241,15 +241,13 @@ impl LockTable {
             return;
         }
         let slot = p.table;
+        let hash = self.hasher.hash_one(&*self.nodes[child as usize].segment);
         let table = &mut self.tables[slot as usize];
-        if let Ok(entry) = table.find_entry(self.hasher.hash_one(segment), |&c| c == child) {
-            entry.remove();
-        }
+        table.remove(hash, |&c| c == child);
         // A table lives until its node has no child left; converting back at one child would
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
-            *table = HashTable::new();
-            p.table = NONE;
+            self.nodes[parent as usize].table = NONE;
             self.free_tables.push(slot);
         }
     }
@@ -325,8 +323,8 @@ impl LockTable {
     }
 
     pub(super) fn unlink_node(&mut self, id: NodeId) {
+        self.remove_child(self.nodes[id as usize].parent, id);
         let node = std::mem::take(&mut self.nodes[id as usize]);
-        self.remove_child(node.parent, id, &node.segment);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
         self.free_nodes.push(id);
@@ -398,4 +396,15 @@ impl LockTable {
 pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
     key.extend_from_slice(escaped);
     key.push(0);
+}
+
+/// Makes room for one more element: exactly at first, since nearly every path and owner holds
+/// one or two locks and a default growth would reserve four; by doubling past a few, so that a
+/// token holding thousands of locks is not copied on each.
+pub(super) fn reserve_for_one<T>(all: &mut Vec<T>) {
+    if all.len() < 8 {
+        all.reserve_exact(1);
+    } else {
+        all.reserve(1);
+    }
 }
