@@ -9,11 +9,16 @@
 //! RELEASE token [path ...]                               a release (no time involved)
 //! RENEW token deadline                                   a renew, at its absolute deadline
 //! EXPIRE now                                             reclaim every lock due by `now`
+//! EXPIRE now token [token ...]                           reclaim these tokens' locks due by `now`
 //! FENCE next                                             raise the fence counter (AOF rewrite)
 //! ```
 //!
 //! `EXPIRE` and `RELEASE` are deterministic because the master sends every effect in the order it
 //! applied them, so a replica holds the same locks with the same deadlines when it applies one.
+//! The active expiry cycle reclaims a mass expiry a few owners at a time, so that no tick stalls
+//! the server; each step names its owners, which makes the step exact whatever order owners
+//! sharing a deadline have on each server. `EXPIRE now` alone is what a command's lazy
+//! reclamation sends, and what older masters and AOF files hold.
 
 use pathlock_core::{Mode, Path, PathLimits, Project, Token};
 use redis_module::{raw, Context, RedisString};
@@ -40,6 +45,11 @@ pub enum Effect {
     },
     Expire {
         now: u64,
+    },
+    /// One bounded step of the expiry cycle: the due locks of these owners only.
+    ExpireOf {
+        now: u64,
+        tokens: Vec<Token>,
     },
     Fence {
         next: u64,
@@ -87,6 +97,10 @@ impl Effect {
                 ]);
             }
             Effect::Expire { now } => words.extend([b"EXPIRE".to_vec(), number(*now)]),
+            Effect::ExpireOf { now, tokens } => {
+                words.extend([b"EXPIRE".to_vec(), number(*now)]);
+                words.extend(tokens.iter().map(|token| token.as_bytes().to_vec()));
+            }
             Effect::Fence { next } => words.extend([b"FENCE".to_vec(), number(*next)]),
         }
         words
@@ -152,6 +166,13 @@ impl Effect {
                 deadline: number(deadline)?,
             }),
             (b"EXPIRE", [now]) => Ok(Effect::Expire { now: number(now)? }),
+            (b"EXPIRE", [now, tokens @ ..]) => Ok(Effect::ExpireOf {
+                now: number(now)?,
+                tokens: tokens
+                    .iter()
+                    .map(|token| Token::new(token))
+                    .collect::<Result<_, _>>()?,
+            }),
             (b"FENCE", [next]) => Ok(Effect::Fence {
                 next: number(next)?,
             }),
@@ -192,6 +213,13 @@ impl Effect {
             Effect::Expire { now } => Applied {
                 event: "pathlock.expired",
                 count: table.reclaim_expired(*now).len(),
+            },
+            Effect::ExpireOf { now, tokens } => Applied {
+                event: "pathlock.expired",
+                count: tokens
+                    .iter()
+                    .map(|token| table.reclaim_expired_of(*now, token).len())
+                    .sum(),
             },
             Effect::Fence { next } => {
                 table.raise_next_fence(*next);

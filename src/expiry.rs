@@ -9,22 +9,33 @@
 //! The timer runs on every server, but only a master acts, and not while clients are paused or
 //! a failover is in progress (`AvoidReplicaTraffic`), so a replica's locks change only through
 //! its master's effects.
+//!
+//! A tick works for at most `BUDGET` (1 ms), a few owners at a time, and replicates each step as
+//! `EXPIRE now token...` naming the owners it reclaimed. A key with more due than a tick can
+//! reclaim stays first in the schedule, and the next tick comes after `BUSY_TICK` instead of
+//! `TICK`, so a million locks expiring together are reclaimed in about a second of ticks while
+//! other clients are served between them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use pathlock_core::Project;
+use pathlock_core::{Path, Project};
 use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisString};
 
+use crate::effects::Effect;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{clock, project, waits};
+use crate::{clock, project, stats, waits};
 
 const TICK: Duration = Duration::from_millis(100);
-/// The most keys one tick reclaims; the rest wait for the next tick, so a mass expiry never
-/// stalls the server.
-const KEYS_PER_TICK: usize = 1000;
+/// The next tick when the last one ran out of time with locks still due.
+const BUSY_TICK: Duration = Duration::from_millis(5);
+/// The time one tick may work. Checked between steps, so a tick overruns it by one step.
+const BUDGET: Duration = Duration::from_millis(1);
+/// Owners reclaimed per step, and named in one `EXPIRE` effect: small enough that a step of
+/// one-lock owners takes some tens of microseconds.
+const OWNERS_PER_STEP: usize = 32;
 
 type KeyId = (i32, Vec<u8>);
 
@@ -100,36 +111,37 @@ pub fn start(ctx: &Context) {
 }
 
 fn tick(ctx: &Context, _: ()) {
-    let _ = catch_unwind(AssertUnwindSafe(|| reclaim_due(ctx)));
-    ctx.create_timer(TICK, tick, ());
+    let more = catch_unwind(AssertUnwindSafe(|| reclaim_due(ctx))).unwrap_or(false);
+    ctx.create_timer(if more { BUSY_TICK } else { TICK }, tick, ());
 }
 
-fn reclaim_due(ctx: &Context) {
+/// Reclaims due locks, key after key in deadline order, for at most `BUDGET`. Returns whether
+/// locks were left due.
+fn reclaim_due(ctx: &Context) -> bool {
     // SAFETY: takes no arguments and only reads server state.
     let avoid = unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) } != 0;
     if avoid || !ctx.get_flags().contains(ContextFlags::MASTER) {
-        return;
+        return false;
     }
+    let started = Instant::now();
     let now = clock::wall_ms();
-    let due: Vec<KeyId> = with_schedule(|s| {
-        let mut due = Vec::new();
-        while due.len() < KEYS_PER_TICK {
-            match s.due.first() {
-                Some((deadline, _)) if *deadline <= now => {
-                    if let Some((_, id)) = s.due.pop_first() {
-                        if let Some(keys) = s.by_key.get_mut(&id.0) {
-                            keys.remove(&id.1);
-                        }
-                        due.push(id);
-                    }
-                }
-                _ => break,
-            }
-        }
-        due
-    });
     let original_db = selected_db(ctx);
-    for (db, key) in due {
+    let mut more = false;
+    while started.elapsed() < BUDGET {
+        let next = with_schedule(|s| {
+            let (deadline, _) = s.due.first()?;
+            if *deadline > now {
+                return None;
+            }
+            let (_, id) = s.due.pop_first()?;
+            if let Some(keys) = s.by_key.get_mut(&id.0) {
+                keys.remove(&id.1);
+            }
+            Some(id)
+        });
+        let Some((db, key)) = next else {
+            break;
+        };
         // SAFETY: selecting a database on the timer's own context.
         unsafe {
             if let Some(select) = raw::RedisModule_SelectDb {
@@ -137,8 +149,10 @@ fn reclaim_due(ctx: &Context) {
             }
         }
         let name = RedisString::create_from_slice(ctx.ctx, &key);
-        // The change reclaims what is due, replicates it, and reschedules the key.
-        let _ = project::change(ctx, &name, false, |_| ());
+        if !reclaim_key(ctx, &name, now, started) {
+            more = true;
+            break;
+        }
     }
     // SAFETY: as above.
     unsafe {
@@ -146,4 +160,45 @@ fn reclaim_due(ctx: &Context) {
             select(ctx.ctx, original_db);
         }
     }
+    more
+}
+
+/// Reclaims the locks of one key due by `now`, until done or until the tick's time is up, and
+/// reschedules the key. Returns whether nothing due is left. A name that no longer holds a
+/// project is done (its schedule entry is dropped).
+fn reclaim_key(ctx: &Context, name: &RedisString, now: u64, started: Instant) -> bool {
+    let key = ctx.open_key_writable(name);
+    let Ok(Some(project)) = key.get_value::<Project>(&PATHLOCK_TYPE) else {
+        return true;
+    };
+    let before = project.locks().len();
+    if project.waiting() > 0 {
+        let grants = waits::purge_cancelled(ctx, name.as_slice(), project, now);
+        waits::deliver(ctx, name, grants);
+    }
+    let mut reclaimed = 0;
+    let mut done = false;
+    while started.elapsed() < BUDGET {
+        let (tokens, locks) = project
+            .locks_mut()
+            .reclaim_some_expired(now, OWNERS_PER_STEP);
+        if tokens.is_empty() {
+            done = true;
+            break;
+        }
+        Effect::ExpireOf { now, tokens }.replicate(ctx, name);
+        reclaimed += locks.len();
+        if project.waiting() > 0 {
+            let freed: Vec<Path> = locks.into_iter().map(|lock| lock.path).collect();
+            let grants = project.wake(now, &freed);
+            waits::deliver(ctx, name, grants);
+        }
+    }
+    if reclaimed > 0 {
+        stats::count(&stats::EXPIRATIONS, reclaimed);
+        project::notify(ctx, "pathlock.expired", name);
+    }
+    stats::track(&stats::LOCKS_HELD, before, project.locks().len());
+    schedule(ctx, name.as_slice(), project.locks().next_deadline());
+    done
 }

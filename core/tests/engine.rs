@@ -276,3 +276,53 @@ fn a_project_grown_through_many_segment_splits_and_emptied_stays_whole() {
     assert!(table.is_empty());
     assert_eq!(table.node_count(), 0);
 }
+
+#[test]
+fn expiry_in_bounded_steps_reclaims_what_one_call_would_and_replicas_follow_by_token() {
+    // Owners with one lock, owners with several (some not yet due), and readers sharing paths.
+    let mut master = LockTable::new();
+    for i in 0..500u64 {
+        let token = t(&format!("o{i}"));
+        let mut items = vec![(Write, p(&format!("/f/{i}")))];
+        if i % 3 == 0 {
+            items.push((Read, p(&format!("/shared/{}", i % 4))));
+        }
+        master.acquire(0, &token, 10 + i % 20, &items);
+        if i % 5 == 0 {
+            // A later lock of the same owner, due after the others.
+            master.acquire(0, &token, 100, &[(Write, p(&format!("/late/{i}")))]);
+        }
+    }
+    let mut replica = master.clone();
+    let mut whole = master.clone();
+    let expected = whole.reclaim_expired(25);
+    let mut reclaimed = Vec::new();
+    loop {
+        let (tokens, locks) = master.reclaim_some_expired(25, 7);
+        assert!(tokens.len() <= 7);
+        master.check_integrity().expect("master integrity");
+        if tokens.is_empty() {
+            assert!(locks.is_empty());
+            break;
+        }
+        // The replica applies the step by the tokens it names.
+        let applied: usize = tokens
+            .iter()
+            .map(|token| replica.reclaim_expired_of(25, token).len())
+            .sum();
+        assert_eq!(applied, locks.len());
+        replica.check_integrity().expect("replica integrity");
+        reclaimed.extend(locks);
+    }
+    let sorted = |mut v: Vec<pathlock_core::LockInfo>| {
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(reclaimed), sorted(expected));
+    assert!(master.iter().eq(whole.iter()));
+    assert!(replica.iter().eq(master.iter()));
+    assert!(master.iter().all(|lock| lock.deadline > 25));
+    // A token with nothing due is left as it is.
+    assert!(master.reclaim_expired_of(25, &t("o5")).is_empty());
+    master.check_integrity().expect("integrity");
+}

@@ -3,7 +3,7 @@
 use super::ids::{OwnerId, Tagged, NONE};
 use super::owners::owner_hash;
 use super::LockTable;
-use crate::lock::LockInfo;
+use crate::lock::{LockInfo, PackedToken, Token};
 
 impl LockTable {
     /// The earliest deadline of any stored lock.
@@ -17,31 +17,83 @@ impl LockTable {
     /// `EXPIRE` effect and reclaim the same set themselves).
     pub fn reclaim_expired(&mut self, now: u64) -> Vec<LockInfo> {
         let mut reclaimed = Vec::new();
-        while let Some((&earliest, &owner)) = self.expiry.first_key_value() {
-            if earliest > now {
+        while let Some(owner) = self.first_due(now) {
+            reclaimed.extend(self.reclaim_first(owner, now));
+        }
+        reclaimed
+    }
+
+    /// Reclaims the expired locks of at most `max_owners` owners, earliest deadlines first, so
+    /// that a mass expiry can be spread over many calls. Returns the tokens whose locks it
+    /// reclaimed, which name the work exactly for a replica ([`LockTable::reclaim_expired_of`]),
+    /// and the locks. The work is proportional to the owners' locks, as every grant to an
+    /// owner already is.
+    pub fn reclaim_some_expired(
+        &mut self,
+        now: u64,
+        max_owners: usize,
+    ) -> (Vec<Token>, Vec<LockInfo>) {
+        let mut tokens = Vec::new();
+        let mut reclaimed = Vec::new();
+        while tokens.len() < max_owners {
+            let Some(owner) = self.first_due(now) else {
                 break;
+            };
+            let token = self.owner(owner).token.to_token();
+            let locks = self.reclaim_first(owner, now);
+            if !locks.is_empty() {
+                tokens.push(token);
+                reclaimed.extend(locks);
             }
-            let due: Vec<Tagged> = self
-                .locks_of(owner)
-                .iter()
-                .copied()
-                .filter(|lock| {
-                    self.held_by(lock.id(), owner, lock.mode())
-                        .is_some_and(|h| h.deadline <= now)
-                })
-                .collect();
-            let before = reclaimed.len();
-            reclaimed.extend(
-                due.into_iter()
-                    .filter_map(|lock| self.remove(lock.id(), owner, lock.mode())),
-            );
-            if reclaimed.len() == before {
-                // Unreachable while the index mirrors the locks; unfiling the owner keeps the
-                // loop finite even if it did not.
-                self.unfile(owner);
-            } else {
-                self.refile(owner);
-            }
+        }
+        (tokens, reclaimed)
+    }
+
+    /// Removes the locks of `token` whose deadline is not after `now`: one owner's share of a
+    /// master's `reclaim_some_expired`, as its replicas apply it.
+    pub fn reclaim_expired_of(&mut self, now: u64, token: &Token) -> Vec<LockInfo> {
+        match self.find_owner(&PackedToken::new(token)) {
+            Some(owner) => self.reclaim_owner(owner, now),
+            None => Vec::new(),
+        }
+    }
+
+    /// The owner filed first, when its earliest lock is due by `now`.
+    fn first_due(&self, now: u64) -> Option<OwnerId> {
+        self.expiry
+            .first_key_value()
+            .filter(|(&earliest, _)| earliest <= now)
+            .map(|(_, &owner)| owner)
+    }
+
+    /// `reclaim_owner` for the owner filed first. An owner filed as due with nothing due is
+    /// unreachable while the index mirrors the locks; unfiling it keeps the callers' loops
+    /// finite even if it were reached.
+    fn reclaim_first(&mut self, owner: OwnerId, now: u64) -> Vec<LockInfo> {
+        let locks = self.reclaim_owner(owner, now);
+        if locks.is_empty() {
+            self.unfile(owner);
+        }
+        locks
+    }
+
+    /// Removes one owner's locks that are due by `now`, and refiles it.
+    fn reclaim_owner(&mut self, owner: OwnerId, now: u64) -> Vec<LockInfo> {
+        let due: Vec<Tagged> = self
+            .locks_of(owner)
+            .iter()
+            .copied()
+            .filter(|lock| {
+                self.held_by(lock.id(), owner, lock.mode())
+                    .is_some_and(|h| h.deadline <= now)
+            })
+            .collect();
+        let reclaimed: Vec<LockInfo> = due
+            .into_iter()
+            .filter_map(|lock| self.remove(lock.id(), owner, lock.mode()))
+            .collect();
+        if !reclaimed.is_empty() {
+            self.refile(owner);
         }
         reclaimed
     }
