@@ -194,6 +194,7 @@ class Run:
                 self.server.cli("MEMORY", "PURGE", check=False)
                 self.memory["at_1m"] = self.used_memory()[0]
         self.events = self.history()
+        self.memory["at_end"] = self.used_memory()[0]
 
     def copy(self):
         started = time.perf_counter()
@@ -332,8 +333,9 @@ def main():
               f"{r['slowest_command_us'] / 1000:.1f} `{r['slowest_command'][:30]}` |")
     for system, m in memory.items():
         at_1m = m.get("at_1m", 0) - m["base"]
-        print(f"{system}: used memory at 1,000,000 locks: {at_1m / 1e6:.1f} B/lock; "
-              f"peak {m['peak'] / 1e6:.1f} MB"
+        at_end = m.get("at_end", 0) - m["base"]
+        print(f"{system}: used memory at 1,000,000 locks: {at_1m / 1e6:.1f} B/lock; at "
+              f"{LOCKS:,}: {at_end / LOCKS:.1f} B/lock; peak (with COPY's) {m['peak'] / 1e6:.1f} MB"
               + (f"; COPY {m['copy_ms']:.0f} ms, DEL of the copy {m['del_copy_ms']:.0f} ms"
                  if "copy_ms" in m else ""))
 

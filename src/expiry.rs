@@ -45,6 +45,10 @@ struct Schedule {
     /// Per database, each key's entry in `due`; looked up by the key's bytes so that the common
     /// case (the earliest deadline did not change) allocates nothing.
     by_key: HashMap<i32, HashMap<Vec<u8>, u64>>,
+    /// The key scheduled last and its entry: a busy project is scheduled again by every
+    /// command, nearly always with its entry unchanged, and comparing its name is cheaper than
+    /// hashing it.
+    last: Option<(i32, Vec<u8>, Option<u64>)>,
 }
 
 static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
@@ -65,7 +69,14 @@ fn selected_db(ctx: &Context) -> i32 {
 pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
     let db = selected_db(ctx);
     with_schedule(|s| {
+        if matches!(&s.last, Some((d, k, n)) if *d == db && *n == next && k.as_slice() == key) {
+            return;
+        }
         let current = s.by_key.get(&db).and_then(|keys| keys.get(key)).copied();
+        match &mut s.last {
+            Some((d, k, n)) if *d == db && k.as_slice() == key => *n = next,
+            _ => s.last = Some((db, key.to_vec(), next)),
+        }
         if current == next {
             return;
         }
@@ -134,6 +145,7 @@ fn reclaim_due(ctx: &Context) -> bool {
                 return None;
             }
             let (_, id) = s.due.pop_first()?;
+            s.last = None;
             if let Some(keys) = s.by_key.get_mut(&id.0) {
                 keys.remove(&id.1);
             }
