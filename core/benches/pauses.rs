@@ -118,7 +118,11 @@ fn main() {
     loop {
         let t = cpu_nanos();
         let (tokens, _) = table.reclaim_some_expired(1000, 32);
-        worst_step = worst_step.max(cpu_nanos() - t);
+        let spent = cpu_nanos() - t;
+        worst_step = worst_step.max(spent);
+        if std::env::var("PAUSES_DEBUG").is_ok() && spent > 1_000_000 {
+            println!("slow step {steps}: {spent} ns, {} locks left", table.len());
+        }
         if tokens.is_empty() {
             break;
         }

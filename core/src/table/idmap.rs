@@ -47,7 +47,7 @@ impl<V> IdMap<V> {
 
     pub(super) fn remove(&mut self, id: u32) -> Option<V> {
         self.entries
-            .remove(hash(id), |entry| entry.0 == id)
+            .remove(hash(id), |entry| entry.0 == id, |entry| hash(entry.0))
             .map(|entry| entry.1)
     }
 

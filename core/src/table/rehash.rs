@@ -10,7 +10,9 @@
 //! hash bit is set move to a new segment at the end, as in Litwin's linear hashing. The segment
 //! to split goes round in order, so every segment splits once per doubling and the segments
 //! stay within about twice the average. The longest insertion therefore moves one segment's
-//! entries, a few thousand at most, whatever the size.
+//! entries, a few thousand at most, whatever the size. Removals shrink the table the same way:
+//! below a quarter of that load the last split is undone, one segment per removal, so a mass
+//! release gives the memory back without one call freeing thousands of segments.
 //!
 //! The table holds no hasher; the caller passes the hash of each entry, because the entries are
 //! ids whose keys (segments, tokens) live elsewhere.
@@ -19,6 +21,9 @@ use hashbrown::HashTable;
 
 /// The average entries per segment above which a segment splits.
 const SEGMENT_LOAD: usize = 1024;
+/// The average below which the last split is undone: far enough below `SEGMENT_LOAD` that a
+/// table going up and down around one size does not split and merge the same segment each time.
+const MERGE_LOAD: usize = SEGMENT_LOAD / 4;
 
 #[derive(Clone, Debug)]
 pub(super) struct LinearTable<T> {
@@ -95,7 +100,12 @@ impl<T> LinearTable<T> {
     }
 
     /// Removes the entry `eq` picks among those of `hash`, and returns it.
-    pub(super) fn remove(&mut self, hash: u64, eq: impl FnMut(&T) -> bool) -> Option<T> {
+    pub(super) fn remove(
+        &mut self,
+        hash: u64,
+        eq: impl FnMut(&T) -> bool,
+        hasher: impl Fn(&T) -> u64,
+    ) -> Option<T> {
         let at = self.segment_of(hash);
         let removed = self
             .segments
@@ -105,11 +115,30 @@ impl<T> LinearTable<T> {
             .remove()
             .0;
         self.len -= 1;
-        if self.len == 0 {
+        if self.len == 0 && self.segments.len() == 1 {
             // An empty table gives its memory back and starts over.
             *self = LinearTable::default();
+        } else if self.segments.len() > 1 && (self.len as usize) < self.segments.len() * MERGE_LOAD
+        {
+            self.merge_one(&hasher);
         }
         Some(removed)
+    }
+
+    /// Undoes the last split: the last segment's entries go back to the segment they came from.
+    fn merge_one(&mut self, hasher: &impl Fn(&T) -> u64) {
+        if self.split == 0 {
+            self.level -= 1;
+            self.split = 1 << self.level;
+        }
+        self.split -= 1;
+        let Some(last) = self.segments.pop() else {
+            return;
+        };
+        let into = &mut self.segments[self.split as usize];
+        for value in last {
+            into.insert_unique(hasher(&value), value, hasher);
+        }
     }
 
     /// Splits the next segment in turn: the entries with the next hash bit set move to a new
@@ -149,7 +178,7 @@ mod tests {
             model.insert(i);
             if i % 3 == 0 {
                 let gone = i / 2;
-                let removed = table.remove(hash(&gone), |&v| v == gone);
+                let removed = table.remove(hash(&gone), |&v| v == gone, hash);
                 assert_eq!(removed, model.take(&gone));
             }
         }
@@ -160,7 +189,9 @@ mod tests {
         assert!(listed.iter().eq(model.iter()));
         for &i in &model {
             assert_eq!(table.find(hash(&i), |&v| v == i), Some(&i));
-            assert!(table.remove(hash(&i), |&v| v == i).is_some());
+            assert!(table.remove(hash(&i), |&v| v == i, hash).is_some());
+            // Shrinking keeps the segments at a quarter of their load or more.
+            assert!(table.segments.len() <= 1 + table.len() / MERGE_LOAD);
         }
         assert!(table.is_empty());
         assert!(table.segments.is_empty());

@@ -241,9 +241,10 @@ impl LockTable {
             return;
         }
         let slot = p.table;
-        let hash = self.hasher.hash_one(&*self.nodes[child as usize].segment);
-        let table = &mut self.tables[slot as usize];
-        table.remove(hash, |&c| c == child);
+        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
+        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
+        let table = &mut tables[slot as usize];
+        table.remove(hash_of(&child), |&c| c == child, hash_of);
         // A table lives until its node has no child left; converting back at one child would
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
