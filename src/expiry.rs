@@ -188,9 +188,27 @@ fn reclaim_key(ctx: &Context, name: &RedisString, now: u64, started: Instant) ->
         let grants = waits::purge_cancelled(ctx, name.as_slice(), project, now);
         waits::deliver(ctx, name, grants);
     }
+    let done = reclaim_until(ctx, name, project, now, started + BUDGET);
+    stats::track(&stats::LOCKS_HELD, before, project.locks().len());
+    schedule(ctx, name.as_slice(), project.locks().next_deadline());
+    done
+}
+
+/// Reclaims a project's locks due by `now`, a step of a few owners at a time, until none is due
+/// or `until` has passed; replicates each step, wakes the waiters near what it freed, and
+/// raises the keyspace event. Returns whether nothing due is left. The expiry cycle's work on
+/// one key. A command's lazy reclamation could call it too, to bound its own pause; a lock it
+/// left due would then still count in that command's decision.
+pub fn reclaim_until(
+    ctx: &Context,
+    name: &RedisString,
+    project: &mut Project,
+    now: u64,
+    until: Instant,
+) -> bool {
     let mut reclaimed = 0;
     let mut done = false;
-    while started.elapsed() < BUDGET {
+    while Instant::now() < until {
         let (tokens, locks) = project
             .locks_mut()
             .reclaim_some_expired(now, OWNERS_PER_STEP);
@@ -210,7 +228,5 @@ fn reclaim_key(ctx: &Context, name: &RedisString, now: u64, started: Instant) ->
         stats::count(&stats::EXPIRATIONS, reclaimed);
         project::notify(ctx, "pathlock.expired", name);
     }
-    stats::track(&stats::LOCKS_HELD, before, project.locks().len());
-    schedule(ctx, name.as_slice(), project.locks().next_deadline());
     done
 }
