@@ -215,9 +215,14 @@ def measure(server, n, lua_sha):
     per_lock = round((server.used_memory() - base) / n, 1) if n else None
     # Its own grants pile up in its hash too, so k calls cost about n*k + k*k/2 comparisons.
     lua_requests = max(CLIENTS, min(REQUESTS, int(math.sqrt(n * n + 2 * LUA_BUDGET) - n)))
-    record("lua", "acquire", lua_requests,
-           ["EVALSHA", lua_sha, "2", "/new/__rand_int__", LUA_HASH, "uuid", str(TTL_MS // 1000),
-            str(now_ms)], per_lock)
+    try:
+        record("lua", "acquire", lua_requests,
+               ["EVALSHA", lua_sha, "2", "/new/__rand_int__", LUA_HASH, "uuid",
+                str(TTL_MS // 1000), str(now_ms)], per_lock)
+    except subprocess.CalledProcessError as failed:
+        # At 1,000,000 held one call scans for seconds; on a loaded machine redis-benchmark can
+        # give up on it. The other systems' figures still stand.
+        print(f"  lua      acquire  N={n:>8} failed: {failed}", flush=True)
     server.cli("FLUSHALL")
     return results
 
@@ -264,8 +269,8 @@ def main():
         writer.writerows(rows)
 
     def rate(system, operation, n):
-        return next(r["ops_per_sec"] for r in rows
-                    if r["system"] == system and r["operation"] == operation and r["locks_held"] == n)
+        return next((r["ops_per_sec"] for r in rows if r["system"] == system
+                     and r["operation"] == operation and r["locks_held"] == n), float("nan"))
 
     print()
     print("| locks held | pathlock acquire/s | release/s | SET NX/s | Lua/s | pathlock/SET | "
@@ -276,6 +281,7 @@ def main():
         setnx, lua = rate("set-nx", "acquire", n), rate("lua", "acquire", n)
         mem = {r["system"]: r["bytes_per_lock"] for r in rows
                if r["locks_held"] == n and r["operation"] == "acquire"}
+        mem.setdefault("lua", None)
         print(f"| {n:,} | {acq:,.0f} | {rel:,.0f} | {setnx:,.0f} | {lua:,.1f} | {acq / setnx:.2f} | "
               f"{acq / lua:,.0f}x | {mem['pathlock'] or '-'} | {mem['set-nx'] or '-'} | {mem['lua'] or '-'} |")
 
