@@ -38,6 +38,8 @@
 //! * `expiry`: the deadline index over owners, and reclaiming what is due.
 //! * `conflicts`: the read-only queries (is it blocked, who blocks it, what lies beneath).
 //! * `integrity`: `check_integrity`, apart from what it checks.
+//! * `chunks`, `rehash`, `idmap`: the storage under them, which never moves what it holds and
+//!   grows or shrinks a small step at a time, so that no call pauses Redis for long at any size.
 
 mod chunks;
 mod conflicts;
