@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster lint bench fuzz clean
+.PHONY: all build run test test-python test-cluster lint bench bench-latency fuzz clean
 
 # The servers of the README's compatibility table. `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
@@ -65,6 +65,12 @@ bench: build
 	@scripts/deps.sh bench
 	python3 bench/bench.py
 	$(CARGO) bench -p pathlock-core --bench engine
+
+# The longest pause while one project grows to 10,000,000 locks and empties again, beside SET NX
+# (not in CI: about 15 minutes and 2 GB). LATENCY_FIFO=1 runs the server ahead of other processes.
+bench-latency: build
+	@scripts/deps.sh bench
+	python3 bench/latency.py
 
 # Coverage-guided fuzzing of the byte-facing surfaces, FUZZ_SECONDS per target (not in CI; `make
 # test` replays the corpus). Needs cargo-fuzz and a nightly toolchain; see fuzz/README.md.

@@ -7,9 +7,12 @@
 //! Before the change, when this server decides: waiters that gave up are taken out of the
 //! queue (so they are never granted), and expired locks are reclaimed, replicated as an
 //! `EXPIRE` effect ahead of whatever the change replicates; both may grant waiters. After it:
-//! the INFO gauge and the expiry schedule follow the table.
+//! the INFO gauge and the expiry schedule follow the table. The expiry cycle's change
+//! (`expire_until`) does the same with its reclamation bounded in time.
 
-use pathlock_core::{Grant, Project};
+use std::time::Instant;
+
+use pathlock_core::{Grant, Path, Project};
 use redis_module::{Context, RedisError, RedisString};
 
 use crate::context::{decides, notify, selected_db};
@@ -26,12 +29,7 @@ pub fn change<R>(
         let before = project.locks().len();
         if decides(ctx) {
             let now = clock::now_ms(ctx);
-            let cancelled = registry::take_cancelled(selected_db(ctx), key_name.as_slice());
-            let grants: Vec<Grant> = cancelled
-                .into_iter()
-                .flat_map(|id| project.cancel(now, id).1)
-                .collect();
-            grants::deliver(ctx, key_name, grants);
+            purge_cancelled(ctx, key_name, project, now);
             let (expired, grants) = project.reclaim_expired(now);
             if !expired.is_empty() {
                 Effect::Expire { now }.replicate(ctx, key_name);
@@ -41,8 +39,67 @@ pub fn change<R>(
             }
         }
         let result = change(project);
-        stats::track(&stats::LOCKS_HELD, before, project.locks().len());
-        schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
+        settle(ctx, key_name, project, before);
         result
     })
+}
+
+/// The expiry cycle's change of one key: reclaims its locks due by `now`, a step of a few owners
+/// at a time, until none is due or `until` has passed. Each step replicates as `EXPIRE now
+/// token...` naming the owners it reclaimed and wakes the waiters near what it freed. Returns
+/// whether nothing due is left; a name that holds no project has nothing due.
+pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Instant) -> bool {
+    let done = store::write(ctx, key_name, false, |project| {
+        let before = project.locks().len();
+        purge_cancelled(ctx, key_name, project, now);
+        let mut reclaimed = 0;
+        let mut done = false;
+        while Instant::now() < until {
+            let (tokens, locks) = project
+                .locks_mut()
+                .reclaim_some_expired(now, OWNERS_PER_STEP);
+            if tokens.is_empty() {
+                done = true;
+                break;
+            }
+            Effect::ExpireOf { now, tokens }.replicate(ctx, key_name);
+            reclaimed += locks.len();
+            if project.waiting() > 0 {
+                let freed: Vec<Path> = locks.into_iter().map(|lock| lock.path).collect();
+                let grants = project.wake(now, &freed);
+                grants::deliver(ctx, key_name, grants);
+            }
+        }
+        if reclaimed > 0 {
+            stats::count(&stats::EXPIRATIONS, reclaimed);
+            notify(ctx, "pathlock.expired", key_name);
+        }
+        settle(ctx, key_name, project, before);
+        done
+    });
+    done.ok().flatten().unwrap_or(true)
+}
+
+/// Owners reclaimed per step of the expiry cycle, and named in one `EXPIRE` effect: small
+/// enough that a step of one-lock owners takes some tens of microseconds.
+const OWNERS_PER_STEP: usize = 32;
+
+/// Takes the waiters that gave up out of the queue before anything else happens to the key, so
+/// they are never granted; their leaving may let later waiters in.
+fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project, now: u64) {
+    let cancelled = registry::take_cancelled(selected_db(ctx), key_name.as_slice());
+    if cancelled.is_empty() {
+        return;
+    }
+    let grants: Vec<Grant> = cancelled
+        .into_iter()
+        .flat_map(|id| project.cancel(now, id).1)
+        .collect();
+    grants::deliver(ctx, key_name, grants);
+}
+
+/// After every change: the INFO gauge and the expiry schedule follow the table.
+fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: usize) {
+    stats::track(&stats::LOCKS_HELD, before, project.locks().len());
+    schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
 }

@@ -9,11 +9,17 @@
 //! RELEASE token [path ...]                               a release (no time involved)
 //! RENEW token deadline                                   a renew, at its absolute deadline
 //! EXPIRE now                                             reclaim every lock due by `now`
+//! EXPIRE now token [token ...]                           reclaim these tokens' locks due by `now`
 //! FENCE next                                             raise the fence counter (AOF rewrite)
 //! ```
 //!
 //! `EXPIRE` and `RELEASE` are deterministic because the master sends every effect in the order it
 //! applied them, so a replica holds the same locks with the same deadlines when it applies one.
+//!
+//! The active expiry cycle reclaims a mass expiry a few owners at a time, so that no tick stalls
+//! the server; each step names its owners, which makes the step exact whatever order owners
+//! sharing a deadline have on each server. `EXPIRE now` alone is what a command's lazy
+//! reclamation sends, and what older masters and AOF files hold.
 //!
 //! Level 1: imports `errors`. Used by `change`, `grants`, the writing commands and the harness.
 
@@ -43,9 +49,46 @@ pub enum Effect {
     Expire {
         now: u64,
     },
+    /// One bounded step of the expiry cycle: the due locks of these owners only.
+    ExpireOf {
+        now: u64,
+        tokens: Vec<Token>,
+    },
     Fence {
         next: u64,
     },
+}
+
+/// One word of an effect.
+enum Word<'a> {
+    Borrowed(&'a [u8]),
+    /// A number's decimal digits, at the end of the buffer from the index.
+    Number([u8; 20], usize),
+    Owned(Vec<u8>),
+}
+
+impl Word<'_> {
+    fn number(mut n: u64) -> Word<'static> {
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Word::Number(digits, start)
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Word::Borrowed(bytes) => bytes,
+            Word::Number(digits, start) => &digits[*start..],
+            Word::Owned(bytes) => bytes,
+        }
+    }
 }
 
 /// What applying an effect changed, for the keyspace event and the totals.
@@ -55,10 +98,11 @@ pub struct Applied {
 }
 
 impl Effect {
-    /// The effect's words after the key.
-    pub fn words(&self) -> Vec<Vec<u8>> {
-        let number = |n: u64| n.to_string().into_bytes();
-        let mut words: Vec<Vec<u8>> = Vec::new();
+    /// The effect's words after the key, borrowed from the effect where they can be and with
+    /// numbers formatted on the stack: replication runs once per grant, and a vector per word
+    /// cost more than the rest of building the effect.
+    fn word_list(&self) -> Vec<Word<'_>> {
+        let mut words = Vec::with_capacity(8);
         match self {
             Effect::Grant {
                 token,
@@ -67,37 +111,54 @@ impl Effect {
                 items,
             } => {
                 words.extend([
-                    b"GRANT".to_vec(),
-                    token.as_bytes().to_vec(),
-                    number(*deadline),
-                    number(*fence),
+                    Word::Borrowed(b"GRANT"),
+                    Word::Borrowed(token.as_bytes()),
+                    Word::number(*deadline),
+                    Word::number(*fence),
                 ]);
                 for (mode, path) in items {
-                    words.push(mode.as_str().as_bytes().to_vec());
-                    words.push(path.to_bytes());
+                    words.push(Word::Borrowed(mode.as_str().as_bytes()));
+                    words.push(Word::Owned(path.to_bytes()));
                 }
             }
             Effect::Release { token, paths } => {
-                words.extend([b"RELEASE".to_vec(), token.as_bytes().to_vec()]);
-                words.extend(paths.iter().flatten().map(Path::to_bytes));
+                words.extend([Word::Borrowed(b"RELEASE"), Word::Borrowed(token.as_bytes())]);
+                words.extend(
+                    paths
+                        .iter()
+                        .flatten()
+                        .map(|path| Word::Owned(path.to_bytes())),
+                );
             }
-            Effect::Renew { token, deadline } => {
-                words.extend([
-                    b"RENEW".to_vec(),
-                    token.as_bytes().to_vec(),
-                    number(*deadline),
-                ]);
+            Effect::Renew { token, deadline } => words.extend([
+                Word::Borrowed(b"RENEW"),
+                Word::Borrowed(token.as_bytes()),
+                Word::number(*deadline),
+            ]),
+            Effect::Expire { now } => words.extend([Word::Borrowed(b"EXPIRE"), Word::number(*now)]),
+            Effect::ExpireOf { now, tokens } => {
+                words.extend([Word::Borrowed(b"EXPIRE"), Word::number(*now)]);
+                words.extend(tokens.iter().map(|token| Word::Borrowed(token.as_bytes())));
             }
-            Effect::Expire { now } => words.extend([b"EXPIRE".to_vec(), number(*now)]),
-            Effect::Fence { next } => words.extend([b"FENCE".to_vec(), number(*next)]),
+            Effect::Fence { next } => words.extend([Word::Borrowed(b"FENCE"), Word::number(*next)]),
         }
         words
     }
 
+    /// The effect's words after the key, owned, for the round trips of the unit tests and the
+    /// fuzz harness.
+    #[cfg(any(test, feature = "system-alloc"))]
+    pub fn words(&self) -> Vec<Vec<u8>> {
+        self.word_list()
+            .iter()
+            .map(|word| word.as_slice().to_vec())
+            .collect()
+    }
+
     /// Sends the effect to replicas and the AOF, after whatever the command sent before it.
     pub fn replicate(&self, ctx: &Context, key: &RedisString) {
-        let words = self.words();
-        let words: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        let words = self.word_list();
+        let words: Vec<&[u8]> = words.iter().map(Word::as_slice).collect();
         if !replicate_buffers(ctx, key, &words) {
             let mut args: Vec<&[u8]> = Vec::with_capacity(words.len() + 1);
             args.push(key.as_slice());
@@ -157,6 +218,13 @@ impl Effect {
                 deadline: number(deadline)?,
             }),
             (b"EXPIRE", [now]) => Ok(Effect::Expire { now: number(now)? }),
+            (b"EXPIRE", [now, tokens @ ..]) => Ok(Effect::ExpireOf {
+                now: number(now)?,
+                tokens: tokens
+                    .iter()
+                    .map(|token| Token::new(token))
+                    .collect::<Result<_, _>>()?,
+            }),
             (b"FENCE", [next]) => Ok(Effect::Fence {
                 next: number(next)?,
             }),
@@ -197,6 +265,13 @@ impl Effect {
             Effect::Expire { now } => Applied {
                 event: "pathlock.expired",
                 count: table.reclaim_expired(*now).len(),
+            },
+            Effect::ExpireOf { now, tokens } => Applied {
+                event: "pathlock.expired",
+                count: tokens
+                    .iter()
+                    .map(|token| table.reclaim_expired_of(*now, token).len())
+                    .sum(),
             },
             Effect::Fence { next } => {
                 table.raise_next_fence(*next);

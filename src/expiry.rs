@@ -2,45 +2,62 @@
 //!
 //! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`. Started by `lib.rs`.
 //!
-//! It knows only "reclaim what is due in this key": `change` does the reclaiming, replicates it
-//! and reschedules the key. The timer runs on every server, but only a master acts, and not
-//! while clients are paused or a failover is in progress (`AvoidReplicaTraffic`), so a replica's
-//! locks change only through its master's effects.
+//! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
+//! replicates it and reschedules the key. The timer runs on every server, but only a master
+//! acts, and not while clients are paused or a failover is in progress (`AvoidReplicaTraffic`),
+//! so a replica's locks change only through its master's effects.
+//!
+//! A tick works for at most `BUDGET` (1 ms), a few owners at a time, and replicates each step as
+//! `EXPIRE now token...` naming the owners it reclaimed. A key with more due than a tick can
+//! reclaim stays first in the schedule, and the next tick comes after `BUSY_TICK` instead of
+//! `TICK`, so a million locks expiring together are reclaimed in about a second of ticks while
+//! other clients are served between them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_module::{raw, Context, ContextFlags, RedisString};
 
-use crate::change::change;
+use crate::change::expire_until;
 use crate::contain::contained;
 use crate::context::in_db;
 use crate::{clock, schedule};
 
 const TICK: Duration = Duration::from_millis(100);
-/// The most keys one tick reclaims; the rest wait for the next tick, so a mass expiry never
-/// stalls the server.
-const KEYS_PER_TICK: usize = 1000;
+/// The next tick when the last one ran out of time with locks still due.
+const BUSY_TICK: Duration = Duration::from_millis(5);
+/// The time one tick may work. Checked between steps, so a tick overruns it by one step.
+const BUDGET: Duration = Duration::from_millis(1);
 
 pub fn start(ctx: &Context) {
     ctx.create_timer(TICK, tick, ());
 }
 
 fn tick(ctx: &Context, _: ()) {
-    contained("the expiry cycle", (), || reclaim_due(ctx));
-    ctx.create_timer(TICK, tick, ());
+    let more = contained("the expiry cycle", false, || reclaim_due(ctx));
+    ctx.create_timer(if more { BUSY_TICK } else { TICK }, tick, ());
 }
 
-fn reclaim_due(ctx: &Context) {
+/// Reclaims due locks, key after key in deadline order, for at most `BUDGET`. Returns whether
+/// locks were left due.
+fn reclaim_due(ctx: &Context) -> bool {
     // SAFETY: takes no arguments and only reads server state.
     let avoid = unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) } != 0;
     if avoid || !ctx.get_flags().contains(ContextFlags::MASTER) {
-        return;
+        return false;
     }
-    for (db, key) in schedule::take_due(clock::wall_ms(), KEYS_PER_TICK) {
-        in_db(ctx, db, || {
+    let started = Instant::now();
+    let now = clock::wall_ms();
+    while started.elapsed() < BUDGET {
+        let Some((db, key)) = schedule::pop_due(now) else {
+            return false;
+        };
+        let done = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            // The change reclaims what is due, replicates it, and reschedules the key.
-            let _ = change(ctx, &name, false, |_| ());
+            expire_until(ctx, &name, now, started + BUDGET)
         });
+        if !done {
+            return true;
+        }
     }
+    false
 }

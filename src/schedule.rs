@@ -23,6 +23,10 @@ struct Schedule {
     /// Per database, each key's entry in `due`; looked up by the key's bytes so that the common
     /// case (the earliest deadline did not change) allocates nothing.
     by_key: HashMap<i32, HashMap<Vec<u8>, u64>>,
+    /// The key scheduled last and its entry: a busy project is scheduled again by every
+    /// command, nearly always with its entry unchanged, and comparing its name is cheaper than
+    /// hashing it.
+    last: Option<(i32, Vec<u8>, Option<u64>)>,
 }
 
 static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
@@ -38,7 +42,14 @@ fn with_schedule<R>(f: impl FnOnce(&mut Schedule) -> R) -> R {
 pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
     let db = selected_db(ctx);
     with_schedule(|s| {
+        if matches!(&s.last, Some((d, k, n)) if *d == db && *n == next && k.as_slice() == key) {
+            return;
+        }
         let current = s.by_key.get(&db).and_then(|keys| keys.get(key)).copied();
+        match &mut s.last {
+            Some((d, k, n)) if *d == db && k.as_slice() == key => *n = next,
+            _ => s.last = Some((db, key.to_vec(), next)),
+        }
         if current == next {
             return;
         }
@@ -59,24 +70,19 @@ pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
     });
 }
 
-/// Takes out of the schedule up to `max` keys whose deadline is not after `now`, earliest
-/// first. A key's next change schedules it again.
-pub fn take_due(now: u64, max: usize) -> Vec<KeyId> {
+/// Takes out of the schedule the key with the earliest deadline, if that deadline is not after
+/// `now`. The change that reclaims it schedules it again.
+pub fn pop_due(now: u64) -> Option<KeyId> {
     with_schedule(|s| {
-        let mut due = Vec::new();
-        while due.len() < max {
-            match s.due.first() {
-                Some((deadline, _)) if *deadline <= now => {
-                    if let Some((_, id)) = s.due.pop_first() {
-                        if let Some(keys) = s.by_key.get_mut(&id.0) {
-                            keys.remove(&id.1);
-                        }
-                        due.push(id);
-                    }
-                }
-                _ => break,
-            }
+        let (deadline, _) = s.due.first()?;
+        if *deadline > now {
+            return None;
         }
-        due
+        let (_, id) = s.due.pop_first()?;
+        s.last = None;
+        if let Some(keys) = s.by_key.get_mut(&id.0) {
+            keys.remove(&id.1);
+        }
+        Some(id)
     })
 }

@@ -235,3 +235,120 @@ fn grant_applies_a_decided_grant_and_keeps_fences_ahead() {
     assert_eq!(table.acquire(0, &t("c"), 1, &[(Write, p("/C"))]), Some(42));
     table.check_integrity().expect("integrity");
 }
+
+#[test]
+fn a_project_grown_through_many_segment_splits_and_emptied_stays_whole() {
+    // Tens of thousands of files in one folder, each by its own token, and some readers shared
+    // by many tokens: the children's table, the owner index and the side maps all split their
+    // segments many times, and the engine must find every entry throughout.
+    let mut table = LockTable::new();
+    let files = 40_000;
+    for i in 0..files {
+        let token = t(&format!("owner-{i}"));
+        let items = [
+            (Write, p(&format!("/big/f{i}"))),
+            (Read, p(&format!("/shared/s{}", i % 7))),
+        ];
+        assert!(table
+            .acquire(0, &token, 1000 + (i % 5) as u64, &items)
+            .is_some());
+    }
+    table.check_integrity().expect("integrity after growth");
+    assert_eq!(table.len(), 2 * files);
+    assert!(table.conflicts(Write, &p("/big")));
+    assert!(!table.conflicts(Write, &p("/big/other")));
+    // Release every other owner by path, then reclaim the rest as they expire.
+    for i in (0..files).step_by(2) {
+        let token = t(&format!("owner-{i}"));
+        let freed = table.release(&token, Some(&[p(&format!("/big/f{i}"))]));
+        assert_eq!(freed.len(), 1);
+    }
+    table.check_integrity().expect("integrity after release");
+    for i in (1..files).step_by(2) {
+        assert!(table.is_blocked(&t("someone"), Write, &p(&format!("/big/f{i}"))));
+    }
+    let mut reclaimed = 0;
+    for now in 1000..1005 {
+        reclaimed += table.reclaim_expired(now).len();
+        table.check_integrity().expect("integrity while reclaiming");
+    }
+    assert_eq!(reclaimed, 2 * files - files / 2);
+    assert!(table.is_empty());
+    assert_eq!(table.node_count(), 0);
+}
+
+#[test]
+fn expiry_in_bounded_steps_reclaims_what_one_call_would_and_replicas_follow_by_token() {
+    // Owners with one lock, owners with several (some not yet due), and readers sharing paths.
+    let mut master = LockTable::new();
+    for i in 0..500u64 {
+        let token = t(&format!("o{i}"));
+        let mut items = vec![(Write, p(&format!("/f/{i}")))];
+        if i % 3 == 0 {
+            items.push((Read, p(&format!("/shared/{}", i % 4))));
+        }
+        master.acquire(0, &token, 10 + i % 20, &items);
+        if i % 5 == 0 {
+            // A later lock of the same owner, due after the others.
+            master.acquire(0, &token, 100, &[(Write, p(&format!("/late/{i}")))]);
+        }
+    }
+    let mut replica = master.clone();
+    let mut whole = master.clone();
+    let expected = whole.reclaim_expired(25);
+    let mut reclaimed = Vec::new();
+    loop {
+        let (tokens, locks) = master.reclaim_some_expired(25, 7);
+        assert!(tokens.len() <= 7);
+        master.check_integrity().expect("master integrity");
+        if tokens.is_empty() {
+            assert!(locks.is_empty());
+            break;
+        }
+        // The replica applies the step by the tokens it names.
+        let applied: usize = tokens
+            .iter()
+            .map(|token| replica.reclaim_expired_of(25, token).len())
+            .sum();
+        assert_eq!(applied, locks.len());
+        replica.check_integrity().expect("replica integrity");
+        reclaimed.extend(locks);
+    }
+    let sorted = |mut v: Vec<pathlock_core::LockInfo>| {
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(reclaimed), sorted(expected));
+    assert!(master.iter().eq(whole.iter()));
+    assert!(replica.iter().eq(master.iter()));
+    assert!(master.iter().all(|lock| lock.deadline > 25));
+    // A token with nothing due is left as it is.
+    assert!(master.reclaim_expired_of(25, &t("o5")).is_empty());
+    master.check_integrity().expect("integrity");
+}
+
+/// Listing, conflicts beneath a path and persistence walk the tree without recursing, so a path
+/// as deep as any configuration allows is listed on a thread with a small stack.
+#[test]
+fn the_deepest_path_allowed_is_walked_on_a_small_stack() {
+    let deep = "/d".repeat(PathLimits::CEILING.max_depth);
+    let path = Path::parse(deep.as_bytes(), &PathLimits::CEILING).expect("the deepest path");
+    let listed = std::thread::Builder::new()
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            let mut table = LockTable::new();
+            let token = Token::new(b"deep").expect("a token");
+            table.grant(&token, 100, 1, &[(Mode::Write, path)]);
+            let other = Token::new(b"other").expect("a token");
+            let blockers = table.blockers(0, Some(&other), &[(Mode::Read, Path::root())]);
+            (
+                table.locks(0, &Path::root()).len(),
+                blockers.len(),
+                table.iter().count(),
+            )
+        })
+        .expect("a thread")
+        .join()
+        .expect("no stack overflow");
+    assert_eq!(listed, (1, 1, 1));
+}

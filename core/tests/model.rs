@@ -170,6 +170,58 @@ proptest! {
     }
 
     #[test]
+    fn bounded_expiry_steps_match_one_reclamation_and_replicas_follow(
+        ops in prop::collection::vec(op(), 1..40),
+        per_step in 1..4usize,
+        later in 0..80u64,
+    ) {
+        // Build a table with the same random history as above, then reclaim what is due at a
+        // later time in steps of a few owners, with a replica applying each step by its tokens.
+        let mut table = LockTable::new();
+        let mut now = 1_000u64;
+        for op in &ops {
+            table.reclaim_expired(now);
+            match op {
+                Op::Acquire { token: t, ttl, items } => {
+                    table.acquire(now, &token(*t), *ttl, &resolve(items));
+                }
+                Op::Release { token: t, paths } => {
+                    let paths: Option<Vec<Path>> =
+                        paths.as_ref().map(|ps| ps.iter().map(|&i| path(i)).collect());
+                    table.release(&token(*t), paths.as_deref());
+                }
+                Op::Renew { token: t, ttl } => {
+                    table.renew(&token(*t), now + ttl);
+                }
+                Op::Check { .. } => {}
+                Op::Advance(ms) => now += ms,
+            }
+        }
+        let at = now + later;
+        let mut whole = table.clone();
+        let expected: BTreeSet<LockInfo> = whole.reclaim_expired(at).into_iter().collect();
+        let mut replica = table.clone();
+        let mut reclaimed = BTreeSet::new();
+        loop {
+            let (tokens, locks) = table.reclaim_some_expired(at, per_step);
+            prop_assert!(tokens.len() <= per_step);
+            table.check_integrity().map_err(TestCaseError::fail)?;
+            if tokens.is_empty() {
+                prop_assert!(locks.is_empty());
+                break;
+            }
+            let applied: usize =
+                tokens.iter().map(|t| replica.reclaim_expired_of(at, t).len()).sum();
+            prop_assert_eq!(applied, locks.len());
+            replica.check_integrity().map_err(TestCaseError::fail)?;
+            reclaimed.extend(locks);
+        }
+        prop_assert_eq!(reclaimed, expected);
+        prop_assert!(table.iter().eq(whole.iter()));
+        prop_assert!(replica.iter().eq(table.iter()));
+    }
+
+    #[test]
     fn listing_a_subtree_matches_the_reference(
         held in prop::collection::vec((0..TOKENS.len(), mode(), 0..PATHS.len()), 0..20),
         under in 0..PATHS.len(),

@@ -26,7 +26,9 @@ pub fn effect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 Effect::Grant { .. } => &stats::GRANTS,
                 Effect::Release { .. } => &stats::RELEASES,
                 Effect::Renew { .. } => &stats::RENEWALS,
-                Effect::Expire { .. } | Effect::Fence { .. } => &stats::EXPIRATIONS,
+                Effect::Expire { .. } | Effect::ExpireOf { .. } | Effect::Fence { .. } => {
+                    &stats::EXPIRATIONS
+                }
             };
             stats::count(total, applied.count);
             notify(ctx, applied.event, &args[1]);

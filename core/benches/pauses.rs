@@ -1,0 +1,138 @@
+//! The longest single operation while one project grows to millions of locks, then empties
+//! again: the pauses a Redis server would see, measured on the engine alone.
+//!
+//! `cargo bench -p pathlock-core --bench pauses` (`PAUSES_LOCKS`, default 4,000,000). Paths are
+//! depth 3 (`/p<i%1000>/d<i/1000%1000>/f<i>`), one fresh UUID-like token each, as clients of a
+//! busy project would send. Prints the worst acquire and release per size band, and the worst
+//! step of the expiry cycle beside one lazy reclamation of the same locks.
+//!
+//! Each call is timed by the thread's CPU clock (user and kernel time, page faults included):
+//! on a shared machine the wall clock mostly shows when the scheduler ran someone else.
+
+use std::time::Instant;
+
+/// The CPU time this thread has used, in nanoseconds.
+fn cpu_nanos() -> u128 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    now.tv_sec as u128 * 1_000_000_000 + now.tv_nsec as u128
+}
+
+use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+
+fn path(i: usize) -> Path {
+    let raw = format!("/p{}/d{}/f{i}", i % 1000, i / 1000 % 1000);
+    Path::parse(raw.as_bytes(), &PathLimits::default()).expect("path")
+}
+
+fn token(i: usize) -> Token {
+    Token::new(format!("{:08x}-0000-4000-8000-{:012x}", i, i * 7919).as_bytes()).expect("token")
+}
+
+/// The worst time of one call per band of sizes, the bands doubling from 1,000.
+struct Worst {
+    bands: Vec<(usize, u128)>,
+}
+
+impl Worst {
+    fn new() -> Worst {
+        Worst { bands: Vec::new() }
+    }
+
+    fn record(&mut self, size: usize, nanos: u128) {
+        let band = (size.max(1000) / 1000).ilog2() as usize;
+        if self.bands.len() <= band {
+            self.bands.resize(band + 1, (0, 0));
+        }
+        let slot = &mut self.bands[band];
+        if nanos > slot.1 {
+            *slot = (size, nanos);
+        }
+    }
+
+    fn print(&self, what: &str) {
+        let worst = self.bands.iter().map(|b| b.1).max().unwrap_or(0);
+        println!("{what}: worst {:.3} ms", worst as f64 / 1e6);
+        for (band, (size, nanos)) in self.bands.iter().enumerate() {
+            println!(
+                "  up to {:>9} locks: {:>8.3} ms (at {size})",
+                1000usize << (band + 1),
+                *nanos as f64 / 1e6
+            );
+        }
+    }
+}
+
+fn main() {
+    let locks: usize = std::env::var("PAUSES_LOCKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4_000_000);
+    let mut table = LockTable::new();
+    let mut acquire = Worst::new();
+    let started = Instant::now();
+    for i in 0..locks {
+        let items = [(Mode::Write, path(i))];
+        let token = token(i);
+        // Half the locks expire at 1,000, the other half are released.
+        let ttl = if i % 2 == 0 { 1000 } else { 1 << 40 };
+        let t = cpu_nanos();
+        let granted = table.acquire(0, &token, ttl, &items);
+        let spent = cpu_nanos() - t;
+        acquire.record(i, spent);
+        if std::env::var("PAUSES_DEBUG").is_ok() && spent > 500_000 {
+            println!("slow acquire {i}: {spent} ns");
+        }
+        assert!(granted.is_some());
+    }
+    println!(
+        "grew to {locks} locks in {:.1} s, {} bytes estimated",
+        started.elapsed().as_secs_f64(),
+        table.memory_estimate()
+    );
+    acquire.print("acquire");
+    let mut release = Worst::new();
+    for i in (1..locks).step_by(2) {
+        let token = token(i);
+        let t = cpu_nanos();
+        table.release(&token, None);
+        release.record(table.len(), cpu_nanos() - t);
+    }
+    release.print("release");
+    // The expiry cycle's steps (32 owners each), then what one lazy reclamation of them all
+    // would have cost, measured on a copy.
+    // PAUSES_STEPS_ONLY=1 leaves the copy out, so that freeing it cannot colour the steps.
+    if std::env::var("PAUSES_STEPS_ONLY").is_err() {
+        let mut whole = table.clone();
+        let t = Instant::now();
+        let reclaimed = whole.reclaim_expired(1000).len();
+        println!(
+            "one reclaim_expired of {reclaimed} expired locks: {:.3} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    let mut worst_step = 0;
+    let mut steps = 0;
+    loop {
+        let t = cpu_nanos();
+        let (tokens, _) = table.reclaim_some_expired(1000, 32);
+        let spent = cpu_nanos() - t;
+        worst_step = worst_step.max(spent);
+        if std::env::var("PAUSES_DEBUG").is_ok() && spent > 1_000_000 {
+            println!("slow step {steps}: {spent} ns, {} locks left", table.len());
+        }
+        if tokens.is_empty() {
+            break;
+        }
+        steps += 1;
+    }
+    println!(
+        "reclaim_some_expired, 32 owners a step: {steps} steps, worst {:.3} ms",
+        worst_step as f64 / 1e6
+    );
+    assert!(table.is_empty());
+}

@@ -1,0 +1,180 @@
+//! Read-only queries: whether a request is blocked, which locks block it, and what lies
+//! beneath a path.
+
+use std::collections::BTreeSet;
+
+use super::ids::{NodeId, OwnerId, ROOT};
+use super::tree::push_segment;
+use super::LockTable;
+use crate::lock::{LockInfo, Mode, PackedToken, Token};
+use crate::path::Path;
+
+/// The modes whose locks beneath a path block a request for `mode` there.
+pub(super) fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
+    match mode {
+        Mode::Write => u64::from(counts[0]) + u64::from(counts[1]),
+        Mode::Read => u64::from(counts[Mode::Write.index()]),
+    }
+}
+
+impl LockTable {
+    /// Whether another owner's lock blocks `token` from taking `mode` on `path`. Expired locks
+    /// count, so reclaim them first.
+    pub fn is_blocked(&self, token: &Token, mode: Mode, path: &Path) -> bool {
+        self.is_blocked_for(self.find_owner(&PackedToken::new(token)), mode, path)
+    }
+
+    /// Whether any lock at all (whoever holds it) blocks `mode` on `path`, in O(depth).
+    pub fn conflicts(&self, mode: Mode, path: &Path) -> bool {
+        self.is_blocked_for(None, mode, path)
+    }
+
+    /// `is_blocked` for the owner `me`, or for a token that holds nothing when `None`.
+    pub(super) fn is_blocked_for(&self, me: Option<OwnerId>, mode: Mode, path: &Path) -> bool {
+        let mut node = ROOT;
+        let mut segments = path.escaped_segments();
+        loop {
+            let blocks = self
+                .held(node)
+                .iter()
+                .take_while(|h| h.mode().conflicts_with(mode))
+                .any(|h| Some(h.owner()) != me);
+            if blocks {
+                return true;
+            }
+            match segments.next() {
+                Some(segment) => match self.child(node, segment) {
+                    Some(next) => node = next,
+                    None => return false,
+                },
+                None => break,
+            }
+        }
+        let beneath = blocking_count(mode, self.nodes[node as usize].below);
+        beneath > 0 && beneath > blocking_count(mode, self.own_beneath(me, node))
+    }
+
+    /// The live locks that block the request `items` of `token` (of nobody when `None`), each
+    /// once, in tree order.
+    pub fn blockers(
+        &self,
+        now: u64,
+        token: Option<&Token>,
+        items: &[(Mode, Path)],
+    ) -> Vec<LockInfo> {
+        let me = token.and_then(|t| self.find_owner(&PackedToken::new(t)));
+        let excluded = |owner: OwnerId| token.is_some() && Some(owner) == me;
+        let mut found = BTreeSet::new();
+        for (mode, path) in items {
+            let mut node = ROOT;
+            let mut key = Vec::with_capacity(path.key().len());
+            let mut segments = path.escaped_segments();
+            let reached = loop {
+                for held in self.held(node) {
+                    if held.mode().conflicts_with(*mode)
+                        && !excluded(held.owner())
+                        && held.deadline > now
+                    {
+                        found.insert(self.info(&key, held));
+                    }
+                }
+                match segments.next() {
+                    Some(segment) => match self.child(node, segment) {
+                        Some(next) => {
+                            push_segment(&mut key, segment);
+                            node = next;
+                        }
+                        None => break false,
+                    },
+                    None => break true,
+                }
+            };
+            if reached {
+                self.collect_beneath(node, &mut key, now, &excluded, *mode, &mut found);
+            }
+        }
+        found.into_iter().collect()
+    }
+
+    /// The live locks on `under` and beneath it, in tree order.
+    pub fn locks(&self, now: u64, under: &Path) -> Vec<LockInfo> {
+        let mut out = Vec::new();
+        if let Some(node) = self.locate(under) {
+            let mut key = under.key().to_vec();
+            self.walk(node, &mut key, &mut |table, key, held| {
+                if held.deadline > now {
+                    out.push(table.info(key, held));
+                }
+            });
+        }
+        out
+    }
+
+    /// Every stored lock, expired or not, in tree order: the canonical order that persistence
+    /// and digests rely on.
+    pub fn iter(&self) -> impl Iterator<Item = LockInfo> + '_ {
+        let mut out = Vec::with_capacity(self.len);
+        self.walk(ROOT, &mut Vec::new(), &mut |table, key, held| {
+            out.push(table.info(key, held));
+        });
+        out.into_iter()
+    }
+
+    /// How many locks of each mode the owner holds strictly beneath `node`.
+    pub(super) fn own_beneath(&self, owner: Option<OwnerId>, node: NodeId) -> [u32; 2] {
+        let mut counts = [0, 0];
+        let Some(owner) = owner else {
+            return counts;
+        };
+        for lock in self.locks_of(owner) {
+            let mut up = lock.id();
+            while up != ROOT {
+                up = self.nodes[up as usize].parent;
+                if up == node {
+                    counts[lock.mode().index()] += 1;
+                    break;
+                }
+            }
+        }
+        counts
+    }
+
+    /// Collects the live locks strictly beneath `node` that block `mode`, descending only into
+    /// subtrees whose intention marks say they hold such a lock. Like `walk`, it keeps its own
+    /// stack of (node, its parent's key length) instead of recursing, so depth costs no stack.
+    pub(super) fn collect_beneath(
+        &self,
+        node: NodeId,
+        key: &mut Vec<u8>,
+        now: u64,
+        excluded: &dyn Fn(OwnerId) -> bool,
+        mode: Mode,
+        found: &mut BTreeSet<LockInfo>,
+    ) {
+        let start = key.len();
+        let mut stack: Vec<(NodeId, usize)> = self.children(node).map(|c| (c, start)).collect();
+        while let Some((child, parent_length)) = stack.pop() {
+            let c = &self.nodes[child as usize];
+            let here = self.held(child);
+            let relevant_here = here.iter().any(|h| h.mode().conflicts_with(mode));
+            if !relevant_here && blocking_count(mode, c.below) == 0 {
+                continue;
+            }
+            key.truncate(parent_length);
+            push_segment(key, &c.segment);
+            for held in here {
+                if held.mode().conflicts_with(mode)
+                    && !excluded(held.owner())
+                    && held.deadline > now
+                {
+                    found.insert(self.info(key, held));
+                }
+            }
+            if blocking_count(mode, c.below) > 0 {
+                let length = key.len();
+                stack.extend(self.children(child).map(|grandchild| (grandchild, length)));
+            }
+        }
+        key.truncate(start);
+    }
+}

@@ -1,0 +1,169 @@
+//! The expiry index: owners filed by the earliest deadline among their locks.
+
+use super::ids::{OwnerId, Tagged, NONE};
+use super::owners::owner_hash;
+use super::LockTable;
+use crate::lock::{LockInfo, PackedToken, Token};
+
+impl LockTable {
+    /// The earliest deadline of any stored lock.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.expiry.first_key_value().map(|(&deadline, _)| deadline)
+    }
+
+    /// Removes every lock whose deadline is not after `now`, and returns them: by owner, earlier
+    /// deadlines first. Owners that share a deadline come in an order that depends on history
+    /// and may differ between servers, so callers use the set, not the order (replicas apply an
+    /// `EXPIRE` effect and reclaim the same set themselves).
+    pub fn reclaim_expired(&mut self, now: u64) -> Vec<LockInfo> {
+        let mut reclaimed = Vec::new();
+        while let Some(owner) = self.first_due(now) {
+            reclaimed.extend(self.reclaim_first(owner, now));
+        }
+        reclaimed
+    }
+
+    /// Reclaims the expired locks of at most `max_owners` owners, earliest deadlines first, so
+    /// that a mass expiry can be spread over many calls. Returns the tokens whose locks it
+    /// reclaimed, which name the work exactly for a replica ([`LockTable::reclaim_expired_of`]),
+    /// and the locks. The work is proportional to the owners' locks, as every grant to an
+    /// owner already is.
+    pub fn reclaim_some_expired(
+        &mut self,
+        now: u64,
+        max_owners: usize,
+    ) -> (Vec<Token>, Vec<LockInfo>) {
+        let mut tokens = Vec::new();
+        let mut reclaimed = Vec::new();
+        while tokens.len() < max_owners {
+            let Some(owner) = self.first_due(now) else {
+                break;
+            };
+            let token = self.owner(owner).token.to_token();
+            let locks = self.reclaim_first(owner, now);
+            if !locks.is_empty() {
+                tokens.push(token);
+                reclaimed.extend(locks);
+            }
+        }
+        (tokens, reclaimed)
+    }
+
+    /// Removes the locks of `token` whose deadline is not after `now`: one owner's share of a
+    /// master's `reclaim_some_expired`, as its replicas apply it.
+    pub fn reclaim_expired_of(&mut self, now: u64, token: &Token) -> Vec<LockInfo> {
+        match self.find_owner(&PackedToken::new(token)) {
+            Some(owner) => self.reclaim_owner(owner, now),
+            None => Vec::new(),
+        }
+    }
+
+    /// The owner filed first, when its earliest lock is due by `now`.
+    fn first_due(&self, now: u64) -> Option<OwnerId> {
+        self.expiry
+            .first_key_value()
+            .filter(|(&earliest, _)| earliest <= now)
+            .map(|(_, &owner)| owner)
+    }
+
+    /// `reclaim_owner` for the owner filed first. An owner filed as due with nothing due is
+    /// unreachable while the index mirrors the locks; unfiling it keeps the callers' loops
+    /// finite even if it were reached.
+    fn reclaim_first(&mut self, owner: OwnerId, now: u64) -> Vec<LockInfo> {
+        let locks = self.reclaim_owner(owner, now);
+        if locks.is_empty() {
+            self.unfile(owner);
+        }
+        locks
+    }
+
+    /// Removes one owner's locks that are due by `now`, and refiles it.
+    fn reclaim_owner(&mut self, owner: OwnerId, now: u64) -> Vec<LockInfo> {
+        let due: Vec<Tagged> = self
+            .locks_of(owner)
+            .iter()
+            .copied()
+            .filter(|lock| {
+                self.held_by(lock.id(), owner, lock.mode())
+                    .is_some_and(|h| h.deadline <= now)
+            })
+            .collect();
+        let reclaimed: Vec<LockInfo> = due
+            .into_iter()
+            .filter_map(|lock| self.remove(lock.id(), owner, lock.mode()))
+            .collect();
+        if !reclaimed.is_empty() {
+            self.refile(owner);
+        }
+        reclaimed
+    }
+
+    /// Files an owner in the expiry index under its earliest deadline, or forgets it when it
+    /// holds nothing any more.
+    pub(super) fn refile(&mut self, id: OwnerId) {
+        let Some(owner) = self.owners[id as usize].as_ref() else {
+            return;
+        };
+        let earliest = self
+            .locks_of(id)
+            .iter()
+            .filter_map(|l| self.held_by(l.id(), id, l.mode()).map(|h| h.deadline))
+            .min();
+        if owner.filed && earliest == Some(owner.earliest) {
+            return;
+        }
+        self.unfile(id);
+        match earliest {
+            Some(earliest) => self.file(id, earliest),
+            None => {
+                let hash = owner_hash(&self.owners, &self.hasher, id);
+                let (owners, hasher) = (&self.owners, &self.hasher);
+                self.owner_index.remove(
+                    hash,
+                    |&other| other == id,
+                    |&other| owner_hash(owners, hasher, other),
+                );
+                let Some(owner) = self.owners[id as usize].take() else {
+                    return;
+                };
+                self.token_bytes -= owner.token.heap_bytes();
+                self.free_owners.push(id);
+            }
+        }
+    }
+
+    /// Puts an unfiled owner first in the list of `earliest`.
+    pub(super) fn file(&mut self, id: OwnerId, earliest: u64) {
+        let next = self.expiry.insert(earliest, id).unwrap_or(NONE);
+        if next != NONE {
+            self.owner_mut(next).prev = id;
+        }
+        let owner = self.owner_mut(id);
+        owner.earliest = earliest;
+        owner.prev = NONE;
+        owner.next = next;
+        owner.filed = true;
+    }
+
+    /// Takes an owner out of its expiry list, if it is in one.
+    pub(super) fn unfile(&mut self, id: OwnerId) {
+        let owner = self.owner_mut(id);
+        if !owner.filed {
+            return;
+        }
+        let (earliest, prev, next) = (owner.earliest, owner.prev, owner.next);
+        owner.filed = false;
+        owner.prev = NONE;
+        owner.next = NONE;
+        if prev != NONE {
+            self.owner_mut(prev).next = next;
+        } else if next != NONE {
+            self.expiry.insert(earliest, next);
+        } else {
+            self.expiry.remove(&earliest);
+        }
+        if next != NONE {
+            self.owner_mut(next).prev = prev;
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! A map from a node or owner id to what spilled out of its slot, growing a step at a time.
+
+use super::rehash::LinearTable;
+
+/// Ids are dense and assigned by the table itself, so a multiplication spreads them well and no
+/// client can choose them to collide.
+fn hash(id: u32) -> u64 {
+    let product = u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    product ^ (product >> 29)
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct IdMap<V> {
+    entries: LinearTable<(u32, V)>,
+}
+
+impl<V> Default for IdMap<V> {
+    fn default() -> Self {
+        IdMap {
+            entries: LinearTable::default(),
+        }
+    }
+}
+
+impl<V> IdMap<V> {
+    pub(super) fn get(&self, id: u32) -> Option<&V> {
+        self.entries
+            .find(hash(id), |entry| entry.0 == id)
+            .map(|entry| &entry.1)
+    }
+
+    pub(super) fn get_mut(&mut self, id: u32) -> Option<&mut V> {
+        self.entries
+            .find_mut(hash(id), |entry| entry.0 == id)
+            .map(|entry| &mut entry.1)
+    }
+
+    pub(super) fn contains_key(&self, id: u32) -> bool {
+        self.get(id).is_some()
+    }
+
+    /// Inserts the value of an id that has none.
+    pub(super) fn insert_new(&mut self, id: u32, value: V) {
+        self.entries
+            .insert_unique(hash(id), (id, value), |entry| hash(entry.0));
+    }
+
+    pub(super) fn remove(&mut self, id: u32) -> Option<V> {
+        self.entries
+            .remove(hash(id), |entry| entry.0 == id, |entry| hash(entry.0))
+            .map(|entry| entry.1)
+    }
+
+    pub(super) fn keys(&self) -> impl Iterator<Item = u32> + '_ {
+        self.entries.iter().map(|entry| entry.0)
+    }
+}

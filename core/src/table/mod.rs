@@ -1,0 +1,274 @@
+//! The lock table of one project: where `WRITE /A` is decided.
+//!
+//! Every locked path has a node in a tree with one node per path segment, and so has every
+//! ancestor of a locked path. A node holds the locks taken on its exact path and, as Gray's
+//! intention marks, the number of `READ` and `WRITE` locks held strictly beneath it. A request
+//! for `mode` on `path` by `token` is then decided by looking at O(depth) nodes:
+//!
+//! * the locks held on `path` and on each of its ancestors, because they cover `path`;
+//! * the marks on `path`'s own node, because they count the locks that `path` would cover.
+//!
+//! Locks of the requesting token never conflict with the request, so the marks alone do not
+//! settle a non-zero count: the token's own locks beneath `path` are subtracted. That costs what
+//! the requester itself holds, never what others hold.
+//!
+//! Nodes live in an arena. A node with one child points at it directly; a node with more finds
+//! them through a hash table of child ids keyed by the child's own segment, so a step down the
+//! tree is one comparison or one hash of one segment, and a segment is stored once. Owners
+//! (tokens) are interned in a hash table too; a lock refers to its owner by id. Expiry is
+//! indexed per owner by its earliest deadline: the locks of one grant share a deadline, and
+//! `RENEW` moves all of an owner's locks together.
+//!
+//! Memory is what a million locks cost, so the common case is kept inline and the rare one
+//! spills: a node (64 bytes, one cache line) holds its one lock and its one child, an owner
+//! holds its one lock and, when short or a canonical UUID, its token. Paths with several locks
+//! and owners with several locks keep them in side maps.
+//!
+//! Time never comes from inside: every method that needs it takes `now` in milliseconds. A lock
+//! whose deadline is not after `now` is expired. The mutating methods assume the caller ran
+//! [`LockTable::reclaim_expired`] first, as the Redis layer does when it opens a key for
+//! writing; the reading methods filter expired locks themselves, because a replica must hide
+//! expired locks without reclaiming them.
+//!
+//! Each part owns its state, one file each:
+//!
+//! * `ids`: node and owner ids, the sentinels sharing their bits, the mode tag.
+//! * `tree`: the node arena, children, the locks on a path, intention marks, keys and walks.
+//! * `owners`: owner interning and each owner's list of locks.
+//! * `expiry`: the deadline index over owners, and reclaiming what is due.
+//! * `conflicts`: the read-only queries (is it blocked, who blocks it, what lies beneath).
+//! * `integrity`: `check_integrity`, apart from what it checks.
+//! * `chunks`, `rehash`, `idmap`: the storage under them, which never moves what it holds and
+//!   grows or shrinks a small step at a time, so that no call pauses Redis for long at any size.
+
+mod chunks;
+mod conflicts;
+mod expiry;
+mod idmap;
+mod ids;
+mod integrity;
+mod owners;
+mod rehash;
+mod tree;
+
+use std::collections::BTreeMap;
+
+use hashbrown::DefaultHashBuilder;
+
+use crate::lock::{LockInfo, Mode, PackedToken, Token};
+use crate::path::Path;
+use chunks::Chunks;
+use idmap::IdMap;
+use ids::{NodeId, OwnerId, Tagged, ROOT};
+use owners::Owner;
+use rehash::LinearTable;
+use tree::{Held, Node};
+
+/// The locks of one project.
+#[derive(Clone, Debug)]
+pub struct LockTable {
+    nodes: Chunks<Node>,
+    free_nodes: Chunks<NodeId>,
+    /// The children's tables of nodes with two or more children, found by `Node::table`.
+    tables: Chunks<LinearTable<NodeId>>,
+    free_tables: Chunks<u32>,
+    /// The locks of paths that hold several (readers sharing a path), by node.
+    crowded: IdMap<Vec<Held>>,
+    owners: Chunks<Option<Owner>>,
+    free_owners: Chunks<OwnerId>,
+    /// The locks of owners that hold several, by owner.
+    owner_locks: IdMap<Vec<Tagged>>,
+    /// Owner ids, found by hashing the owner's token.
+    owner_index: LinearTable<OwnerId>,
+    hasher: DefaultHashBuilder,
+    /// The first owner of each earliest deadline; the others follow through `Owner::next`.
+    /// Grants made together share a deadline, so a million locks take few entries, and
+    /// reclaiming costs what it reclaims.
+    expiry: BTreeMap<u64, OwnerId>,
+    next_fence: u64,
+    len: usize,
+    live_nodes: usize,
+    segment_bytes: usize,
+    token_bytes: usize,
+}
+
+impl Default for LockTable {
+    fn default() -> Self {
+        LockTable::new()
+    }
+}
+
+/// Bytes a node costs beyond its segment: the arena slot and its share of a parent's table.
+const NODE_OVERHEAD: usize = std::mem::size_of::<Node>() + 8;
+/// Bytes a lock costs beyond its node and owner: its share of the side maps and expiry index.
+const LOCK_OVERHEAD: usize = 8;
+/// Bytes an owner costs beyond its token: the slot and its index entry.
+const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8;
+
+impl LockTable {
+    pub fn new() -> LockTable {
+        let mut table = LockTable {
+            nodes: Chunks::default(),
+            free_nodes: Chunks::default(),
+            tables: Chunks::default(),
+            free_tables: Chunks::default(),
+            crowded: IdMap::default(),
+            owners: Chunks::default(),
+            free_owners: Chunks::default(),
+            owner_locks: IdMap::default(),
+            owner_index: LinearTable::default(),
+            hasher: DefaultHashBuilder::default(),
+            expiry: BTreeMap::new(),
+            next_fence: 1,
+            len: 0,
+            live_nodes: 0,
+            segment_bytes: 0,
+            token_bytes: 0,
+        };
+        table.nodes.push(Node::default());
+        table
+    }
+
+    /// The number of locks stored, including expired ones not yet reclaimed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// An estimate of the heap bytes the table uses, for `MEMORY USAGE`. It depends only on what
+    /// the table holds, so a released lock takes its bytes back exactly.
+    pub fn memory_estimate(&self) -> usize {
+        let owners = self.owners.len() - self.free_owners.len();
+        std::mem::size_of::<LockTable>()
+            + (self.live_nodes + 1) * NODE_OVERHEAD
+            + self.segment_bytes
+            + self.len * LOCK_OVERHEAD
+            + owners * OWNER_OVERHEAD
+            + self.token_bytes
+    }
+
+    /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
+    pub fn free_effort(&self) -> usize {
+        self.live_nodes + self.len + self.owners.len()
+    }
+
+    /// The fence the next successful acquire will take.
+    pub fn next_fence(&self) -> u64 {
+        self.next_fence
+    }
+
+    /// Raises the fence counter to at least `next`; it never goes down, so a fence is never
+    /// reused.
+    pub fn raise_next_fence(&mut self, next: u64) {
+        self.next_fence = self.next_fence.max(next);
+    }
+
+    /// Grants every `(mode, path)` to `token` for `ttl` milliseconds, all or nothing. Returns
+    /// the fence of the grant, or `None` when any of them is blocked by another owner's lock.
+    pub fn acquire(
+        &mut self,
+        now: u64,
+        token: &Token,
+        ttl: u64,
+        items: &[(Mode, Path)],
+    ) -> Option<u64> {
+        let token = PackedToken::new(token);
+        let me = self.find_owner(&token);
+        if items
+            .iter()
+            .any(|(mode, path)| self.is_blocked_for(me, *mode, path))
+        {
+            return None;
+        }
+        let fence = self.next_fence;
+        let owner = me.unwrap_or_else(|| self.add_owner(token));
+        self.grant_to(owner, now.saturating_add(ttl), fence, items);
+        Some(fence)
+    }
+
+    /// Records a grant that was already decided: by `acquire`, or by a master whose effect a
+    /// replica or an AOF replay applies. Re-granting a `(path, mode)` the token holds refreshes
+    /// its deadline and fence. Returns how many new locks it added.
+    pub fn grant(
+        &mut self,
+        token: &Token,
+        deadline: u64,
+        fence: u64,
+        items: &[(Mode, Path)],
+    ) -> usize {
+        let owner = self.intern(PackedToken::new(token));
+        self.grant_to(owner, deadline, fence, items)
+    }
+
+    fn grant_to(
+        &mut self,
+        owner: OwnerId,
+        deadline: u64,
+        fence: u64,
+        items: &[(Mode, Path)],
+    ) -> usize {
+        self.raise_next_fence(fence.saturating_add(1));
+        let added = items
+            .iter()
+            .filter(|(mode, path)| self.insert(path, owner, *mode, deadline, fence))
+            .count();
+        self.refile(owner);
+        added
+    }
+
+    /// Frees `token`'s locks at `paths` (every mode held there), or all of its locks when
+    /// `paths` is `None`. Returns the locks freed.
+    pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> Vec<LockInfo> {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return Vec::new();
+        };
+        let mut freed = Vec::new();
+        match paths {
+            None => {
+                // Each removal takes the lock off the owner's list, so this ends.
+                while let Some(&lock) = self.locks_of(owner).last() {
+                    freed.extend(self.remove(lock.id(), owner, lock.mode()));
+                }
+            }
+            Some(paths) => {
+                for path in paths {
+                    if let Some(node) = self.locate(path) {
+                        for mode in Mode::ALL {
+                            freed.extend(self.remove(node, owner, mode));
+                        }
+                    }
+                }
+            }
+        }
+        self.refile(owner);
+        freed
+    }
+
+    /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.
+    pub fn renew(&mut self, token: &Token, deadline: u64) -> usize {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return 0;
+        };
+        let locks = self.locks_of(owner).to_vec();
+        for lock in &locks {
+            if let Some(held) = self
+                .held_mut(lock.id())
+                .iter_mut()
+                .find(|h| h.owner == Tagged::new(owner, lock.mode()))
+            {
+                held.deadline = deadline;
+            }
+        }
+        self.refile(owner);
+        locks.len()
+    }
+
+    /// The number of nodes in use: locked paths and their ancestors. Zero once every lock is
+    /// gone, which is how tests show that a released lock leaves nothing behind.
+    pub fn node_count(&self) -> usize {
+        self.live_nodes + usize::from(!self.nodes[ROOT as usize].is_unused())
+    }
+}

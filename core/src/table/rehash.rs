@@ -1,0 +1,212 @@
+//! A hash table that grows a segment at a time (linear hashing), so that no insertion rehashes
+//! more than one small segment.
+//!
+//! hashbrown grows a table by rehashing every entry into a new allocation twice the size: at
+//! four million owners that one insertion takes a third of a second, during which Redis serves
+//! nobody; even done a step at a time, allocating and clearing the new table's control bytes
+//! takes milliseconds at ten million. Here the entries are spread over segments, each a small
+//! hashbrown table, chosen by the hash's upper bits. When the table holds more than
+//! `SEGMENT_LOAD` entries per segment on average, one segment splits: the entries whose next
+//! hash bit is set move to a new segment at the end, as in Litwin's linear hashing. The segment
+//! to split goes round in order, so every segment splits once per doubling and the segments
+//! stay within about twice the average. The longest insertion therefore moves one segment's
+//! entries, a few thousand at most, whatever the size. Removals shrink the table the same way:
+//! below a quarter of that load the last split is undone, one segment per removal, so a mass
+//! release gives the memory back without one call freeing thousands of segments.
+//!
+//! The table holds no hasher; the caller passes the hash of each entry, because the entries are
+//! ids whose keys (segments, tokens) live elsewhere.
+
+use hashbrown::HashTable;
+
+/// The average entries per segment above which a segment splits.
+const SEGMENT_LOAD: usize = 1024;
+/// The average below which the last split is undone: far enough below `SEGMENT_LOAD` that a
+/// table going up and down around one size does not split and merge the same segment each time.
+const MERGE_LOAD: usize = SEGMENT_LOAD / 4;
+
+#[derive(Clone, Debug)]
+pub(super) struct LinearTable<T> {
+    /// `2^level + split` segments; empty until the first insertion.
+    segments: Vec<HashTable<T>>,
+    level: u32,
+    /// The next segment to split, below `2^level`. The segments before it, and those from
+    /// `2^level` on, use one more bit of the hash.
+    split: u32,
+    len: u32,
+}
+
+impl<T> Default for LinearTable<T> {
+    fn default() -> Self {
+        LinearTable {
+            segments: Vec::new(),
+            level: 0,
+            split: 0,
+            len: 0,
+        }
+    }
+}
+
+/// The hash bits that choose a segment: the upper half, as hashbrown uses the lower bits to
+/// place an entry in its segment and the top seven as its tag.
+fn segment_bits(hash: u64) -> usize {
+    (hash >> 32) as usize & 0x00ff_ffff
+}
+
+impl<T> LinearTable<T> {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn segment_of(&self, hash: u64) -> usize {
+        let bits = segment_bits(hash);
+        let at = bits & ((1 << self.level) - 1);
+        if at < self.split as usize {
+            bits & ((2 << self.level) - 1)
+        } else {
+            at
+        }
+    }
+
+    pub(super) fn find(&self, hash: u64, eq: impl FnMut(&T) -> bool) -> Option<&T> {
+        self.segments.get(self.segment_of(hash))?.find(hash, eq)
+    }
+
+    pub(super) fn find_mut(&mut self, hash: u64, eq: impl FnMut(&T) -> bool) -> Option<&mut T> {
+        let at = self.segment_of(hash);
+        self.segments.get_mut(at)?.find_mut(hash, eq)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+        self.segments.iter().flat_map(HashTable::iter)
+    }
+
+    /// Inserts an entry known to be absent.
+    pub(super) fn insert_unique(&mut self, hash: u64, value: T, hasher: impl Fn(&T) -> u64) {
+        if self.segments.is_empty() {
+            self.segments.push(HashTable::new());
+        }
+        let at = self.segment_of(hash);
+        self.segments[at].insert_unique(hash, value, &hasher);
+        self.len += 1;
+        if self.len as usize > self.segments.len() * SEGMENT_LOAD {
+            self.split_one(&hasher);
+        }
+    }
+
+    /// Removes the entry `eq` picks among those of `hash`, and returns it.
+    pub(super) fn remove(
+        &mut self,
+        hash: u64,
+        eq: impl FnMut(&T) -> bool,
+        hasher: impl Fn(&T) -> u64,
+    ) -> Option<T> {
+        let at = self.segment_of(hash);
+        let removed = self
+            .segments
+            .get_mut(at)?
+            .find_entry(hash, eq)
+            .ok()?
+            .remove()
+            .0;
+        self.len -= 1;
+        if self.len == 0 && self.segments.len() == 1 {
+            // An empty table gives its memory back and starts over.
+            *self = LinearTable::default();
+        } else if self.segments.len() > 1 && (self.len as usize) < self.segments.len() * MERGE_LOAD
+        {
+            self.merge_one(&hasher);
+        }
+        Some(removed)
+    }
+
+    /// Undoes the last split: the last segment's entries go back to the segment they came from.
+    fn merge_one(&mut self, hasher: &impl Fn(&T) -> u64) {
+        if self.split == 0 {
+            self.level -= 1;
+            self.split = 1 << self.level;
+        }
+        self.split -= 1;
+        let Some(last) = self.segments.pop() else {
+            return;
+        };
+        let into = &mut self.segments[self.split as usize];
+        for value in last {
+            into.insert_unique(hasher(&value), value, hasher);
+        }
+    }
+
+    /// Splits the next segment in turn: the entries with the next hash bit set move to a new
+    /// segment at the end.
+    fn split_one(&mut self, hasher: &impl Fn(&T) -> u64) {
+        let from = self.split as usize;
+        let bit = 1usize << self.level;
+        let mut moved = HashTable::new();
+        for value in self.segments[from].extract_if(|v| segment_bits(hasher(v)) & bit != 0) {
+            moved.insert_unique(hasher(&value), value, hasher);
+        }
+        self.segments.push(moved);
+        self.split += 1;
+        if self.split as usize == bit {
+            self.level += 1;
+            self.split = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(v: &u64) -> u64 {
+        let product = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        product ^ (product >> 29)
+    }
+
+    #[test]
+    fn agrees_with_a_set_through_growth_and_removal() {
+        let mut table = LinearTable::default();
+        let mut model = std::collections::BTreeSet::new();
+        for i in 0..200_000u64 {
+            // Insert a value, then now and then remove one inserted earlier.
+            table.insert_unique(hash(&i), i, hash);
+            model.insert(i);
+            if i % 3 == 0 {
+                let gone = i / 2;
+                let removed = table.remove(hash(&gone), |&v| v == gone, hash);
+                assert_eq!(removed, model.take(&gone));
+            }
+        }
+        assert!(table.segments.len() > 64);
+        assert_eq!(table.len(), model.len());
+        let mut listed: Vec<u64> = table.iter().copied().collect();
+        listed.sort_unstable();
+        assert!(listed.iter().eq(model.iter()));
+        for &i in &model {
+            assert_eq!(table.find(hash(&i), |&v| v == i), Some(&i));
+            assert!(table.remove(hash(&i), |&v| v == i, hash).is_some());
+            // Shrinking keeps the segments at a quarter of their load or more.
+            assert!(table.segments.len() <= 1 + table.len() / MERGE_LOAD);
+        }
+        assert!(table.is_empty());
+        assert!(table.segments.is_empty());
+    }
+
+    #[test]
+    fn no_segment_grows_past_a_few_times_the_average() {
+        let mut table = LinearTable::default();
+        for i in 0..1_000_000u64 {
+            table.insert_unique(hash(&i), i, hash);
+        }
+        let largest = table.segments.iter().map(HashTable::len).max();
+        assert!(
+            largest.is_some_and(|n| n <= 3 * SEGMENT_LOAD),
+            "{largest:?}"
+        );
+    }
+}

@@ -1,0 +1,435 @@
+//! The node arena: one node per path segment, its children, the locks held on its exact path,
+//! and the intention marks counting the locks beneath it.
+
+use std::hash::BuildHasher;
+
+use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT, SPILLED};
+use super::rehash::LinearTable;
+use super::LockTable;
+use crate::bytes::SmallBytes;
+use crate::lock::{LockInfo, Mode};
+use crate::path::Path;
+
+/// One lock, as stored on its path's node. Packed to 20 bytes, so that a node holding one lock
+/// fits in a cache line.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed(4))]
+pub(super) struct Held {
+    pub(super) deadline: u64,
+    pub(super) fence: u64,
+    pub(super) owner: Tagged,
+}
+
+impl Held {
+    pub(super) const EMPTY: Held = Held {
+        deadline: 0,
+        fence: 0,
+        owner: Tagged(NONE),
+    };
+
+    pub(super) fn owner(&self) -> OwnerId {
+        self.owner.id()
+    }
+
+    pub(super) fn mode(&self) -> Mode {
+        self.owner.mode()
+    }
+}
+
+/// A segment's bytes, kept inside the node when short, as most file and folder names are.
+pub(super) type Segment = SmallBytes;
+
+/// One path segment of the tree. A million locks make a million nodes, so the node is laid out
+/// to take one 64-byte cache line: the common cases (one lock on the path, one child) are kept
+/// inline, and the rare ones spill into the table's side structures.
+#[derive(Clone, Debug)]
+pub(super) struct Node {
+    /// The segment as it appears in trie keys (escaped, without its terminator); empty for the
+    /// root and for free slots.
+    pub(super) segment: Segment,
+    /// The lock on this exact path when there is one. Its owner is `NONE` when there is none,
+    /// and `SPILLED` when several share the path; they are then in `LockTable::crowded`, in
+    /// canonical order: writers first, then by token. The order keeps listings, persistence and
+    /// digests identical on every server, and lets a reader's check stop at the first `READ`.
+    pub(super) lock: Held,
+    pub(super) parent: NodeId,
+    /// The intention marks: locks of each mode held strictly beneath, by `Mode::index`.
+    pub(super) below: [u32; 2],
+    /// The only child, when there is exactly one and no table: chains of folders with one
+    /// locked file cost no allocation.
+    pub(super) child: NodeId,
+    /// The index in `LockTable::tables` of the children's table, or `NONE`.
+    pub(super) table: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Node>() == 64);
+
+impl Default for Node {
+    fn default() -> Self {
+        Node {
+            segment: Segment::default(),
+            lock: Held::EMPTY,
+            parent: ROOT,
+            below: [0, 0],
+            child: NONE,
+            table: NONE,
+        }
+    }
+}
+
+impl Node {
+    pub(super) fn is_unused(&self) -> bool {
+        self.lock.owner.0 == NONE && self.below == [0, 0]
+    }
+}
+
+impl LockTable {
+    /// The locks on `node`'s exact path, in canonical order.
+    pub(super) fn held(&self, node: NodeId) -> &[Held] {
+        let slot = &self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => &[],
+            SPILLED => self.crowded.get(node).map_or(&[], Vec::as_slice),
+            _ => std::slice::from_ref(slot),
+        }
+    }
+
+    pub(super) fn held_mut(&mut self, node: NodeId) -> &mut [Held] {
+        let slot = &mut self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => &mut [],
+            SPILLED => self
+                .crowded
+                .get_mut(node)
+                .map_or(&mut [], Vec::as_mut_slice),
+            _ => std::slice::from_mut(slot),
+        }
+    }
+
+    pub(super) fn held_by(&self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<&Held> {
+        let wanted = Tagged::new(owner, mode);
+        self.held(node).iter().find(|h| h.owner == wanted)
+    }
+
+    pub(super) fn insert_held(&mut self, node: NodeId, at: usize, held: Held) {
+        let slot = &mut self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => *slot = held,
+            SPILLED => {
+                if let Some(all) = self.crowded.get_mut(node) {
+                    reserve_for_one(all);
+                    all.insert(at, held);
+                }
+            }
+            _ => {
+                let mut all = Vec::with_capacity(2);
+                all.push(*slot);
+                all.insert(at, held);
+                self.crowded.insert_new(node, all);
+                *slot = Held {
+                    owner: Tagged(SPILLED),
+                    ..Held::EMPTY
+                };
+            }
+        }
+    }
+
+    pub(super) fn remove_held(&mut self, node: NodeId, at: usize) -> Option<Held> {
+        let slot = &mut self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => None,
+            SPILLED => {
+                let all = self.crowded.get_mut(node)?;
+                let removed = (at < all.len()).then(|| all.remove(at));
+                if let [only] = all[..] {
+                    *slot = only;
+                    self.crowded.remove(node);
+                }
+                removed
+            }
+            _ => (at == 0).then(|| std::mem::replace(slot, Held::EMPTY)),
+        }
+    }
+
+    pub(super) fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        let node = &self.nodes[node as usize];
+        let only = (node.child != NONE).then_some(node.child);
+        let table = (node.table != NONE).then(|| self.tables[node.table as usize].iter().copied());
+        only.into_iter().chain(table.into_iter().flatten())
+    }
+
+    pub(super) fn child(&self, node: NodeId, segment: &[u8]) -> Option<NodeId> {
+        let node = &self.nodes[node as usize];
+        if node.child != NONE {
+            return (*self.nodes[node.child as usize].segment == *segment).then_some(node.child);
+        }
+        if node.table == NONE {
+            return None;
+        }
+        let hash = self.hasher.hash_one(segment);
+        self.tables[node.table as usize]
+            .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
+            .copied()
+    }
+
+    /// The node of `path`, when it exists.
+    pub(super) fn locate(&self, path: &Path) -> Option<NodeId> {
+        path.escaped_segments()
+            .try_fold(ROOT, |node, segment| self.child(node, segment))
+    }
+
+    /// The child of `node` for `segment`, created when missing.
+    pub(super) fn child_or_insert(&mut self, node: NodeId, segment: &[u8]) -> NodeId {
+        if let Some(child) = self.child(node, segment) {
+            return child;
+        }
+        let fresh = Node {
+            segment: Segment::new(segment),
+            parent: node,
+            ..Node::default()
+        };
+        let id = match self.free_nodes.pop() {
+            Some(id) => {
+                self.nodes[id as usize] = fresh;
+                id
+            }
+            None => {
+                let id = self.nodes.len() as NodeId;
+                assert!(id < MAX_ID, "too many paths in one project");
+                self.nodes.push(fresh);
+                id
+            }
+        };
+        self.live_nodes += 1;
+        self.segment_bytes += segment.len();
+        self.add_child(node, id);
+        id
+    }
+
+    pub(super) fn add_child(&mut self, parent: NodeId, child: NodeId) {
+        let p = &mut self.nodes[parent as usize];
+        if p.child == NONE && p.table == NONE {
+            p.child = child;
+            return;
+        }
+        let mut moved = None;
+        if p.table == NONE {
+            p.table = match self.free_tables.pop() {
+                Some(slot) => slot,
+                None => {
+                    self.tables.push(LinearTable::default());
+                    (self.tables.len() - 1) as u32
+                }
+            };
+            moved = Some(std::mem::replace(&mut p.child, NONE));
+        }
+        let slot = p.table as usize;
+        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
+        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
+        for c in moved.into_iter().chain([child]) {
+            tables[slot].insert_unique(hash_of(&c), c, hash_of);
+        }
+    }
+
+    pub(super) fn remove_child(&mut self, parent: NodeId, child: NodeId) {
+        let p = &mut self.nodes[parent as usize];
+        if p.child == child {
+            p.child = NONE;
+            return;
+        }
+        if p.table == NONE {
+            return;
+        }
+        let slot = p.table;
+        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
+        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
+        let table = &mut tables[slot as usize];
+        table.remove(hash_of(&child), |&c| c == child, hash_of);
+        // A table lives until its node has no child left; converting back at one child would
+        // allocate and free a table each time a second child comes and goes.
+        if table.is_empty() {
+            self.nodes[parent as usize].table = NONE;
+            self.free_tables.push(slot);
+        }
+    }
+
+    /// Adds one lock, or refreshes it when the owner already holds that mode on that path.
+    /// Returns whether the lock is new.
+    pub(super) fn insert(
+        &mut self,
+        path: &Path,
+        owner: OwnerId,
+        mode: Mode,
+        deadline: u64,
+        fence: u64,
+    ) -> bool {
+        let held = Held {
+            deadline,
+            fence,
+            owner: Tagged::new(owner, mode),
+        };
+        let mut node = ROOT;
+        for segment in path.escaped_segments() {
+            node = self.child_or_insert(node, segment);
+        }
+        if let Some(existing) = self
+            .held_mut(node)
+            .iter_mut()
+            .find(|h| h.owner == held.owner)
+        {
+            // The path existed, so nothing was created on the way down.
+            *existing = held;
+            return false;
+        }
+        let mut up = node;
+        while up != ROOT {
+            up = self.nodes[up as usize].parent;
+            self.nodes[up as usize].below[mode.index()] += 1;
+        }
+        let token = &self.owner(owner).token;
+        let locks = self.held(node);
+        let position = locks
+            .iter()
+            .position(|h| {
+                h.mode()
+                    .cmp(&mode)
+                    .then_with(|| self.owner(h.owner()).token.cmp_text(token))
+                    .is_gt()
+            })
+            .unwrap_or(locks.len());
+        self.insert_held(node, position, held);
+        self.add_owner_lock(owner, Tagged::new(node, mode));
+        self.len += 1;
+        true
+    }
+
+    /// Removes one lock and every node that only it needed. The caller refiles the owner.
+    pub(super) fn remove(&mut self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<LockInfo> {
+        let wanted = Tagged::new(owner, mode);
+        let at = self.held(node).iter().position(|h| h.owner == wanted)?;
+        let held = self.remove_held(node, at)?;
+        let info = self.info_owned(self.key_of(node), &held);
+        let mut current = node;
+        while current != ROOT {
+            let parent = self.nodes[current as usize].parent;
+            self.nodes[parent as usize].below[mode.index()] -= 1;
+            if self.nodes[current as usize].is_unused() {
+                self.unlink_node(current);
+            }
+            current = parent;
+        }
+        self.remove_owner_lock(owner, Tagged::new(node, mode));
+        self.len -= 1;
+        Some(info)
+    }
+
+    pub(super) fn unlink_node(&mut self, id: NodeId) {
+        self.remove_child(self.nodes[id as usize].parent, id);
+        let node = std::mem::take(&mut self.nodes[id as usize]);
+        self.live_nodes -= 1;
+        self.segment_bytes -= node.segment.len();
+        self.free_nodes.push(id);
+    }
+
+    /// The trie key of a node, built by walking up to the root twice: once to size it, so that
+    /// it takes one allocation, and once to fill it from the end.
+    pub(super) fn key_of(&self, node: NodeId) -> Vec<u8> {
+        let ancestry = || {
+            std::iter::successors(Some(node), |&id| Some(self.nodes[id as usize].parent))
+                .take_while(|&id| id != ROOT)
+                .map(|id| &*self.nodes[id as usize].segment)
+        };
+        let mut key = vec![0; ancestry().map(|segment| segment.len() + 1).sum()];
+        let mut end = key.len();
+        for segment in ancestry() {
+            // The terminator at `end - 1` is already zero.
+            let start = end - 1 - segment.len();
+            key[start..end - 1].copy_from_slice(segment);
+            end = start;
+        }
+        key
+    }
+
+    pub(super) fn info(&self, key: &[u8], held: &Held) -> LockInfo {
+        self.info_owned(key.to_vec(), held)
+    }
+
+    pub(super) fn info_owned(&self, key: Vec<u8>, held: &Held) -> LockInfo {
+        LockInfo {
+            path: Path::from_trusted_key(key),
+            mode: held.mode(),
+            token: self.owner(held.owner()).token.to_token(),
+            deadline: held.deadline,
+            fence: held.fence,
+        }
+    }
+
+    /// Visits every lock at and beneath `node` in tree order: a node's locks, then its children
+    /// in byte order of their segments. `key` is the node's trie key on entry and on return.
+    ///
+    /// The walk keeps its own stack rather than recursing: a path may be thousands of segments
+    /// deep, and neither the server's stack nor a test thread's may bound what it can list.
+    /// Each entry is a node still to visit and the length of its parent's key, a prefix of the
+    /// key at the time the entry is taken, since everything visited in between lies beneath
+    /// that parent.
+    pub(super) fn walk(
+        &self,
+        node: NodeId,
+        key: &mut Vec<u8>,
+        visit: &mut dyn FnMut(&Self, &[u8], &Held),
+    ) {
+        let start = key.len();
+        for held in self.held(node) {
+            visit(self, key, held);
+        }
+        let mut stack: Vec<(NodeId, usize)> = Vec::new();
+        // Children go on the stack last first, so they come off it in byte order.
+        stack.extend(
+            self.sorted_children(node)
+                .into_iter()
+                .rev()
+                .map(|c| (c, start)),
+        );
+        while let Some((child, parent_length)) = stack.pop() {
+            key.truncate(parent_length);
+            push_segment(key, &self.nodes[child as usize].segment);
+            for held in self.held(child) {
+                visit(self, key, held);
+            }
+            let length = key.len();
+            stack.extend(
+                self.sorted_children(child)
+                    .into_iter()
+                    .rev()
+                    .map(|c| (c, length)),
+            );
+        }
+        key.truncate(start);
+    }
+
+    pub(super) fn sorted_children(&self, node: NodeId) -> Vec<NodeId> {
+        let mut children: Vec<NodeId> = self.children(node).collect();
+        children.sort_unstable_by(|&a, &b| {
+            self.nodes[a as usize]
+                .segment
+                .cmp(&self.nodes[b as usize].segment)
+        });
+        children
+    }
+}
+
+pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
+    key.extend_from_slice(escaped);
+    key.push(0);
+}
+
+/// Makes room for one more element: exactly at first, since nearly every path and owner holds
+/// one or two locks and a default growth would reserve four; by doubling past a few, so that a
+/// token holding thousands of locks is not copied on each.
+pub(super) fn reserve_for_one<T>(all: &mut Vec<T>) {
+    if all.len() < 8 {
+        all.reserve_exact(1);
+    } else {
+        all.reserve(1);
+    }
+}
