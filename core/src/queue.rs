@@ -21,7 +21,7 @@
 //! node visited; it visits the nodes on the way to the waiters it returns, and a node below is
 //! only visited when its subtree holds an item older than every conflicting item above it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
 
 use crate::lock::Mode;
@@ -95,7 +95,9 @@ impl Bounds {
 /// The waiting items of one project, indexed by path.
 #[derive(Debug, Default, Clone)]
 pub struct WaitIndex {
-    nodes: HashMap<Box<[u8]>, Node>,
+    /// Ordered rather than hashed: a hash table that doubles stalls the command that makes it
+    /// grow.
+    nodes: BTreeMap<Box<[u8]>, Node>,
 }
 
 /// The lengths of the keys of `path`'s ancestors and of `path` itself, root first.
