@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-cluster lint bench clean
+.PHONY: all build run test test-cluster lint bench bench-waits clean
 
 all: build
 
@@ -34,6 +34,12 @@ bench: build
 	@scripts/deps.sh bench
 	python3 bench/bench.py
 	$(CARGO) bench -p pathlock-core --bench engine
+
+# Blocking waits with 1,000 to 10,000 waiting clients, beside BLPOP and XREAD BLOCK; see
+# bench/README.md. Not part of `make bench`: it opens 10,000 connections.
+bench-waits: build
+	@scripts/deps.sh test
+	python3 bench/waits.py
 
 lint:
 	@scripts/deps.sh build

@@ -348,3 +348,39 @@ proptest! {
         prop_assert_eq!(index.node_count(), 0);
     }
 }
+
+/// A long line on one path is served strictly in order, one grant per release, and a waiter
+/// that leaves from the middle of it lets nobody through early.
+#[test]
+fn a_long_line_on_one_path_hands_over_in_order() {
+    let a = Path::parse(b"/A", &PathLimits::default()).expect("path");
+    let t = |i: u64| Token::new(format!("w{i}").as_bytes()).expect("token");
+    let mut project = Project::new();
+    let write = vec![(Mode::Write, a.clone())];
+    assert!(project.acquire(0, &t(0), 100, &write).is_some());
+    let n = 10_000;
+    for id in 1..=n {
+        assert!(project.acquire(0, &t(id), 100, &write).is_none());
+        project.enqueue(
+            id,
+            Waiter {
+                token: t(id),
+                ttl: 100,
+                items: write.clone(),
+            },
+        );
+    }
+    let (_, grants) = project.cancel(0, n / 2);
+    assert!(grants.is_empty());
+    let mut holder = 0;
+    for id in (1..=n).filter(|id| *id != n / 2) {
+        let (_, grants) = project.release(0, &t(holder), None);
+        assert_eq!(
+            grants.iter().map(|g| g.waiter).collect::<Vec<_>>(),
+            vec![id]
+        );
+        holder = id;
+    }
+    assert_eq!(project.waiting(), 0);
+    assert_eq!(project.wait_index().node_count(), 0);
+}
