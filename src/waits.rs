@@ -35,6 +35,8 @@ struct Entry {
     db: i32,
     key: Vec<u8>,
     waiter: Waiter,
+    /// Its timeout timer, stopped when it is granted or leaves.
+    timer: raw::RedisModuleTimerID,
 }
 
 /// Ordered maps rather than hash tables: a hash table that doubles stalls the command that makes
@@ -120,14 +122,47 @@ pub fn block(
                 db: selected_db(ctx),
                 key: key.as_slice().to_vec(),
                 waiter: waiter.clone(),
+                timer: 0,
             },
         );
         id
     });
     project.enqueue(id, waiter);
     stats::track(&stats::CLIENTS_WAITING, 0, 1);
-    ctx.create_timer(Duration::from_millis(timeout_ms), time_out, id);
+    let timer = start_timer(ctx, timeout_ms, id);
+    with_registry(|r| {
+        if let Some(entry) = r.entries.get_mut(&id) {
+            entry.timer = timer;
+        }
+    });
     true
+}
+
+/// Starts waiter `id`'s timeout, with the id itself as the timer's data: nothing to allocate, and
+/// nothing to free when the timer is stopped. A granted waiter's timer is stopped rather than
+/// left to fire for nothing, which with thousands of waiters granted together would be
+/// thousands of callbacks in one go when their timeouts came.
+fn start_timer(ctx: &Context, timeout_ms: u64, id: u64) -> raw::RedisModuleTimerID {
+    let period = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+    // SAFETY: the callback lives as long as the module; the data is a plain integer.
+    unsafe {
+        raw::RedisModule_CreateTimer.map_or(0, |create| {
+            create(ctx.ctx, period, Some(on_timer), id as usize as *mut c_void)
+        })
+    }
+}
+
+fn stop_timer(ctx: &Context, timer: raw::RedisModuleTimerID) {
+    // SAFETY: stopping a timer of this module; its data is not a pointer, so it is not asked for.
+    unsafe {
+        if let Some(stop) = raw::RedisModule_StopTimer {
+            stop(ctx.ctx, timer, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    time_out(&Context::new(ctx), data as usize as u64);
 }
 
 /// A waiter's time is up: answer nil, take it out of its queue, and let through the later
@@ -198,6 +233,7 @@ pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
         );
         stats::count(&stats::WAITS_GRANTED, 1);
         if let Some(entry) = with_registry(|r| forget(r, grant.waiter)) {
+            stop_timer(ctx, entry.timer);
             unblock(entry.client, Some(reply));
         }
     }
@@ -215,15 +251,16 @@ fn forget(registry: &mut Registry, id: u64) -> Option<Entry> {
 /// waiters through.
 fn give_up(client: usize) {
     let found = defer(|r| {
-        let Some(id) = r.by_client.get(&client).copied() else {
-            return false;
-        };
-        if let Some(entry) = forget(r, id) {
-            r.cancelled.push((entry.db, entry.key, id));
-        }
-        true
+        let id = r.by_client.get(&client).copied()?;
+        let entry = forget(r, id)?;
+        r.cancelled.push((entry.db, entry.key, id));
+        Some(entry.timer)
     });
-    if found {
+    if let Some(timer) = found {
+        let ctx = MODULE_CTX.load(Ordering::Relaxed);
+        if !ctx.is_null() {
+            stop_timer(&Context::new(ctx), timer);
+        }
         // Redis has already let the client go; this frees the handle without a reply.
         unblock(client, None);
     }
