@@ -17,10 +17,11 @@ For every case it reports the slowest command of each system from `SLOWLOG` (com
 100 us are logged), and for pathlock the worst event of `LATENCY LATEST`
 (`latency-monitor-threshold 1`, so events of 1 ms and more) and the mean time of a `RELEASE`
 from `INFO commandstats`; all are reset before each case. On a shared machine a command is
-sometimes descheduled halfway, which shows as a slow command of either system: compare the two.
+sometimes descheduled halfway, which shows as a slow command of either system: compare the two,
+and the count of the server's involuntary context switches during each system's runs.
 
 Knobs: WAITS_NICE (the server's niceness, default -10 when run as root), WAITS_SIZES (default 1000,4000,10000), WAITS_MIXED (default 10000, 0 to skip),
-WAITS_ROUNDS (BLPOP/pathlock pairs per size, default 3; the pair with the median ratio is
+WAITS_ROUNDS (BLPOP/pathlock pairs per size, default 5; the pair with the median ratio is
 shown). `make bench-waits` runs it after a release build.
 """
 
@@ -30,7 +31,6 @@ import random
 import resource
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.environ.get("PATHLOCK_MODULE", os.path.join(ROOT, "target/release/libpathlock.so"))
 SIZES = [int(n) for n in os.environ.get("WAITS_SIZES", "1000,4000,10000").split(",") if n]
 MIXED = int(os.environ.get("WAITS_MIXED", "10000"))
-ROUNDS = int(os.environ.get("WAITS_ROUNDS", "3"))
+ROUNDS = int(os.environ.get("WAITS_ROUNDS", "5"))
 KEY = "bench:waits"
 WAIT_MS = 600000
 TTL_MS = 600000
@@ -66,9 +66,10 @@ def raise_file_limit(needed):
 
 
 def nice_prefix():
-    """Runs the server at a higher priority when allowed (WAITS_NICE, default -10), so that
-    other work on a shared machine deschedules it less in the middle of a command; both
-    systems run on that one server, so the comparison stays even."""
+    """Runs the server (and `main` this client) at a higher priority when allowed (WAITS_NICE,
+    default -10), so that other work on a shared machine deschedules them less in the middle
+    of a command; both systems run on that one server and client, so the comparison stays
+    even."""
     level = int(os.environ.get("WAITS_NICE", "-10"))
     if level == 0 or shutil.which("nice") is None:
         return []
@@ -136,7 +137,25 @@ async def wait_for(admin, section, field, target, timeout=120):
     raise RuntimeError(f"{field} did not reach {target}")
 
 
+# The server's process id, to count how often the kernel took its core away during a case.
+SERVER_PID = [0]
+PREEMPTED_AT_RESET = [0]
+
+
+def preemptions():
+    """The server's involuntary context switches so far (0 where /proc does not say)."""
+    try:
+        with open(f"/proc/{SERVER_PID[0]}/status") as status:
+            for line in status:
+                if line.startswith("nonvoluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 async def reset_monitors(admin):
+    PREEMPTED_AT_RESET[0] = preemptions()
     await admin.execute_command("LATENCY", "RESET")
     await admin.execute_command("SLOWLOG", "RESET")
     await admin.execute_command("CONFIG", "RESETSTAT")
@@ -145,25 +164,31 @@ async def reset_monitors(admin):
 class Monitors:
     """What the server saw during one case."""
 
-    def __init__(self, event_ms, slowest_us, over_2ms, release_us, first_us):
+    def __init__(self, event_ms, slowest_us, over_2ms, release_us, first_us, slowest_name="",
+                 preempted=0):
+        self.preempted = preempted
         self.event_ms = event_ms
         self.slowest_us = slowest_us
+        self.slowest_name = slowest_name
         self.over_2ms = over_2ms
         self.release_us = release_us
         self.first_us = first_us
 
     def worst(self, other):
         """The worse of two runs' figures, each on its own."""
-        return Monitors(max(self.event_ms, other.event_ms),
-                        max(self.slowest_us, other.slowest_us),
+        slowest = max(self, other, key=lambda m: m.slowest_us)
+        return Monitors(max(self.event_ms, other.event_ms), slowest.slowest_us,
                         max(self.over_2ms, other.over_2ms), self.release_us,
-                        max(self.first_us, other.first_us))
+                        max(self.first_us, other.first_us), slowest.slowest_name,
+                        self.preempted + other.preempted)
 
     def latency(self):
         return f"{self.event_ms} ms" if self.event_ms else "none"
 
     def slowest(self):
         worst = f"{self.slowest_us / 1000:.2f} ms" if self.slowest_us else "<0.1 ms"
+        if self.slowest_name:
+            worst += f" {self.slowest_name.split('.')[-1]}"
         return f"{worst} ({self.over_2ms} over 2 ms)" if self.over_2ms else worst
 
 
@@ -175,23 +200,25 @@ async def monitors(admin, prefix):
     event = 0
     for entry in await admin.execute_command("LATENCY", "LATEST"):
         event = max(event, int(entry[3]))
-    slowest, over, first = 0, 0, 0
+    slowest, over, first, slowest_name = 0, 0, 0, ""
     for entry in await admin.execute_command("SLOWLOG", "GET", "-1"):
         name = entry[3][0].decode().upper() if entry[3] else ""
         if entry[3][-1:] == [b"holder"]:
             first = int(entry[2])
         elif any(name.startswith(p) for p in prefix):
-            slowest = max(slowest, int(entry[2]))
+            if int(entry[2]) > slowest:
+                slowest, slowest_name = int(entry[2]), name
             over += int(entry[2]) > 2000
     stats = await admin.info("commandstats")
     release = stats.get("cmdstat_PATHLOCK.RELEASE", {}).get("usec_per_call", 0)
-    return Monitors(event, slowest, over, float(release), first)
+    return Monitors(event, slowest, over, float(release), first, slowest_name,
+                    preemptions() - PREEMPTED_AT_RESET[0])
 
 
-async def blpop_chain(admin, port, n):
+async def blpop_chain(admin, pool, n):
     """N clients in BLPOP on one list; each pushes for the next once it pops."""
     await admin.delete("bench:list")
-    clients = await connect(port, n)
+    clients = pool[:n]
     await reset_monitors(admin)
     done = []
 
@@ -207,16 +234,15 @@ async def blpop_chain(admin, port, n):
     await asyncio.gather(*tasks)
     elapsed = max(done) - start
     seen = await monitors(admin, ["BLPOP", "LPUSH"])
-    await close(clients)
     await admin.delete("bench:list")
     return n / elapsed, seen
 
 
-async def pathlock_queue(admin, port, requests, hold):
+async def pathlock_queue(admin, pool, requests, hold):
     """Queues `requests` (lists of mode/path words) behind `hold`, released by one RELEASE;
     each waiter releases once granted. Returns grants per second and what the server saw."""
     await admin.delete(KEY)
-    clients = await connect(port, len(requests))
+    clients = pool[:len(requests)]
     await admin.execute_command("PATHLOCK.ACQUIRE", KEY, "TOKEN", "holder", "TTL", TTL_MS, *hold)
     await reset_monitors(admin)
     done = []
@@ -238,16 +264,14 @@ async def pathlock_queue(admin, port, requests, hold):
     await asyncio.gather(*tasks)
     elapsed = max(done) - start
     seen = await monitors(admin, ["PATHLOCK."])
-    await close(clients)
     return len(requests) / elapsed, seen
 
 
-async def xread_wake(admin, port, n):
+async def xread_wake(admin, pool, pinger, n):
     """One XADD wakes N XREAD BLOCK readers; a separate client's PING goes right after."""
     await admin.delete("bench:stream")
     await admin.xadd("bench:stream", {"f": "0"})
-    clients = await connect(port, n)
-    pinger = (await connect(port, 1))[0]
+    clients = pool[:n]
     await reset_monitors(admin)
     done = []
 
@@ -264,16 +288,14 @@ async def xread_wake(admin, port, n):
     await asyncio.gather(*tasks)
     elapsed = max(done) - start
     seen = await monitors(admin, ["XADD", "XREAD"])
-    await close(clients + [pinger])
     await admin.delete("bench:stream")
     return elapsed, ping, seen
 
 
-async def pathlock_wake(admin, port, n):
+async def pathlock_wake(admin, pool, pinger, n):
     """One RELEASE of WRITE /A/C grants N waiters on files under it."""
     await admin.delete(KEY)
-    clients = await connect(port, n)
-    pinger = (await connect(port, 1))[0]
+    clients = pool[:n]
     await admin.execute_command("PATHLOCK.ACQUIRE", KEY, "TOKEN", "mover", "TTL", TTL_MS,
                                 "WRITE", "/A/C")
     await reset_monitors(admin)
@@ -295,7 +317,6 @@ async def pathlock_wake(admin, port, n):
     await asyncio.gather(*tasks)
     elapsed = max(done) - start
     seen = await monitors(admin, ["PATHLOCK."])
-    await close(clients + [pinger])
     await admin.delete(KEY)
     return elapsed, ping, seen
 
@@ -354,34 +375,41 @@ def median_pair(pairs):
 
 
 async def main():
+    if nice_prefix():
+        os.nice(int(nice_prefix()[-1]))
     largest = max(SIZES + [MIXED])
     limit = raise_file_limit(2 * largest + 1000)
     if limit < largest + 200:
         sys.exit(f"the file limit is {limit}; {largest + 200} descriptors are needed")
     server = Server(largest + 100)
+    SERVER_PID[0] = server.proc.pid
     try:
         admin = await server.wait_ready()
         info = await admin.info("server")
         print(f"redis {info['redis_version']} ({' '.join(nice_prefix()) or 'default priority'}), "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; redis-py asyncio, "
               f"one connection per waiter; median of {ROUNDS} alternating pairs\n")
+        # One connection per waiter, opened once and used by every case in turn.
+        pool = await connect(server.port, largest)
+        pinger = (await connect(server.port, 1))[0]
 
         print("Hand-over chain: N waiters on one path (WRITE /A), each releasing once granted;")
         print("BLPOP: the same chain through BLPOP/LPUSH on one list.\n")
         print("| waiters | BLPOP hand-overs/s | pathlock hand-overs/s | ratio | RELEASE mean "
-              "| slowest pathlock command | slowest BLPOP/LPUSH | LATENCY LATEST (pathlock) |")
-        print("|---:|---:|---:|---:|---:|---|---|---|")
+              "| slowest pathlock command | slowest BLPOP/LPUSH | LATENCY LATEST (pathlock) "
+              "| server preempted (pathlock/BLPOP runs) |")
+        print("|---:|---:|---:|---:|---:|---|---|---|---:|")
         for n in SIZES:
             pairs = []
             for _ in range(ROUNDS):
-                blpop, b_seen = await blpop_chain(admin, server.port, n)
+                blpop, b_seen = await blpop_chain(admin, pool, n)
                 rate, p_seen = await pathlock_queue(
-                    admin, server.port, [["WRITE", "/A"]] * n, ["WRITE", "/A"])
+                    admin, pool, [["WRITE", "/A"]] * n, ["WRITE", "/A"])
                 pairs.append((rate / blpop, blpop, rate, p_seen, b_seen))
             ratio, blpop, rate, p_seen, b_seen = median_pair(pairs)
             print(f"| {fmt(n)} | {fmt(blpop)} | {fmt(rate)} | {ratio:.2f} "
                   f"| {p_seen.release_us:.1f} us | {p_seen.slowest()} | {b_seen.slowest()} "
-                  f"| {p_seen.latency()} |", flush=True)
+                  f"| {p_seen.latency()} | {p_seen.preempted}/{b_seen.preempted} |", flush=True)
 
         print("\nOne release wakes N: RELEASE of WRITE /A/C grants N waiters on /A/C/f<i>.txt;")
         print("XADD wakes N XREAD BLOCK readers. PING: a separate client's PING sent right after.\n")
@@ -389,8 +417,8 @@ async def main():
               "| slowest pathlock command | LATENCY LATEST (pathlock) |")
         print("|---:|---:|---:|---:|---:|---|---|")
         for n in SIZES:
-            x_all, x_ping, _ = await xread_wake(admin, server.port, n)
-            p_all, p_ping, seen = await pathlock_wake(admin, server.port, n)
+            x_all, x_ping, _ = await xread_wake(admin, pool, pinger, n)
+            p_all, p_ping, seen = await pathlock_wake(admin, pool, pinger, n)
             print(f"| {fmt(n)} | {x_all * 1000:.0f} ms | {x_ping * 1000:.0f} ms "
                   f"| {p_all * 1000:.0f} ms | {p_ping * 1000:.0f} ms | {seen.slowest()} "
                   f"| {seen.latency()} |", flush=True)
@@ -404,18 +432,19 @@ async def main():
                   "waiters; it is shown apart from the other commands.\n")
             print("| waiters | BLPOP hand-overs/s | pathlock grants/s | ratio | RELEASE mean "
                   "| first RELEASE | slowest other pathlock command | slowest BLPOP/LPUSH "
-                  "| LATENCY LATEST (pathlock) |")
-            print("|---:|---:|---:|---:|---:|---:|---|---|---|")
+                  "| LATENCY LATEST (pathlock) | server preempted (pathlock/BLPOP runs) |")
+            print("|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
             pairs = []
             for _ in range(ROUNDS):
-                blpop, b_seen = await blpop_chain(admin, server.port, MIXED)
-                rate, p_seen = await pathlock_queue(admin, server.port, requests, ["WRITE", "/"])
+                blpop, b_seen = await blpop_chain(admin, pool, MIXED)
+                rate, p_seen = await pathlock_queue(admin, pool, requests, ["WRITE", "/"])
                 pairs.append((rate / blpop, blpop, rate, p_seen, b_seen))
             ratio, blpop, rate, p_seen, b_seen = median_pair(pairs)
             print(f"| {fmt(MIXED)} | {fmt(blpop)} | {fmt(rate)} | {ratio:.2f} "
                   f"| {p_seen.release_us:.1f} us | {p_seen.first_us / 1000:.1f} ms "
-                  f"| {p_seen.slowest()} | {b_seen.slowest()} | {p_seen.latency()} |", flush=True)
-        await admin.aclose()
+                  f"| {p_seen.slowest()} | {b_seen.slowest()} | {p_seen.latency()} "
+                  f"| {p_seen.preempted}/{b_seen.preempted} |", flush=True)
+        await close(pool + [pinger, admin])
     finally:
         server.stop()
 
