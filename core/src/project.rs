@@ -10,11 +10,11 @@
 //! locks go (release, expiry), only waiters related to the freed paths can have become grantable,
 //! because a lock blocks only requests on related paths, and of those only the ones at the front,
 //! because a waiter behind an earlier one stays behind it (or behind its locks, once that one is
-//! granted) whatever else happens to the locks. A waiter
-//! leaving without a grant (timeout, disconnect) can let through the later waiters it conflicted
-//! with, which are related to its own paths. A grant never unblocks anyone (the granted request's
-//! locks block exactly what it blocked as a waiter), so one pass in arrival order over these
-//! candidates grants what re-scanning the whole queue would.
+//! granted) whatever else happens to the locks. A waiter leaving without a grant (timeout,
+//! disconnect) can let through the later waiters it conflicted with, which are related to its
+//! own paths. A grant never unblocks anyone (the granted request's locks block exactly what it
+//! blocked as a waiter), so one pass in arrival order over these candidates grants what
+//! re-scanning the whole queue would.
 //!
 //! So a release costs O(depth × log n) per waiter it looks at, and it looks at the ones it
 //! grants, plus those that another lock still holds, or that an earlier waiter holds up on
