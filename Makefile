@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster lint bench bench-latency fuzz clean
+.PHONY: all build run test test-python test-cluster lint bench bench-latency bench-waits fuzz clean
 
 # The servers of the README's compatibility table. `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
@@ -65,6 +65,12 @@ bench: build
 	@scripts/deps.sh bench
 	python3 bench/bench.py
 	$(CARGO) bench -p pathlock-core --bench engine
+
+# Blocking waits with 1,000 to 10,000 waiting clients, beside BLPOP and XREAD BLOCK; see
+# bench/README.md. Not part of `make bench`: it opens 10,000 connections.
+bench-waits: build
+	@scripts/deps.sh test
+	python3 bench/waits.py
 
 # The longest pause while one project grows to 10,000,000 locks and empties again, beside SET NX
 # (not in CI: about 15 minutes and 2 GB). LATENCY_FIFO=1 runs the server ahead of other processes.

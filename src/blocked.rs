@@ -70,10 +70,32 @@ pub fn unblock(client: usize, answer: Answer) {
     }
 }
 
+/// Answers a waiter the registry has just forgotten: its timeout timer is stopped (thousands of
+/// waiters granted together would otherwise be thousands of timer callbacks for nothing when
+/// their timeouts came), and its client unblocked.
+pub fn answer(ctx: &Context, entry: &registry::Entry, answer: Answer) {
+    stop_timer(ctx, entry.timer);
+    unblock(entry.client, answer);
+}
+
+pub fn stop_timer(ctx: &Context, timer: raw::RedisModuleTimerID) {
+    // SAFETY: stopping a timer of this module; its data is not a pointer, so it is not asked
+    // for. A timer that already fired is unknown to Redis and the call does nothing.
+    unsafe {
+        if let Some(stop) = raw::RedisModule_StopTimer {
+            stop(ctx.ctx, timer, std::ptr::null_mut());
+        }
+    }
+}
+
 /// The client stopped waiting without a grant (it disconnected, or `CLIENT UNBLOCK`): the
-/// registry forgets it and signals that it left its queue, and Redis's handle is released.
+/// registry forgets it and signals that it left its queue, its timer is stopped, and Redis's
+/// handle is released.
 fn give_up(client: usize) {
-    if registry::give_up(client) {
+    if let Some(timer) = registry::give_up(client) {
+        if let Some(ctx) = registry::module_context() {
+            stop_timer(&ctx, timer);
+        }
         // Redis has already let the client go; this frees the handle without a reply.
         unblock(client, Answer::Nil);
     }

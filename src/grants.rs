@@ -45,7 +45,7 @@ pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
         );
         stats::count(&stats::WAITS_GRANTED, 1);
         if let Some(entry) = registry::forget(grant.waiter) {
-            blocked::unblock(entry.client, answer);
+            blocked::answer(ctx, &entry, answer);
         }
     }
 }

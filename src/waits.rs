@@ -10,10 +10,10 @@
 //! its locks (a release, or an expiry reclaimed by a command or the expiry timer), so the grant
 //! is replicated as a `GRANT` effect right after the effect that made room for it (`grants`).
 
-use std::time::Duration;
+use std::os::raw::c_void;
 
 use pathlock_core::{Grant, Project, Waiter};
-use redis_module::{Context, ContextFlags, RedisString};
+use redis_module::{raw, Context, ContextFlags, RedisString};
 
 use crate::blocked::Answer;
 use crate::change::change;
@@ -40,8 +40,24 @@ pub fn block(
     };
     let id = registry::register(client, selected_db(ctx), key.as_slice(), waiter.clone());
     project.enqueue(id, waiter);
-    ctx.create_timer(Duration::from_millis(timeout_ms), time_out, id);
+    registry::set_timer(id, start_timer(ctx, timeout_ms, id));
     true
+}
+
+/// Starts waiter `id`'s timeout, with the id itself as the timer's data: nothing to allocate,
+/// and nothing to free when the timer is stopped (`blocked::answer`).
+fn start_timer(ctx: &Context, timeout_ms: u64, id: u64) -> raw::RedisModuleTimerID {
+    let period = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+    // SAFETY: the callback lives as long as the module; the data is a plain integer.
+    unsafe {
+        raw::RedisModule_CreateTimer.map_or(0, |create| {
+            create(ctx.ctx, period, Some(on_timer), id as usize as *mut c_void)
+        })
+    }
+}
+
+extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    time_out(&Context::new(ctx), data as usize as u64);
 }
 
 /// A waiter's time is up: answer nil, take it out of its queue, and let through the later
@@ -146,7 +162,7 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
                 ERR_UNBLOCKED.to_string()
             }
         };
-        blocked::unblock(entry.client, Answer::Error(message));
+        blocked::answer(ctx, &entry, Answer::Error(message));
     }
 }
 
@@ -159,7 +175,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
     // slot, or a missing key in a slot being migrated away), and the waiter is told to retry,
     // which routes it to where the slot is now.
     if !serves(ctx, &name) {
-        answer(id, ERR_TRYAGAIN.to_string());
+        answer(ctx, id, ERR_TRYAGAIN.to_string());
         return;
     }
     let outcome = change(ctx, &name, true, |p| {
@@ -181,14 +197,14 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         Ok(Some(grants)) => grants::deliver(ctx, &name, grants),
         Ok(None) => {}
         // Another value took the name meanwhile.
-        Err(error) => answer(id, error.to_string()),
+        Err(error) => answer(ctx, id, error.to_string()),
     }
 }
 
 /// Answers a waiter an error, if it is still waiting.
-fn answer(id: u64, message: String) {
+fn answer(ctx: &Context, id: u64, message: String) {
     if let Some(entry) = registry::forget(id) {
-        blocked::unblock(entry.client, Answer::Error(message));
+        blocked::answer(ctx, &entry, Answer::Error(message));
     }
 }
 

@@ -9,6 +9,8 @@
 //! * `bytes`: short byte strings kept without an allocation, for segments and tokens.
 //! * [`table`]: the lock table of one project, where conflicts are decided.
 //! * [`persist`]: a lock table as the items of its RDB encoding, and back, checked.
+//! * [`queue`]: the path index of a project's waiting requests, which finds the front of the
+//!   queue near a path.
 //! * [`project`]: a lock table with its queue of waiting requests, served in arrival order.
 
 mod bytes;
@@ -16,9 +18,11 @@ pub mod lock;
 pub mod path;
 pub mod persist;
 pub mod project;
+pub mod queue;
 pub mod table;
 
 pub use lock::{LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
 pub use path::{Path, PathError, PathLimits};
 pub use project::{Grant, Project, Waiter};
+pub use queue::WaitIndex;
 pub use table::LockTable;

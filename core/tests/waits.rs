@@ -1,25 +1,26 @@
-//! Model-based property tests of the wait queue: the engine wakes only waiters related to what
-//! was freed; the reference re-scans every waiter in arrival order after every change. Equal
-//! answers show that the engine's narrow wake-ups miss nobody, and that it serves waiters first
-//! come, first served.
+//! Model-based property tests of the wait queue: the engine wakes only the waiters at the front
+//! of the queue near what was freed; the reference re-scans every waiter in arrival order after
+//! every change. Equal answers show that the engine's narrow wake-ups miss nobody, and that it
+//! serves waiters first come, first served. Then the path index of the queue alone, against a
+//! scan: it must find exactly the waiters with an item at the front near a path, no more (which is what keeps
+//! a release cheap) and no fewer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 mod reference;
 
-use pathlock_core::{Grant, LockInfo, Mode, Path, PathLimits, Project, Token, Waiter};
+use pathlock_core::{Grant, LockInfo, Mode, Path, PathLimits, Project, Token, WaitIndex, Waiter};
 use proptest::prelude::*;
-use reference::{items_conflict, Reference};
+use reference::{items_conflict, related, Reference};
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/b", "/b/c"];
-const TOKENS: &[&str] = &["t0", "t1", "t2", "t3", "t4"];
 
 fn path(i: usize) -> Path {
     Path::parse(PATHS[i].as_bytes(), &PathLimits::default()).expect("valid path")
 }
 
 fn token(i: usize) -> Token {
-    Token::new(TOKENS[i].as_bytes()).expect("valid token")
+    Token::new(format!("t{i}").as_bytes()).expect("valid token")
 }
 
 /// The shared reference's locks, plus a queue that is re-scanned in arrival order after every
@@ -92,15 +93,17 @@ enum Op {
     Advance(u64),
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// Operations over `tokens` owners; `waiting` weighs how often a refused request waits, and
+/// cancellations pick among the first `queue` waiters.
+fn op(tokens: usize, waiting: f64, queue: usize) -> impl Strategy<Value = Op> {
     let mode = prop_oneof![Just(Mode::Read), Just(Mode::Write)];
     let items = prop::collection::vec((mode, 0..PATHS.len()), 1..3);
     prop_oneof![
-        6 => (0..TOKENS.len(), 1..80u64, items, prop::bool::weighted(0.7))
+        6 => (0..tokens, 1..80u64, items, prop::bool::weighted(waiting))
             .prop_map(|(token, ttl, items, wait)| Op::Acquire { token, ttl, items, wait }),
-        3 => (0..TOKENS.len(), prop::option::of(prop::collection::vec(0..PATHS.len(), 1..3)))
+        3 => (0..tokens, prop::option::of(prop::collection::vec(0..PATHS.len(), 1..3)))
             .prop_map(|(token, paths)| Op::Release { token, paths }),
-        1 => (0..8usize).prop_map(Op::Cancel),
+        1 => (0..queue).prop_map(Op::Cancel),
         2 => (0..40u64).prop_map(Op::Advance),
     ]
 }
@@ -109,60 +112,104 @@ fn granted(grants: &[Grant]) -> Vec<(u64, u64)> {
     grants.iter().map(|g| (g.waiter, g.fence)).collect()
 }
 
+fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut project = Project::new();
+    let mut model = Model::default();
+    let mut now = 1_000;
+    let mut next_id = 1;
+    for op in ops {
+        let (_, grants) = project.reclaim_expired(now);
+        model.held.locks.retain(|l| l.deadline > now);
+        prop_assert_eq!(granted(&grants), model.settle(now), "after expiry");
+        match op {
+            Op::Acquire {
+                token: t,
+                ttl,
+                items,
+                wait,
+            } => {
+                let items: Vec<(Mode, Path)> = items.iter().map(|&(m, i)| (m, path(i))).collect();
+                let got = project.acquire(now, &token(*t), *ttl, &items);
+                prop_assert_eq!(got, model.acquire(now, &token(*t), *ttl, &items));
+                if got.is_none() && *wait {
+                    let waiter = Waiter {
+                        token: token(*t),
+                        ttl: *ttl,
+                        items,
+                    };
+                    project.enqueue(next_id, waiter.clone());
+                    model.waiters.push((next_id, waiter));
+                    next_id += 1;
+                }
+            }
+            Op::Release { token: t, paths } => {
+                let paths: Option<Vec<Path>> = paths
+                    .as_ref()
+                    .map(|ps| ps.iter().map(|&i| path(i)).collect());
+                let (freed, grants) = project.release(now, &token(*t), paths.as_deref());
+                let before = model.held.locks.len();
+                model.held.locks.retain(|l| {
+                    l.token != token(*t) || paths.as_ref().is_some_and(|ps| !ps.contains(&l.path))
+                });
+                prop_assert_eq!(freed.len(), before - model.held.locks.len());
+                prop_assert_eq!(granted(&grants), model.settle(now), "after release");
+            }
+            Op::Cancel(i) => {
+                if let Some((id, _)) = model.waiters.get(*i).cloned() {
+                    let (gone, grants) = project.cancel(now, id);
+                    prop_assert!(gone.is_some());
+                    model.waiters.remove(*i);
+                    prop_assert_eq!(granted(&grants), model.settle(now), "after cancel");
+                }
+            }
+            Op::Advance(ms) => now += ms,
+        }
+        prop_assert_eq!(project.waiting(), model.waiters.len());
+        prop_assert_eq!(project.wait_index().is_empty(), model.waiters.is_empty());
+        let held: BTreeSet<LockInfo> = project.locks().iter().collect();
+        prop_assert_eq!(
+            held,
+            model.held.locks.iter().cloned().collect::<BTreeSet<_>>()
+        );
+        project
+            .locks()
+            .check_integrity()
+            .map_err(TestCaseError::fail)?;
+    }
+    // Taking the waiters out leaves them in arrival order and the queue empty.
+    let taken: Vec<u64> = project
+        .take_waiters()
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    prop_assert_eq!(
+        taken,
+        model.waiters.iter().map(|(id, _)| *id).collect::<Vec<_>>()
+    );
+    prop_assert_eq!(project.waiting(), 0);
+    prop_assert_eq!(project.wait_index().node_count(), 0);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn waiters_are_served_like_the_reference(ops in prop::collection::vec(op(), 1..50)) {
-        let mut project = Project::new();
-        let mut model = Model::default();
-        let mut now = 1_000;
-        let mut next_id = 1;
-        for op in &ops {
-            let (_, grants) = project.reclaim_expired(now);
-            model.held.locks.retain(|l| l.deadline > now);
-            prop_assert_eq!(granted(&grants), model.settle(now), "after expiry");
-            match op {
-                Op::Acquire { token: t, ttl, items, wait } => {
-                    let items: Vec<(Mode, Path)> = items.iter().map(|&(m, i)| (m, path(i))).collect();
-                    let got = project.acquire(now, &token(*t), *ttl, &items);
-                    prop_assert_eq!(got, model.acquire(now, &token(*t), *ttl, &items));
-                    if got.is_none() && *wait {
-                        let waiter = Waiter { token: token(*t), ttl: *ttl, items };
-                        project.enqueue(next_id, waiter.clone());
-                        model.waiters.push((next_id, waiter));
-                        next_id += 1;
-                    }
-                }
-                Op::Release { token: t, paths } => {
-                    let paths: Option<Vec<Path>> = paths.as_ref().map(|ps| ps.iter().map(|&i| path(i)).collect());
-                    let (freed, grants) = project.release(now, &token(*t), paths.as_deref());
-                    let before = model.held.locks.len();
-                    model.held.locks.retain(|l| {
-                        l.token != token(*t) || paths.as_ref().is_some_and(|ps| !ps.contains(&l.path))
-                    });
-                    prop_assert_eq!(freed.len(), before - model.held.locks.len());
-                    prop_assert_eq!(granted(&grants), model.settle(now), "after release");
-                }
-                Op::Cancel(i) => {
-                    if let Some((id, _)) = model.waiters.get(*i).cloned() {
-                        let (gone, grants) = project.cancel(now, id);
-                        prop_assert!(gone.is_some());
-                        model.waiters.remove(*i);
-                        prop_assert_eq!(granted(&grants), model.settle(now), "after cancel");
-                    }
-                }
-                Op::Advance(ms) => now += ms,
-            }
-            prop_assert_eq!(project.waiting(), model.waiters.len());
-            let held: BTreeSet<LockInfo> = project.locks().iter().collect();
-            prop_assert_eq!(held, model.held.locks.iter().cloned().collect::<BTreeSet<_>>());
-            project.locks().check_integrity().map_err(TestCaseError::fail)?;
-        }
-        // Taking the waiters out leaves them in arrival order and the queue empty.
-        let taken: Vec<u64> = project.take_waiters().into_iter().map(|(id, _)| id).collect();
-        prop_assert_eq!(taken, model.waiters.iter().map(|(id, _)| *id).collect::<Vec<_>>());
-        prop_assert_eq!(project.waiting(), 0);
+    fn waiters_are_served_like_the_reference(ops in prop::collection::vec(op(5, 0.7, 8), 1..50)) {
+        run(&ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Long queues of mostly distinct owners (a few share a token), where most refused requests
+    /// wait and few locks are released.
+    #[test]
+    fn long_queues_are_served_like_the_reference(
+        ops in prop::collection::vec(op(40, 0.95, 64), 100..400),
+    ) {
+        run(&ops)?;
     }
 }
 
@@ -196,4 +243,144 @@ fn a_writer_is_not_starved_by_readers_that_arrive_after_it() {
     let (_, grants) = project.release(0, &t("r1"), None);
     assert_eq!(grants.len(), 1);
     assert_eq!((grants[0].waiter, grants[0].fence), (1, 3));
+}
+
+#[derive(Clone, Debug)]
+enum IndexOp {
+    Insert { id: u64, items: Vec<(Mode, usize)> },
+    Remove(usize),
+    Probe { mode: Mode, path: usize, after: u64 },
+}
+
+fn index_op() -> impl Strategy<Value = IndexOp> {
+    let mode = || prop_oneof![Just(Mode::Read), Just(Mode::Write)];
+    prop_oneof![
+        // Ids are unique but not always increasing: a waiter moved from another key keeps its
+        // place.
+        5 => (1..500u64, prop::collection::vec((mode(), 0..PATHS.len()), 1..4))
+            .prop_map(|(id, items)| IndexOp::Insert { id, items }),
+        2 => (0..64usize).prop_map(IndexOp::Remove),
+        3 => (mode(), 0..PATHS.len(), 0..500u64)
+            .prop_map(|(mode, path, after)| IndexOp::Probe { mode, path, after }),
+    ]
+}
+
+/// Whether `a` on `pa` and `b` on `pb` conflict between different owners.
+fn item_conflict(a: Mode, pa: &Path, b: Mode, pb: &Path) -> bool {
+    (a == Mode::Write || b == Mode::Write) && related(pa, pb)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_index_finds_exactly_the_front_near_a_path(ops in prop::collection::vec(index_op(), 1..150)) {
+        let mut index = WaitIndex::new();
+        let mut queue: BTreeMap<u64, Vec<(Mode, Path)>> = BTreeMap::new();
+        let distinct = |items: &[(Mode, usize)]| -> Vec<(Mode, Path)> {
+            let set: BTreeSet<(Mode, usize)> = items.iter().copied().collect();
+            set.into_iter().map(|(m, i)| (m, path(i))).collect()
+        };
+        for op in &ops {
+            match op {
+                IndexOp::Insert { id, items } => {
+                    if queue.contains_key(id) {
+                        continue;
+                    }
+                    let items = distinct(items);
+                    for (m, p) in &items {
+                        index.insert(*id, *m, p);
+                    }
+                    queue.insert(*id, items);
+                }
+                IndexOp::Remove(i) => {
+                    let Some(id) = queue.keys().nth(*i).copied() else { continue };
+                    for (m, p) in &queue[&id] {
+                        index.remove(id, *m, p);
+                    }
+                    queue.remove(&id);
+                }
+                IndexOp::Probe { mode, path: i, after } => {
+                    let probe = path(*i);
+                    // An item at the front: no earlier waiter, whoever owns it, conflicts with
+                    // it. The index answers per item; the project checks the whole request.
+                    let front = |id: u64, item: &(Mode, Path)| {
+                        queue
+                            .range(..id)
+                            .all(|(_, earlier)| !items_conflict(earlier, std::slice::from_ref(item)))
+                    };
+                    let expected: Vec<u64> = queue
+                        .iter()
+                        .filter(|(id, items)| {
+                            **id > *after
+                                && items.iter().any(|item| {
+                                    item_conflict(*mode, &probe, item.0, &item.1) && front(**id, item)
+                                })
+                        })
+                        .map(|(id, _)| *id)
+                        .collect();
+                    let mut found = Vec::new();
+                    index.fronts_near(*mode, &probe, *after, &mut found);
+                    found.sort_unstable();
+                    found.dedup();
+                    prop_assert_eq!(found, expected, "fronts near {:?} {} after {}", mode, probe, after);
+
+                    // Whether an earlier item conflicts, for anyone and for owners other than
+                    // the oldest waiter.
+                    let oldest = queue.keys().next().copied();
+                    for skip in [None, oldest] {
+                        let expected = queue.range(..after).any(|(id, items)| {
+                            Some(*id) != skip
+                                && items.iter().any(|(m, p)| item_conflict(*mode, &probe, *m, p))
+                        });
+                        let got = index.any_earlier(*mode, &probe, *after, |id| Some(id) != skip);
+                        prop_assert_eq!(got, expected, "earlier than {} for {:?} {}", after, mode, probe);
+                    }
+                }
+            }
+            prop_assert_eq!(index.is_empty(), queue.is_empty());
+        }
+        for (id, items) in &queue {
+            for (m, p) in items {
+                index.remove(*id, *m, p);
+            }
+        }
+        prop_assert_eq!(index.node_count(), 0);
+    }
+}
+
+/// A long line on one path is served strictly in order, one grant per release, and a waiter
+/// that leaves from the middle of it lets nobody through early.
+#[test]
+fn a_long_line_on_one_path_hands_over_in_order() {
+    let a = Path::parse(b"/A", &PathLimits::default()).expect("path");
+    let t = |i: u64| Token::new(format!("w{i}").as_bytes()).expect("token");
+    let mut project = Project::new();
+    let write = vec![(Mode::Write, a.clone())];
+    assert!(project.acquire(0, &t(0), 100, &write).is_some());
+    let n = 10_000;
+    for id in 1..=n {
+        assert!(project.acquire(0, &t(id), 100, &write).is_none());
+        project.enqueue(
+            id,
+            Waiter {
+                token: t(id),
+                ttl: 100,
+                items: write.clone(),
+            },
+        );
+    }
+    let (_, grants) = project.cancel(0, n / 2);
+    assert!(grants.is_empty());
+    let mut holder = 0;
+    for id in (1..=n).filter(|id| *id != n / 2) {
+        let (_, grants) = project.release(0, &t(holder), None);
+        assert_eq!(
+            grants.iter().map(|g| g.waiter).collect::<Vec<_>>(),
+            vec![id]
+        );
+        holder = id;
+    }
+    assert_eq!(project.waiting(), 0);
+    assert_eq!(project.wait_index().node_count(), 0);
 }
