@@ -2,19 +2,20 @@
 //! waiter's timeout, the expiry cycle, the signal worker).
 //!
 //! Level 4: imports `store`, `registry`, `grants`, `effects`, `schedule`, `context`, `clock`,
-//! `stats`. Called by the writing commands, `waits` and `expiry`.
+//! `stats`, `fences`. Called by the writing commands, `waits` and `expiry`.
 //!
 //! Before the change, when this server decides: waiters that gave up are taken out of the
 //! queue (so they are never granted), and expired locks are reclaimed, replicated as an
 //! `EXPIRE` effect ahead of whatever the change replicates; both may grant waiters. After it:
-//! the INFO gauge and the expiry schedule follow the table.
+//! the INFO gauge and the expiry schedule follow the table, and the server's fence mark
+//! (`fences`) rises to the project's counter, whether a grant or an applied effect moved it.
 
 use pathlock_core::{Grant, Project};
 use redis_module::{Context, RedisError, RedisString};
 
 use crate::context::{decides, notify, selected_db};
 use crate::effects::Effect;
-use crate::{clock, grants, registry, schedule, stats, store};
+use crate::{clock, fences, grants, registry, schedule, stats, store};
 
 pub fn change<R>(
     ctx: &Context,
@@ -41,6 +42,7 @@ pub fn change<R>(
             }
         }
         let result = change(project);
+        fences::observe(project.locks().next_fence());
         stats::track(&stats::LOCKS_HELD, before, project.locks().len());
         schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
         result

@@ -1,12 +1,13 @@
 //! `INFO pathlock`: the section Redis shows for the module. Redis prefixes each field with the
 //! module's name, so `locks` appears as `pathlock_locks`.
 //!
-//! Level 1: imports `stats` and `contain`. Called by Redis for `INFO`.
+//! Level 1: imports `stats`, `fences` and `contain`. Called by Redis for `INFO`.
 
 use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::contain::contained;
+use crate::fences;
 use crate::stats::{self, *};
 
 #[info_command_handler]
@@ -37,4 +38,6 @@ fn section(ctx: &InfoContext) {
     ] {
         raw::add_info_field_unsigned_long_long(ctx.ctx, name, stats::total(total));
     }
+    // The highest fence counter seen on any project key: a new key starts at or above it.
+    raw::add_info_field_unsigned_long_long(ctx.ctx, "fence_mark", fences::high());
 }

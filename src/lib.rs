@@ -9,7 +9,7 @@
 // `scripts/import-cycles.py`, which fails on an import circle and prints these levels). The
 // README's file map says what each holds.
 //
-// 0  config, contain, context, docs, errors, stats
+// 0  config, contain, context, docs, errors, fences, stats
 // 1  args, clock, effects, info, registry, reply, schedule, selected_db
 // 2  blocked, keytype (and harness, for tests and fuzzing)
 // 3  events, grants, store
@@ -29,6 +29,7 @@ mod effects;
 mod errors;
 mod events;
 mod expiry;
+mod fences;
 mod grants;
 #[cfg(any(test, feature = "system-alloc"))]
 pub mod harness;
