@@ -2,7 +2,7 @@
 //! waiter's timeout, the expiry cycle, the signal worker).
 //!
 //! Level 4: imports `store`, `registry`, `grants`, `effects`, `schedule`, `context`, `clock`,
-//! `stats`, `fences`. Called by the writing commands, `waits` and `expiry`.
+//! `stats`, `fences`, `eviction`. Called by the writing commands, `waits` and `expiry`.
 //!
 //! Before the change, when this server decides: waiters that gave up are taken out of the
 //! queue (so they are never granted), and expired locks are reclaimed, replicated as an
@@ -15,7 +15,7 @@ use redis_module::{Context, RedisError, RedisString};
 
 use crate::context::{decides, notify, selected_db};
 use crate::effects::Effect;
-use crate::{clock, fences, grants, registry, schedule, stats, store};
+use crate::{clock, eviction, fences, grants, registry, schedule, stats, store};
 
 pub fn change<R>(
     ctx: &Context,
@@ -23,7 +23,7 @@ pub fn change<R>(
     create: bool,
     change: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
-    store::write(ctx, key_name, create, |project| {
+    let result = store::write(ctx, key_name, create, |project| {
         let before = project.locks().len();
         if decides(ctx) {
             let now = clock::now_ms(ctx);
@@ -46,5 +46,8 @@ pub fn change<R>(
         stats::track(&stats::LOCKS_HELD, before, project.locks().len());
         schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
         result
-    })
+    })?;
+    // Where the maxmemory policy can evict projects, each change marks the key as just used.
+    eviction::protect(ctx, key_name);
+    Ok(result)
 }

@@ -1,6 +1,6 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `registry`, `stats`, `contain`, `fences`. Its callbacks are called by Redis; `store`
+//! Level 2: imports `registry`, `stats`, `contain`, `fences`, `eviction`. Its callbacks are called by Redis; `store`
 //! and `events` use its type handle. A value leaving its key only queues a signal in
 //! `registry`; it never calls into the waiting machinery.
 //!
@@ -14,7 +14,7 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::{fences, registry, selected_db, stats};
+use crate::{eviction, fences, registry, selected_db, stats};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -83,10 +83,21 @@ extern "C" fn free(value: *mut c_void) {
 /// The key is leaving the keyspace (`DEL`, `UNLINK`, overwritten): this only signals that its
 /// waiters are to be queued again on the key name (`registry`), where the next acquire finds
 /// no locks.
-extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
+extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
     contained("unlink", (), || {
         // SAFETY: see `project`; called on the main thread before the value is freed.
-        let ids: Vec<u64> = unsafe { project(value) }.waiter_ids().collect();
+        let project = unsafe { project(value) };
+        // An eviction is told apart by the `evicted` event that follows (`eviction`).
+        if !key.is_null() {
+            let mut len = 0;
+            // SAFETY: the server passes the key's live name.
+            let name = unsafe { raw::RedisModule_StringPtrLen.map(|f| f(key, &mut len)) };
+            if let Some(name) = name.filter(|n| !n.is_null()) {
+                let name = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) };
+                eviction::leaving(name, project.locks().len());
+            }
+        }
+        let ids: Vec<u64> = project.waiter_ids().collect();
         registry::requeue(ids);
     })
 }

@@ -6,7 +6,7 @@ use crate::change::change;
 use crate::clock::now_ms;
 use crate::context::may_block;
 use crate::errors::ERR_FENCES_EXHAUSTED;
-use crate::{args, fences, grants, reply, stats, waits};
+use crate::{args, eviction, fences, grants, reply, stats, waits};
 
 enum Outcome {
     Granted(u64),
@@ -19,6 +19,9 @@ enum Outcome {
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
+    }
+    if let Some(refusal) = eviction::refusal() {
+        return Err(RedisError::String(refusal));
     }
     let request = args::acquire(&words(&args[2..]))?;
     let token = request.token.unwrap_or_else(Token::generate);
