@@ -21,7 +21,7 @@
 //! changes `maxmemory` or `maxmemory-policy` (the server's config-change event), never per
 //! command: the commands read two atomics.
 //!
-//! Level 0: imports `config`, `stats`, `contain`. Used by `lib.rs` (load), the ACQUIRE handler,
+//! Level 1: imports `config`, `stats`, `contain`. Used by `lib.rs` (load), the ACQUIRE handler,
 //! `change` (protection), `keytype` (a project leaving its key) and `events` (the `evicted`
 //! keyspace event).
 

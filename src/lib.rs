@@ -9,9 +9,9 @@
 // `scripts/import-cycles.py`, which fails on an import circle and prints these levels). The
 // README's file map says what each holds.
 //
-// 0  config, contain, context, docs, errors, eviction, fences, stats
-// 1  args, clock, effects, info, registry, reply, schedule, selected_db
-// 2  blocked, keytype (and harness, for tests and fuzzing)
+// 0  config, contain, context, docs, errors, fences, stats
+// 1  args, clock, effects, eviction, registry, reply, schedule, selected_db
+// 2  blocked, info, keytype (and harness, for tests and fuzzing)
 // 3  events, grants, store
 // 4  change
 // 5  expiry, waits
