@@ -71,10 +71,17 @@ fn locking_is_refused_while_the_policy_can_evict_projects_unless_the_risk_is_acc
     assert!(try_acquire(&mut con, "proj:1", &["WRITE", "/lfu"]).is_err());
     config_set(&mut con, "maxmemory", "0");
     assert!(acquire(&mut con, "proj:1", &["WRITE", "/unlimited"]).is_some());
-    // Setting a policy that can evict warns again.
+    // Setting a policy or a limit that can evict warns again, each time.
+    let warnings = |server: &Server| server.log().matches("can evict project keys").count();
+    let before = warnings(&server);
     config_set(&mut con, "maxmemory", "20mb");
     wait_until(Duration::from_secs(5), "the warning", || {
-        server.log().matches("maxmemory-policy allkeys-lfu").count() >= 1
+        warnings(&server) == before + 1
+    });
+    config_set(&mut con, "maxmemory-policy", "allkeys-random");
+    config_set(&mut con, "maxmemory-policy", "allkeys-lfu");
+    wait_until(Duration::from_secs(5), "two more warnings", || {
+        warnings(&server) == before + 3
     });
     assert!(try_acquire(&mut con, "proj:1", &["WRITE", "/lfu"]).is_err());
     config_set(&mut con, "pathlock.accept-eviction", "yes");
