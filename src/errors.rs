@@ -16,7 +16,7 @@ pub const ERR_MISSING_PATH: &str = "ERR missing path after mode";
 pub const ERR_EFFECT_INTERNAL: &str = "ERR PATHLOCK.EFFECT is internal: it carries a master's decisions to its replicas and the AOF, and clients cannot send it";
 pub const ERR_EFFECT_SYNTAX: &str = "ERR malformed PATHLOCK.EFFECT";
 pub const ERR_FENCES_EXHAUSTED: &str =
-    "ERR this project's fences reached 2^53: delete the key to start again from the server's floor";
+    "ERR fences reached 2^53, beyond which JavaScript clients cannot read them exactly";
 pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not applied";
 
 /// An error that carries a value in its message.

@@ -212,3 +212,37 @@ fn a_key_recreated_on_another_shard_starts_above_the_old_shards_fences() {
     run(&mut a, &["MIGRATE", "127.0.0.1", &port, "q", "0", "5000"]);
     assert_eq!(next_fence(&mut b, "q"), last + 1);
 }
+
+/// A key whose counter reached 2^53 (here put there by an effect appended to the AOF, as no
+/// client can) grants no more, so no client ever reads a fence JavaScript cannot represent; nor
+/// does a new key start above it.
+#[test]
+fn fences_stop_below_two_to_the_53() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.conn();
+    grants(&mut con, "p", 1);
+    let incr = std::fs::read_dir(server.dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("the incremental AOF");
+    let last = (LIMIT - 1).to_string();
+    let effect = format!(
+        "*4\r\n$15\r\nPATHLOCK.EFFECT\r\n$1\r\np\r\n$5\r\nFENCE\r\n${}\r\n{last}\r\n",
+        last.len()
+    );
+    let mut aof = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&incr)
+        .expect("open the AOF");
+    std::io::Write::write_all(&mut aof, effect.as_bytes()).expect("append");
+    drop(aof);
+    server.crash_and_restart();
+    let mut con = server.conn();
+    assert_eq!(next_fence(&mut con, "p"), LIMIT - 1, "the last representable fence");
+    for key in ["p", "q"] {
+        let error = error_of(try_acquire(&mut con, key, &["WRITE", "/next"]));
+        assert!(error.contains("2^53"), "{key}: {error}");
+    }
+}
