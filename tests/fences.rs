@@ -240,7 +240,11 @@ fn fences_stop_below_two_to_the_53() {
     drop(aof);
     server.crash_and_restart();
     let mut con = server.conn();
-    assert_eq!(next_fence(&mut con, "p"), LIMIT - 1, "the last representable fence");
+    assert_eq!(
+        next_fence(&mut con, "p"),
+        LIMIT - 1,
+        "the last representable fence"
+    );
     for key in ["p", "q"] {
         let error = error_of(try_acquire(&mut con, key, &["WRITE", "/next"]));
         assert!(error.contains("2^53"), "{key}: {error}");
