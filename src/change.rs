@@ -2,12 +2,13 @@
 //! waiter's timeout, the expiry cycle, the signal worker).
 //!
 //! Level 4: imports `store`, `registry`, `grants`, `effects`, `schedule`, `context`, `clock`,
-//! `stats`. Called by the writing commands, `waits` and `expiry`.
+//! `stats`, `fences`, `eviction`. Called by the writing commands, `waits` and `expiry`.
 //!
 //! Before the change, when this server decides: waiters that gave up are taken out of the
 //! queue (so they are never granted), and expired locks are reclaimed, replicated as an
 //! `EXPIRE` effect ahead of whatever the change replicates; both may grant waiters. After it:
-//! the INFO gauge and the expiry schedule follow the table. The expiry cycle's change
+//! the INFO gauge, the expiry schedule and the server's fence mark (`fences`) follow the
+//! table, whether a grant or an applied effect moved its counter. The expiry cycle's change
 //! (`expire_until`) does the same with its reclamation bounded in time.
 
 use std::time::Instant;
@@ -17,7 +18,7 @@ use redis_module::{Context, RedisError, RedisString};
 
 use crate::context::{decides, notify, selected_db};
 use crate::effects::Effect;
-use crate::{clock, grants, registry, schedule, stats, store};
+use crate::{clock, eviction, fences, grants, registry, schedule, stats, store};
 
 pub fn change<R>(
     ctx: &Context,
@@ -25,7 +26,7 @@ pub fn change<R>(
     create: bool,
     change: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
-    store::write(ctx, key_name, create, |project| {
+    let result = store::write(ctx, key_name, create, |project| {
         let before = project.locks().len();
         if decides(ctx) {
             let now = clock::now_ms(ctx);
@@ -41,7 +42,10 @@ pub fn change<R>(
         let result = change(project);
         settle(ctx, key_name, project, before);
         result
-    })
+    })?;
+    // Where the maxmemory policy can evict projects, each change marks the key as just used.
+    eviction::protect(ctx, key_name);
+    Ok(result)
 }
 
 /// The expiry cycle's change of one key: reclaims its locks due by `now`, a step of a few owners
@@ -98,8 +102,9 @@ fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project,
     grants::deliver(ctx, key_name, grants);
 }
 
-/// After every change: the INFO gauge and the expiry schedule follow the table.
+/// After every change: the INFO gauge, the expiry schedule and the fence mark follow the table.
 fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: usize) {
+    fences::observe(project.locks().next_fence());
     stats::track(&stats::LOCKS_HELD, before, project.locks().len());
     schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
 }

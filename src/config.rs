@@ -4,7 +4,7 @@
 //!
 //! Level 0: imports nothing of the crate. Read by `args` and the commands.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use pathlock_core::PathLimits;
 
@@ -27,6 +27,9 @@ pub static MAX_TTL: AtomicI64 = AtomicI64::new(MAX_TTL_MS);
 pub static PATH_BYTES: AtomicI64 = AtomicI64::new(MAX_PATH_BYTES);
 pub static DEPTH: AtomicI64 = AtomicI64::new(MAX_DEPTH);
 pub static PATHS_PER_CALL: AtomicI64 = AtomicI64::new(MAX_PATHS_PER_CALL);
+/// `pathlock.accept-eviction`: grant locks even where the `maxmemory` policy can evict project
+/// keys (`eviction`).
+pub static ACCEPT_EVICTION: AtomicBool = AtomicBool::new(false);
 
 pub fn max_ttl() -> i64 {
     MAX_TTL.load(Ordering::Relaxed)

@@ -15,6 +15,8 @@ pub const ERR_NO_PATHS: &str =
 pub const ERR_MISSING_PATH: &str = "ERR missing path after mode";
 pub const ERR_EFFECT_INTERNAL: &str = "ERR PATHLOCK.EFFECT is internal: it carries a master's decisions to its replicas and the AOF, and clients cannot send it";
 pub const ERR_EFFECT_SYNTAX: &str = "ERR malformed PATHLOCK.EFFECT";
+pub const ERR_FENCES_EXHAUSTED: &str =
+    "ERR fences reached 2^53, beyond which JavaScript clients cannot read them exactly";
 pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not applied";
 /// The answers of a waiter whose project left the key name it waited on (see `registry`).
 pub const ERR_MOVED_RENAMED: &str = "ERR project moved: its key was renamed or moved to another database while this client waited; acquire it under its new name";

@@ -1,8 +1,9 @@
 //! Server and keyspace events the module listens to: values that arrive under a name without a
-//! command (loaded, renamed, moved, copied, restored), flushes, `SWAPDB`, and, through a
-//! command filter, the start of each `MIGRATE`.
+//! command (loaded, renamed, moved, copied, restored), evictions (`eviction` reports a lost
+//! project), flushes, `SWAPDB`, role changes, and, through a command filter, the start of each
+//! `MIGRATE`.
 //!
-//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`. Subscribed by
+//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`, `eviction`. Subscribed by
 //! `lib.rs`. Like the keyspace itself in Redis, it never calls into the waiting machinery: it
 //! schedules expiry and queues signals in `registry`.
 
@@ -14,11 +15,15 @@ use redis_module::{raw, Context, NotifyEvent, RedisString};
 use crate::contain::contained;
 use crate::context::selected_db;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{errors, registry, schedule};
+use crate::{errors, eviction, registry, schedule};
 
 /// Keyspace events that bring a path-lock key under a new name or from outside: it is scheduled
 /// for expiry, and waiters that came with it under a new name are signalled.
 pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[u8]) {
+    if event == "evicted" {
+        contained("the evicted event", (), || eviction::evicted(ctx, key));
+        return;
+    }
     if !matches!(
         event,
         "loaded" | "rename_to" | "move_to" | "copy_to" | "restore"

@@ -1,13 +1,14 @@
 //! `INFO pathlock`: the section Redis shows for the module. Redis prefixes each field with the
 //! module's name, so `locks` appears as `pathlock_locks`.
 //!
-//! Level 1: imports `stats` and `contain`. Called by Redis for `INFO`.
+//! Level 2: imports `stats`, `fences`, `eviction` and `contain`. Called by Redis for `INFO`.
 
 use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::contain::contained;
 use crate::stats::{self, *};
+use crate::{eviction, fences};
 
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
@@ -34,7 +35,12 @@ fn section(ctx: &InfoContext) {
         ("total_expirations", &EXPIRATIONS),
         ("total_waits_granted", &WAITS_GRANTED),
         ("total_wait_timeouts", &WAIT_TIMEOUTS),
+        ("total_evicted_projects", &EVICTED_PROJECTS),
     ] {
         raw::add_info_field_unsigned_long_long(ctx.ctx, name, stats::total(total));
     }
+    // The highest fence counter seen on any project key: a new key starts at or above it.
+    raw::add_info_field_unsigned_long_long(ctx.ctx, "fence_mark", fences::high());
+    // 1 while the server's maxmemory policy and limit can evict project keys.
+    raw::add_info_field_long_long(ctx.ctx, "eviction_risk", i64::from(eviction::evicts()));
 }

@@ -1,6 +1,6 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `registry`, `stats`, `contain`. Its callbacks are called by Redis; `store`
+//! Level 2: imports `registry`, `stats`, `contain`, `fences`, `eviction`. Its callbacks are called by Redis; `store`
 //! and `events` use its type handle. A value leaving its key only queues a signal in
 //! `registry`; it never calls into the waiting machinery.
 //!
@@ -14,7 +14,7 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::{registry, selected_db, stats};
+use crate::{eviction, fences, registry, selected_db, stats};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -31,9 +31,9 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         mem_usage: Some(mem_usage),
         digest: Some(digest),
         free: Some(free),
-        aux_load: None,
-        aux_save: None,
-        aux_save_triggers: 0,
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::Aux::Before as i32,
         free_effort: Some(free_effort),
         unlink: Some(unlink),
         copy: Some(copy),
@@ -60,6 +60,7 @@ unsafe fn table<'a>(value: *const c_void) -> &'a LockTable {
 
 /// Hands a project to Redis, counting it in the INFO gauges until `free` takes it back.
 fn into_value(project: Project) -> *mut c_void {
+    fences::observe(project.locks().next_fence());
     stats::track(&stats::KEYS, 0, 1);
     stats::track(&stats::LOCKS_HELD, 0, project.locks().len());
     Box::into_raw(Box::new(project)).cast::<c_void>()
@@ -81,10 +82,21 @@ extern "C" fn free(value: *mut c_void) {
 
 /// The value is leaving its key (`DEL`, `UNLINK`, an overwrite, `RENAME`, `MOVE`, `MIGRATE`):
 /// this only signals it to the registry, whose worker decides what its waiters are answered.
-extern "C" fn unlink(_key: *mut raw::RedisModuleString, value: *const c_void) {
+extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
     contained("unlink", (), || {
         // SAFETY: see `project`; called on the main thread before the value is freed.
-        let ids: Vec<u64> = unsafe { project(value) }.waiter_ids().collect();
+        let project = unsafe { project(value) };
+        // An eviction is told apart by the `evicted` event that follows (`eviction`).
+        if !key.is_null() {
+            let mut len = 0;
+            // SAFETY: the server passes the key's live name.
+            let name = unsafe { raw::RedisModule_StringPtrLen.map(|f| f(key, &mut len)) };
+            if let Some(name) = name.filter(|n| !n.is_null()) {
+                let name = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) };
+                eviction::leaving(name, project.locks().len());
+            }
+        }
+        let ids: Vec<u64> = project.waiter_ids().collect();
         registry::unlinked(ids);
     })
 }
@@ -292,6 +304,34 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
                 logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));
                 std::ptr::null_mut()
             }
+        }
+    })
+}
+
+/// Saves the server's fence mark (`fences`) ahead of the keys of every RDB: snapshots, the AOF's
+/// RDB preamble and full syncs to replicas. An RDB saved after every project key was deleted
+/// or flushed still carries it, so fences do not go back after a restart or a failover.
+extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    contained("aux_save", (), || {
+        raw::save_unsigned(rdb, fences::high());
+    })
+}
+
+/// Raises the server's fence mark to the one an RDB carries; it never lowers it.
+extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    contained("aux_load", raw::REDISMODULE_ERR as c_int, || {
+        if encver > ENCODING_VERSION {
+            logging::log_warning(format!(
+                "pathlock: cannot load aux data of encoding version {encver}"
+            ));
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        match raw::load_unsigned(rdb) {
+            Ok(high) => {
+                fences::observe(high);
+                raw::REDISMODULE_OK as c_int
+            }
+            Err(_) => raw::REDISMODULE_ERR as c_int,
         }
     })
 }

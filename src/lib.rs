@@ -9,9 +9,9 @@
 // `scripts/import-cycles.py`, which fails on an import circle and prints these levels). The
 // README's file map says what each holds.
 //
-// 0  config, contain, context, docs, errors, slot, stats
-// 1  args, clock, effects, info, registry, reply, schedule, selected_db
-// 2  blocked, keytype (and harness, for tests and fuzzing)
+// 0  config, contain, context, docs, errors, fences, slot, stats
+// 1  args, clock, effects, eviction, registry, reply, schedule, selected_db
+// 2  blocked, info, keytype (and harness, for tests and fuzzing)
 // 3  events, grants, store
 // 4  change
 // 5  expiry, waits
@@ -28,7 +28,9 @@ mod docs;
 mod effects;
 mod errors;
 mod events;
+mod eviction;
 mod expiry;
+mod fences;
 mod grants;
 #[cfg(any(test, feature = "system-alloc"))]
 pub mod harness;
@@ -56,6 +58,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         expiry::start(ctx);
         clock::subscribe(ctx);
         events::subscribe(ctx);
+        eviction::subscribe(ctx);
+        eviction::refresh(ctx);
         // The registry of waiters queues signals; the waits layer above it works them off.
         registry::set_worker(ctx, waits::work_off_signals);
         docs::register(ctx);
@@ -93,7 +97,7 @@ redis_module! {
         [effects::COMMAND, guarded(commands::effect), "write", 1, 1, 1, ""],
     ],
     event_handlers: [
-        [@GENERIC @LOADED: events::on_keyspace_event],
+        [@GENERIC @LOADED @EVICTED: events::on_keyspace_event],
         // Last: it undoes Valkey 8.1's database switch after every subscriber ran.
         [@GENERIC: selected_db::on_keyspace_event],
     ],
@@ -106,7 +110,9 @@ redis_module! {
             ["max-paths-per-call", &config::PATHS_PER_CALL, config::MAX_PATHS_PER_CALL, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
-        bool: [],
+        bool: [
+            ["accept-eviction", &config::ACCEPT_EVICTION, false, ConfigurationFlags::DEFAULT, None],
+        ],
         enum: [],
         module_args_as_configuration: true,
     ]

@@ -26,6 +26,8 @@ pub static RENEWALS: AtomicU64 = AtomicU64::new(0);
 pub static EXPIRATIONS: AtomicU64 = AtomicU64::new(0);
 pub static WAITS_GRANTED: AtomicU64 = AtomicU64::new(0);
 pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+/// Projects the server evicted while they held locks (`eviction`).
+pub static EVICTED_PROJECTS: AtomicU64 = AtomicU64::new(0);
 
 pub fn count(total: &AtomicU64, n: usize) {
     total.fetch_add(n as u64, Ordering::Relaxed);

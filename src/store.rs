@@ -1,14 +1,19 @@
 //! The one way to open a project key: the type check, and the creation of a missing project.
 //!
-//! Level 3: imports `keytype`, `errors`, `stats`. Called by `change` (writes) and the reading
+//! A project key created by a master starts its fences where `fences` says, above every fence
+//! this server has seen and above the clock floor; a replica or an AOF replay creates it at 1
+//! and the `GRANT` effect that comes with it sets the master's fence.
+//!
+//! Level 3: imports `keytype`, `errors`, `stats`, `fences`, `context`, `clock`. Called by `change` (writes) and the reading
 //! commands (`LOCKS`, `CHECK`).
 
 use pathlock_core::Project;
 use redis_module::{Context, RedisError, RedisString};
 
+use crate::context::decides;
 use crate::errors::WRONGTYPE;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::stats;
+use crate::{clock, fences, stats};
 
 /// Runs `write` on the project stored under `key_name`. A missing key is created when `create`
 /// is set, and otherwise answers `Ok(None)`; a key of another type answers `WRONGTYPE`.
@@ -28,7 +33,13 @@ pub fn write<R>(
         if !create {
             return Ok(None);
         }
-        key.set_value(&PATHLOCK_TYPE, Project::new())?;
+        let mut project = Project::new();
+        if decides(ctx) {
+            project
+                .locks_mut()
+                .raise_next_fence(fences::first(clock::now_ms(ctx)));
+        }
+        key.set_value(&PATHLOCK_TYPE, project)?;
         stats::track(&stats::KEYS, 0, 1);
     }
     Ok(key

@@ -151,7 +151,7 @@ fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
             ])
             .query(&mut client)
             .expect("ACQUIRE through the cluster");
-        assert_eq!(granted, Some((format!("t{i}"), 1)));
+        assert_eq!(granted.map(|g| g.0), Some(format!("t{i}")));
     }
     let refused: Option<(String, i64)> = cmd("PATHLOCK.ACQUIRE")
         .arg(&["proj:7", "WRITE", "/A"])

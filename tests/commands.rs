@@ -9,11 +9,11 @@ use std::time::Duration;
 use common::*;
 
 #[test]
-fn acquire_generates_a_uuid_token_and_starts_fences_at_one() {
+fn acquire_generates_a_uuid_token_and_counts_fences_up_by_one() {
     let server = Server::start();
     let mut con = server.conn();
-    let (token, fence) = acquire(&mut con, "proj:1", &["WRITE", "/A/C"]).expect("granted");
-    assert_eq!(fence, 1);
+    let (token, first) = acquire(&mut con, "proj:1", &["WRITE", "/A/C"]).expect("granted");
+    assert!((1..1 << 53).contains(&first), "{first}");
     assert_eq!(token.len(), 36);
     assert_eq!(token.as_bytes()[14], b'4', "UUID version 4: {token}");
     assert!(token
@@ -21,7 +21,7 @@ fn acquire_generates_a_uuid_token_and_starts_fences_at_one() {
         .all(|c| c == '-' || c.is_ascii_digit() || ('a'..='f').contains(&c)));
     let (other, fence) = acquire(&mut con, "proj:1", &["WRITE", "/B"]).expect("granted");
     assert_ne!(other, token);
-    assert_eq!(fence, 2);
+    assert_eq!(fence, first + 1);
     let kind: String = cmd("TYPE").arg("proj:1").query(&mut con).expect("TYPE");
     assert_eq!(kind, "path-lock");
 }
@@ -35,7 +35,7 @@ fn a_given_token_is_echoed_and_owns_the_lock() {
         "p",
         &["TOKEN", "alice", "TTL", "10000", "WRITE", "/A"],
     );
-    assert_eq!(reply, Some(("alice".to_string(), 1)));
+    assert_eq!(reply.map(|(token, _)| token), Some("alice".to_string()));
     assert!(!take(&mut con, "p", "bob", &["READ", "/A/x"]));
     assert_eq!(
         release(&mut con, "p", "bob", &[]),
@@ -51,18 +51,15 @@ fn a_given_token_is_echoed_and_owns_the_lock() {
 fn fences_count_successful_calls_only_and_survive_release() {
     let server = Server::start();
     let mut con = server.conn();
-    assert_eq!(
-        acquire(&mut con, "p", &["TOKEN", "a", "WRITE", "/A", "WRITE", "/B"]),
-        Some(("a".into(), 1)),
-        "one call, many paths, one fence"
-    );
+    let (_, first) = acquire(&mut con, "p", &["TOKEN", "a", "WRITE", "/A", "WRITE", "/B"])
+        .expect("one call, many paths, one fence");
     assert_eq!(
         acquire(&mut con, "p", &["TOKEN", "b", "WRITE", "/A/x"]),
         None
     );
     assert_eq!(
         acquire(&mut con, "p", &["TOKEN", "b", "WRITE", "/C"]),
-        Some(("b".into(), 2))
+        Some(("b".into(), first + 1))
     );
     assert_eq!(release(&mut con, "p", "a", &[]), 2);
     assert_eq!(release(&mut con, "p", "b", &[]), 1);
@@ -71,19 +68,15 @@ fn fences_count_successful_calls_only_and_survive_release() {
     assert_eq!(exists, 1);
     assert_eq!(
         acquire(&mut con, "p", &["TOKEN", "c", "WRITE", "/A"]),
-        Some(("c".into(), 3))
+        Some(("c".into(), first + 2))
     );
-    // Deleting the key starts the counter over.
+    // Deleting the key does not start the counter over: fences for a key name never go back.
     let _: i64 = cmd("DEL").arg("p").query(&mut con).expect("DEL");
-    assert_eq!(
-        acquire(&mut con, "p", &["TOKEN", "c", "WRITE", "/A"]),
-        Some(("c".into(), 1))
-    );
-    // Each key has its own counter.
-    assert_eq!(
-        acquire(&mut con, "q", &["TOKEN", "c", "WRITE", "/A"]),
-        Some(("c".into(), 1))
-    );
+    let (_, again) = acquire(&mut con, "p", &["TOKEN", "c", "WRITE", "/A"]).expect("granted");
+    assert!(again > first + 2, "{again} after {}", first + 2);
+    // Each key has its own counter, which starts above every fence the server has given.
+    let (_, other) = acquire(&mut con, "q", &["TOKEN", "c", "WRITE", "/A"]).expect("granted");
+    assert!(other > again, "{other} after {again}");
 }
 
 #[test]
@@ -108,11 +101,14 @@ fn reacquiring_is_idempotent_and_takes_a_new_fence() {
     let server = Server::start();
     let mut con = server.conn();
     let args = ["TOKEN", "t", "TTL", "300", "WRITE", "/A"];
-    assert_eq!(acquire(&mut con, "p", &args), Some(("t".into(), 1)));
+    let (_, first) = acquire(&mut con, "p", &args).expect("granted");
     sleep(Duration::from_millis(200));
     // The retry refreshes the lease: 300 ms from now, not from the first grant.
     let longer = ["TOKEN", "t", "TTL", "2000", "WRITE", "/A"];
-    assert_eq!(acquire(&mut con, "p", &longer), Some(("t".into(), 2)));
+    assert_eq!(
+        acquire(&mut con, "p", &longer),
+        Some(("t".into(), first + 1))
+    );
     sleep(Duration::from_millis(300));
     assert!(
         !take(&mut con, "p", "other", &["READ", "/A"]),
@@ -247,7 +243,7 @@ fn keywords_are_case_insensitive_and_options_come_in_any_order() {
         "p",
         &["ttl", "5000", "token", "t", "write", "/A", "rEaD", "/B"],
     );
-    assert_eq!(reply, Some(("t".into(), 1)));
+    assert_eq!(reply.map(|(token, _)| token), Some("t".into()));
     assert!(!take(&mut con, "p", "u", &["WRITE", "/B"]));
     let reply: i64 = cmd("pathlock.release")
         .arg("p")

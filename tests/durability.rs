@@ -10,14 +10,17 @@ use std::time::{Duration, Instant};
 use common::*;
 
 /// A project with a bit of everything: shared and exclusive locks, one owner holding READ and
-/// WRITE on one path, binary bytes, multi-path grants, leases of different lengths.
-fn populate(con: &mut Connection, key: &str) {
-    assert!(take(
+/// WRITE on one path, binary bytes, multi-path grants, leases of different lengths. Returns
+/// the key's first fence; six acquires take it and the five after it.
+fn populate(con: &mut Connection, key: &str) -> i64 {
+    let (_, first) = acquire(
         con,
         key,
-        "mover",
-        &["TTL", "600000", "WRITE", "/A/C", "WRITE", "/B/C"]
-    ));
+        &[
+            "TOKEN", "mover", "TTL", "600000", "WRITE", "/A/C", "WRITE", "/B/C",
+        ],
+    )
+    .expect("granted");
     assert!(take(
         con,
         key,
@@ -43,6 +46,7 @@ fn populate(con: &mut Connection, key: &str) {
         .arg(&b"/\x00\xff/\xe6\x96\x87"[..])
         .query(con)
         .expect("binary acquire");
+    first
 }
 
 fn fence_of_next_acquire(con: &mut Connection, key: &str) -> i64 {
@@ -55,7 +59,7 @@ fn fence_of_next_acquire(con: &mut Connection, key: &str) -> i64 {
 fn debug_reload_and_a_restart_from_rdb_keep_every_lock() {
     let mut server = Server::start();
     let mut con = server.conn();
-    populate(&mut con, "p");
+    let first = populate(&mut con, "p");
     let digest = digest_of(&mut con, "p");
     let locks = lock_set(&mut con, "p");
     assert_eq!(locks.len(), 8);
@@ -73,10 +77,10 @@ fn debug_reload_and_a_restart_from_rdb_keep_every_lock() {
     server.crash_and_restart();
     let mut con = server.conn();
     assert_eq!(digest_of(&mut con, "p"), digest);
-    // Six acquires made the eight locks, so the next grant takes fence 7.
+    // Six acquires made the eight locks, so the next grant takes the first fence + 6.
     assert_eq!(
         fence_of_next_acquire(&mut con, "p"),
-        7,
+        first + 6,
         "the fence continues above its old value"
     );
     assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 9);
@@ -102,9 +106,9 @@ fn burst(con: &mut Connection, key: &str, from: usize, count: usize) -> Vec<(Str
 fn acknowledged_grants_survive_sigkill_with_appendfsync_always() {
     let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
-    populate(&mut con, "p");
+    let first = populate(&mut con, "p");
     let acknowledged = burst(&mut con, "p", 0, 300);
-    assert_eq!(acknowledged.last().map(|a| a.1), Some(306));
+    assert_eq!(acknowledged.last().map(|a| a.1), Some(first + 305));
     release(&mut con, "p", "owner-3", &["/burst/3"]);
     renew(&mut con, "p", "owner-4", 900_000);
     let digest = digest_of(&mut con, "p");
@@ -117,7 +121,7 @@ fn acknowledged_grants_survive_sigkill_with_appendfsync_always() {
         server.log()
     );
     assert_eq!(lock_set(&mut con, "p").len(), 8 + 299);
-    assert_eq!(fence_of_next_acquire(&mut con, "p"), 307);
+    assert_eq!(fence_of_next_acquire(&mut con, "p"), first + 306);
 }
 
 #[test]
@@ -181,8 +185,12 @@ fn a_project_with_no_locks_left_keeps_its_fence_counter_across_rewrite_and_resta
             Server::start()
         };
         let mut con = server.conn();
+        let mut last = 0;
         for token in ["a", "b", "c"] {
-            assert!(take(&mut con, "p", token, &["WRITE", &format!("/{token}")]));
+            let path = format!("/{token}");
+            last = acquire(&mut con, "p", &["TOKEN", token, "WRITE", &path])
+                .expect("granted")
+                .1;
             assert_eq!(release(&mut con, "p", token, &[]), 1);
         }
         let exists: i64 = cmd("EXISTS").arg("p").query(&mut con).expect("EXISTS");
@@ -204,7 +212,7 @@ fn a_project_with_no_locks_left_keeps_its_fence_counter_across_rewrite_and_resta
         let mut con = server.conn();
         assert_eq!(
             fence_of_next_acquire(&mut con, "p"),
-            4,
+            last + 1,
             "aof: {aof}; server log:\n{}",
             server.log()
         );

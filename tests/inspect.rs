@@ -57,8 +57,10 @@ fn locks_lists_live_locks_in_tree_order_with_ttl_and_fence() {
             "WRITE /q t4"
         ]
     );
-    let fences: Vec<i64> = all.iter().map(|e| e.4).collect();
-    assert_eq!(fences, [3, 2, 1, 5, 4]);
+    // Fences in grant order t1..t5, counted from the key's first.
+    let first = all.iter().map(|e| e.4).min().unwrap_or_default();
+    let fences: Vec<i64> = all.iter().map(|e| e.4 - first).collect();
+    assert_eq!(fences, [2, 1, 0, 4, 3]);
     assert!(all.iter().all(|e| e.3 > 59_000 && e.3 <= 60_000), "{all:?}");
     // A subtree lists its root and descendants only, never the locks above it.
     assert_eq!(

@@ -81,7 +81,7 @@ fn the_example_config_sets_every_module_config_to_its_default() {
             (name.to_string(), value.trim().to_string())
         })
         .collect();
-    assert_eq!(settings.len(), 5, "{settings:?}");
+    assert_eq!(settings.len(), 6, "{settings:?}");
     let plain = Server::start();
     let mut con = plain.conn();
     for (name, value) in &settings {
@@ -125,7 +125,7 @@ fn configs_are_validated_and_changed_at_run_time() {
         .arg(&["GET", "pathlock.*"])
         .query(&mut con)
         .expect("GET");
-    assert_eq!(all.len(), 10, "five configs: {all:?}");
+    assert_eq!(all.len(), 12, "six configs: {all:?}");
     for (name, bad) in [
         ("pathlock.max-ttl", "0"),
         ("pathlock.default-ttl", "-1"),
@@ -270,5 +270,36 @@ fn inspecting_a_narrow_subtree_of_a_large_project_is_cheap() {
     assert!(
         check_read_us * 50.0 < check_all_us,
         "{check_read_us} vs {check_all_us}"
+    );
+}
+
+/// A project holding one lock costs what it holds, not a chunk of arena: most projects are
+/// small, and a server holds many (the engine's arenas grow a chunk at a time only once they
+/// pass one chunk).
+#[test]
+fn a_small_project_costs_a_few_kilobytes() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let used = |con: &mut Connection| info_number(con, "memory", "used_memory");
+    let before = used(&mut con);
+    let mut pipe = redis::pipe();
+    for i in 0..1000 {
+        pipe.cmd("PATHLOCK.ACQUIRE")
+            .arg(&[
+                format!("small:{i}").as_str(),
+                "TOKEN",
+                "t",
+                "TTL",
+                "600000",
+                "WRITE",
+                "/A/C",
+            ])
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).expect("1,000 projects");
+    let per_project = (used(&mut con) - before) / 1000;
+    assert!(
+        per_project < 8 * 1024,
+        "{per_project} bytes per one-lock project"
     );
 }

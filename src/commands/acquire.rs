@@ -5,10 +5,12 @@ use super::words;
 use crate::change::change;
 use crate::clock::now_ms;
 use crate::context::may_block;
-use crate::{args, grants, reply, stats, waits};
+use crate::errors::ERR_FENCES_EXHAUSTED;
+use crate::{args, eviction, fences, grants, reply, stats, waits};
 
 enum Outcome {
     Granted(u64),
+    Exhausted,
     Waiting,
     Refused,
 }
@@ -18,11 +20,17 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
     }
+    if let Some(refusal) = eviction::refusal() {
+        return Err(RedisError::String(refusal));
+    }
     let request = args::acquire(&words(&args[2..]))?;
     let token = request.token.unwrap_or_else(Token::generate);
     let now = now_ms(ctx);
     let wait = if may_block(ctx) { request.wait } else { 0 };
     let outcome = change(ctx, &args[1], true, |project| {
+        if project.locks().next_fence() >= fences::LIMIT {
+            return Outcome::Exhausted;
+        }
         match project.acquire(now, &token, request.ttl, &request.items) {
             Some(fence) => Outcome::Granted(fence),
             None if wait > 0 => {
@@ -44,6 +52,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let fence = match outcome {
         Outcome::Granted(fence) => fence,
         Outcome::Waiting => return Ok(RedisValue::NoReply),
+        Outcome::Exhausted => return Err(RedisError::Str(ERR_FENCES_EXHAUSTED)),
         Outcome::Refused => {
             stats::count(&stats::CONFLICTS, 1);
             return Ok(RedisValue::Null);

@@ -32,7 +32,11 @@ it("runs the README's move example, and its busy branch", async () => {
   };
   const locks = new PathLocks(server.client(), "proj:42", { ttlMs: 30000 });
   await example(locks);
-  assert.deepEqual(moved, ["/A/C -> /B/C @1"]);
+  // One move, with the grant's fence: a safe integer (fences start above every earlier one).
+  assert.equal(moved.length, 1);
+  const [, fence] = moved[0].split(" @");
+  assert.ok(Number.isSafeInteger(Number(fence)) && Number(fence) > 0, moved[0]);
+  assert.equal(moved[0], `/A/C -> /B/C @${fence}`);
   assert.deepEqual(await locks.locks(), []);
   const other = await locks.delete("/A");
   await example(locks);

@@ -34,7 +34,14 @@ impl<T> Chunks<T> {
     pub(super) fn push(&mut self, value: T) {
         let chunk = self.len >> CHUNK_BITS;
         if chunk == self.chunks.len() {
-            self.chunks.push(Vec::with_capacity(CHUNK));
+            // The first chunk grows as a `Vec` does, by doubling up to a chunk, so that a small
+            // project (most are) holds what it uses rather than a whole chunk: a move of at
+            // most one chunk is as bounded as allocating one. Later chunks are whole at once.
+            self.chunks.push(if chunk == 0 {
+                Vec::new()
+            } else {
+                Vec::with_capacity(CHUNK)
+            });
         }
         self.chunks[chunk].push(value);
         self.len += 1;
@@ -65,7 +72,7 @@ impl<T> Chunks<T> {
     /// The bytes the chunks reserve, full or not.
     #[cfg(test)]
     pub(super) fn reserved_bytes(&self) -> usize {
-        self.chunks.len() * CHUNK * std::mem::size_of::<T>()
+        self.chunks.iter().map(Vec::capacity).sum::<usize>() * std::mem::size_of::<T>()
     }
 }
 

@@ -1,0 +1,253 @@
+//! Least-privilege ACL users against a real server: key specs that say what each command does to
+//! its key (read-only `LOCKS` and `CHECK`), the `pathlock` ACL category where the server has
+//! module categories (Redis 7.2+, Valkey 8+), and the README's recipes, which on Redis 7.0 name
+//! the commands instead of the category. Nobody needs the replication-only command.
+
+mod common;
+
+use common::*;
+
+/// Whether the server lets modules declare ACL categories: `ACL CAT` then lists `pathlock`.
+fn has_categories(con: &mut Connection) -> bool {
+    let categories: Vec<String> = cmd("ACL").arg("CAT").query(con).expect("ACL CAT");
+    categories.iter().any(|c| c == "pathlock")
+}
+
+fn user(server: &Server, admin: &mut Connection, name: &str, rules: &[&str]) -> Connection {
+    let _: () = cmd("ACL")
+        .arg(&["SETUSER", name, "reset", "on", ">pw"])
+        .arg(rules)
+        .query(admin)
+        .unwrap_or_else(|e| panic!("ACL SETUSER {name} {rules:?}: {e}"));
+    let mut con = server.conn();
+    let _: () = cmd("AUTH")
+        .arg(&[name, "pw"])
+        .query(&mut con)
+        .expect("AUTH");
+    con
+}
+
+/// The README's application recipe: the lock commands on `proj:*` keys, nothing else.
+fn application_rules(categories: bool) -> Vec<&'static str> {
+    if categories {
+        vec!["~proj:*", "+@pathlock"]
+    } else {
+        vec![
+            "~proj:*",
+            "+pathlock.acquire",
+            "+pathlock.release",
+            "+pathlock.renew",
+            "+pathlock.locks",
+            "+pathlock.check",
+        ]
+    }
+}
+
+/// The README's dashboard recipe: read permission on `proj:*` keys and the two reading
+/// commands.
+fn dashboard_rules() -> Vec<&'static str> {
+    vec!["%R~proj:*", "+pathlock.check", "+pathlock.locks"]
+}
+
+#[test]
+fn a_read_only_user_may_inspect_but_not_lock() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    assert!(take(
+        &mut admin,
+        "proj:1",
+        "t",
+        &["TTL", "600000", "WRITE", "/A/C"]
+    ));
+    let mut reader = user(&server, &mut admin, "reader", &dashboard_rules());
+    let listed: Vec<Value> = cmd("PATHLOCK.LOCKS")
+        .arg("proj:1")
+        .query(&mut reader)
+        .expect("LOCKS with read permission");
+    assert_eq!(listed.len(), 1);
+    let blockers: Vec<Value> = cmd("PATHLOCK.CHECK")
+        .arg(&["proj:1", "WRITE", "/A"])
+        .query(&mut reader)
+        .expect("CHECK with read permission");
+    assert_eq!(blockers.len(), 1);
+    // Given the writing commands too, the user still lacks write permission on the key.
+    let _: () = cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "reader",
+            "+pathlock.acquire",
+            "+pathlock.release",
+            "+pathlock.renew",
+        ])
+        .query(&mut admin)
+        .expect("ACL SETUSER");
+    for args in [
+        &[&b"PATHLOCK.ACQUIRE"[..], b"proj:1", b"WRITE", b"/B"][..],
+        &[b"PATHLOCK.RELEASE", b"proj:1", b"t"],
+        &[b"PATHLOCK.RENEW", b"proj:1", b"t", b"1000"],
+    ] {
+        let error = error_from(&mut reader, args);
+        assert!(error.starts_with("NOPERM"), "{args:?}: {error}");
+    }
+    // And read permission on other keys is not given.
+    let error = error_from(&mut reader, &[b"PATHLOCK.LOCKS", b"other:1"]);
+    assert!(error.starts_with("NOPERM"), "{error}");
+    assert_eq!(lock_set(&mut admin, "proj:1").len(), 1, "nothing changed");
+}
+
+#[test]
+fn an_application_user_locks_only_its_keys_and_never_needs_the_effect_command() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let categories = has_categories(&mut admin);
+    assert!(take(&mut admin, "other:1", "admin", &["WRITE", "/x"]));
+    let mut app = user(&server, &mut admin, "app", &application_rules(categories));
+    // The whole life of a lock on its own keys.
+    assert!(take(
+        &mut app,
+        "proj:1",
+        "a",
+        &["TTL", "60000", "WRITE", "/A"]
+    ));
+    let listed: Vec<Value> = cmd("PATHLOCK.LOCKS")
+        .arg("proj:1")
+        .query(&mut app)
+        .expect("LOCKS");
+    assert_eq!(listed.len(), 1);
+    let blockers: Vec<Value> = cmd("PATHLOCK.CHECK")
+        .arg(&["proj:1", "READ", "/A/b"])
+        .query(&mut app)
+        .expect("CHECK");
+    assert_eq!(blockers.len(), 1);
+    assert_eq!(renew(&mut app, "proj:1", "a", 60_000), 1);
+    // A blocking acquire, which the category must allow too.
+    let waited: Option<(String, i64)> = cmd("PATHLOCK.ACQUIRE")
+        .arg(&["proj:1", "TOKEN", "b", "WAIT", "50", "WRITE", "/A"])
+        .query(&mut app)
+        .expect("ACQUIRE WAIT");
+    assert_eq!(waited, None);
+    assert_eq!(release(&mut app, "proj:1", "a", &[]), 1);
+    // Other keys, other commands and the replication-only command are refused.
+    for args in [
+        &[&b"PATHLOCK.ACQUIRE"[..], b"other:1", b"WRITE", b"/A"][..],
+        &[b"PATHLOCK.RELEASE", b"other:1", b"admin"],
+        &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
+        &[b"PATHLOCK.LOCKS", b"other:1"],
+        &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
+        &[b"PATHLOCK.EFFECT", b"proj:1", b"FENCE", b"9"],
+        &[b"GET", b"proj:1"],
+        &[b"DEL", b"proj:1"],
+    ] {
+        let error = error_from(&mut app, args);
+        assert!(error.starts_with("NOPERM"), "{args:?}: {error}");
+    }
+    assert_eq!(
+        lock_set(&mut admin, "other:1").len(),
+        1,
+        "app changed nothing"
+    );
+}
+
+#[test]
+fn the_commands_are_in_the_usual_categories_where_the_server_has_them() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    if !has_categories(&mut admin) {
+        // Redis 7.0: no module categories. The commands are then in no category at all, so
+        // `+@write` never includes them by accident, and the recipes name them.
+        let write: Vec<String> = cmd("ACL")
+            .arg(&["CAT", "write"])
+            .query(&mut admin)
+            .expect("ACL CAT write");
+        assert!(
+            !write.iter().any(|c| c.starts_with("pathlock")),
+            "{write:?}"
+        );
+        return;
+    }
+    let members = |con: &mut Connection, category: &str| -> Vec<String> {
+        let mut names: Vec<String> = cmd("ACL")
+            .arg(&["CAT", category])
+            .query::<Vec<String>>(con)
+            .expect("ACL CAT")
+            .into_iter()
+            .map(|c| c.to_ascii_lowercase())
+            .filter(|c| c.starts_with("pathlock."))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        members(&mut admin, "pathlock"),
+        [
+            "pathlock.acquire",
+            "pathlock.check",
+            "pathlock.locks",
+            "pathlock.release",
+            "pathlock.renew"
+        ]
+    );
+    assert_eq!(
+        members(&mut admin, "read"),
+        ["pathlock.check", "pathlock.locks"]
+    );
+    assert_eq!(
+        members(&mut admin, "write"),
+        [
+            "pathlock.acquire",
+            "pathlock.effect",
+            "pathlock.release",
+            "pathlock.renew"
+        ]
+    );
+    assert_eq!(members(&mut admin, "blocking"), ["pathlock.acquire"]);
+    // `+@read` alone is enough for a dashboard with read permission on the keys.
+    assert!(take(&mut admin, "proj:2", "t", &["WRITE", "/A"]));
+    let mut reader = user(&server, &mut admin, "reader", &["%R~proj:*", "+@read"]);
+    let listed: Vec<Value> = cmd("PATHLOCK.LOCKS")
+        .arg("proj:2")
+        .query(&mut reader)
+        .expect("LOCKS under +@read");
+    assert_eq!(listed.len(), 1);
+    let error = error_from(
+        &mut reader,
+        &[b"PATHLOCK.ACQUIRE", b"proj:2", b"READ", b"/B"],
+    );
+    assert!(error.starts_with("NOPERM"), "{error}");
+}
+
+#[test]
+fn command_docs_describe_every_argument_and_the_key_access() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for (name, arguments, access) in [
+        (
+            "pathlock.acquire",
+            &["key", "token", "ttl", "wait", "request"][..],
+            "RW",
+        ),
+        ("pathlock.release", &["key", "token", "path"][..], "RW"),
+        ("pathlock.renew", &["key", "token", "ms"][..], "RW"),
+        ("pathlock.locks", &["key", "path"][..], "RO"),
+        ("pathlock.check", &["key", "token", "request"][..], "RO"),
+    ] {
+        let docs: Value = cmd("COMMAND")
+            .arg(&["DOCS", name])
+            .query(&mut con)
+            .expect("COMMAND DOCS");
+        let text = format!("{docs:?}");
+        for argument in arguments {
+            assert!(
+                text.contains(&format!("\"{argument}\"")),
+                "{name} lacks {argument}: {text}"
+            );
+        }
+        let info: Value = cmd("COMMAND")
+            .arg(&["INFO", name])
+            .query(&mut con)
+            .expect("COMMAND INFO");
+        let text = format!("{info:?}");
+        assert!(text.contains(&format!("\"{access}\"")), "{name}: {text}");
+        assert!(text.contains("\"access\""), "{name}: {text}");
+    }
+}
