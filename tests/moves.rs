@@ -69,6 +69,7 @@ fn a_waiter_of_a_migrated_project_is_answered_that_it_moved_not_granted() {
     let destination = Server::start();
     let mut con = source.conn();
     let waiter = held_and_awaited(&source, &mut con, "K");
+    let held = lock_set(&mut con, "K");
     let _: () = cmd("MIGRATE")
         .arg("127.0.0.1")
         .arg(destination.port)
@@ -93,10 +94,8 @@ fn a_waiter_of_a_migrated_project_is_answered_that_it_moved_not_granted() {
     );
     let mut there = destination.conn();
     let locks = lock_set(&mut there, "K");
-    assert_eq!(
-        locks,
-        vec![(b"/A".to_vec(), "WRITE".to_string(), b"holder".to_vec(), 1)]
-    );
+    assert_eq!(locks, held, "the holder's lock, with its fence, moved");
+    assert_eq!(locks.len(), 1);
     // The waiter retries where the project is now, and finds it held.
     assert!(!take(&mut there, "K", "waiter", &["WRITE", "/A/x"]));
 }
