@@ -268,13 +268,18 @@ fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
     );
 }
 
-/// A waiter of a project whose slot is being migrated follows it: `MIGRATE` answers it
-/// `-ASK <slot> <host>:<port>` of the importing node, nothing is granted on the node the project
-/// left, and that node keeps no key in the slot it gave away.
-#[test]
-fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
-    let cluster = Cluster::start();
-    let key = "proj:ask";
+/// A project held on the master that serves `key`, with a client waiting on it there.
+struct Awaited<'a> {
+    source: &'a Server,
+    /// Another master, where the slot can move.
+    target: &'a Server,
+    con: Connection,
+    waiter: std::thread::JoinHandle<redis::RedisResult<Option<(String, i64)>>>,
+    slot: i64,
+}
+
+/// `holder` takes `WRITE /A` in `key` on its master, and `waiter` waits there for `WRITE /A/x`.
+fn held_and_awaited<'a>(cluster: &'a Cluster, key: &'static str) -> Awaited<'a> {
     let source = cluster.owner(key);
     let target = cluster
         .masters()
@@ -301,6 +306,29 @@ fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
         .arg(&["KEYSLOT", key])
         .query(&mut con)
         .expect("KEYSLOT");
+    Awaited {
+        source,
+        target,
+        con,
+        waiter,
+        slot,
+    }
+}
+
+/// A waiter of a project whose slot is being migrated follows it: `MIGRATE` answers it
+/// `-ASK <slot> <host>:<port>` of the importing node, nothing is granted on the node the project
+/// left, and that node keeps no key in the slot it gave away.
+#[test]
+fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
+    let cluster = Cluster::start();
+    let key = "proj:ask";
+    let Awaited {
+        source,
+        target,
+        mut con,
+        waiter,
+        slot,
+    } = held_and_awaited(&cluster, key);
     let (source_id, target_id) = (cluster.node_id(source), cluster.node_id(target));
     let setslot = |node: &Server, args: &[&str]| {
         let _: () = cmd("CLUSTER")
@@ -357,32 +385,13 @@ fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
 fn a_waiter_of_a_project_deleted_during_migration_is_told_to_try_again() {
     let cluster = Cluster::start();
     let key = "proj:del";
-    let source = cluster.owner(key);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|m| m.port != source.port)
-        .expect("another master");
-    let mut con = source.conn();
-    assert!(take(
-        &mut con,
-        key,
-        "holder",
-        &["TTL", "60000", "WRITE", "/A"]
-    ));
-    let mut waiting = source.conn();
-    let waiter = std::thread::spawn(move || {
-        cmd("PATHLOCK.ACQUIRE")
-            .arg(&[key, "TOKEN", "waiter", "WAIT", "10000", "WRITE", "/A/x"])
-            .query::<Option<(String, i64)>>(&mut waiting)
-    });
-    wait_until(Duration::from_secs(10), "the waiter to block", || {
-        info_number(&mut con, "clients", "blocked_clients") == 1
-    });
-    let slot: i64 = cmd("CLUSTER")
-        .arg(&["KEYSLOT", key])
-        .query(&mut con)
-        .expect("KEYSLOT");
+    let Awaited {
+        source: _,
+        target,
+        mut con,
+        waiter,
+        slot,
+    } = held_and_awaited(&cluster, key);
     let _: () = cmd("CLUSTER")
         .arg("SETSLOT")
         .arg(slot)
