@@ -11,6 +11,9 @@
 //! write, an error that is not `ERR ...` printable ASCII, an engine whose indexes disagree, or a
 //! round trip that changes what it carries. Built only for tests and with the `system-alloc`
 //! feature, never into the module Redis loads.
+//!
+//! Level 2: imports `args`, `config`, `reply`, `effects`, `errors`. Called by the fuzz targets
+//! and its own unit tests.
 
 use std::collections::HashMap;
 use std::ffi::CString;
