@@ -10,6 +10,7 @@
 //! its locks (a release, or an expiry reclaimed by a command or the expiry timer), so the grant
 //! is replicated as a `GRANT` effect right after the effect that made room for it (`grants`).
 
+use std::collections::BTreeSet;
 use std::os::raw::c_void;
 
 use pathlock_core::{Grant, Project, Waiter};
@@ -103,8 +104,10 @@ pub fn work_off_signals(ctx: &Context) {
         }
         // A value that left its key was deleted when the name is now free (its waiters start
         // over there, as after a DEL) and replaced when another value holds it.
+        // A set, so that sorting out many waiters costs what they are, not its square.
+        let answered: BTreeSet<u64> = away.iter().map(|(id, _)| *id).collect();
         for id in signals.unlinked {
-            if away.iter().any(|(gone, _)| *gone == id) {
+            if answered.contains(&id) {
                 continue;
             }
             if let Some((db, key, _)) = registry::waiter(id) {
@@ -213,8 +216,9 @@ fn answer(ctx: &Context, id: u64, message: String) {
 fn take_strays(db: i32, key: &[u8], project: &mut Project) -> Vec<u64> {
     let strays = registry::strays(db, key, project.waiter_ids());
     if strays.is_empty() {
-        return strays;
+        return Vec::new();
     }
+    let strays: BTreeSet<u64> = strays.into_iter().collect();
     let (moved, stay): (Vec<_>, Vec<_>) = project
         .take_waiters()
         .into_iter()
