@@ -132,7 +132,8 @@ fn a_replica_refuses_writes_and_never_expires_on_its_own() {
     let mut m = master.conn();
     let mut r = replica.conn();
     assert!(take(&mut m, "p", "long", &["TTL", "60000", "WRITE", "/A"]));
-    assert!(take(&mut m, "p", "brief", &["TTL", "1000", "WRITE", "/B"]));
+    // Brief, but long enough to outlive the checks before the pause on a loaded machine.
+    assert!(take(&mut m, "p", "brief", &["TTL", "3000", "WRITE", "/B"]));
     let _: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
 
     let error = error_of(try_acquire(&mut r, "p", &["WRITE", "/C"]));
@@ -158,7 +159,7 @@ fn a_replica_refuses_writes_and_never_expires_on_its_own() {
         2,
         "both leases are live before the pause ends"
     );
-    sleep(Duration::from_millis(1200));
+    sleep(Duration::from_millis(3200));
     let listed = lock_set(&mut r, "p");
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 2);
