@@ -35,7 +35,7 @@ pub fn change<R>(
             if !expired.is_empty() {
                 Effect::Expire { now }.replicate(ctx, key_name);
                 stats::count(&stats::EXPIRATIONS, expired.len());
-                notify(ctx, "pathlock.expired", key_name);
+                notify(ctx, c"pathlock.expired", key_name);
                 grants::deliver(ctx, key_name, grants);
             }
         }
@@ -76,7 +76,7 @@ pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Inst
         }
         if reclaimed > 0 {
             stats::count(&stats::EXPIRATIONS, reclaimed);
-            notify(ctx, "pathlock.expired", key_name);
+            notify(ctx, c"pathlock.expired", key_name);
         }
         settle(ctx, key_name, project, before);
         done

@@ -7,7 +7,7 @@
 //! forgotten before Redis next sleeps, so it never outlives the event-loop iteration that ran
 //! the transaction.
 //!
-//! Level 1: imports `contain`. Used by every file that decides.
+//! Level 1: imports `contain`, `context`. Used by every file that decides.
 
 use std::os::raw::c_void;
 use std::sync::Mutex;
@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use redis_module::{raw, Context, ContextFlags};
 
 use crate::contain::contained;
+use crate::context;
 
 /// `(client id, ms)` of the transaction or script running now.
 static SNAPSHOT: Mutex<Option<(u64, u64)>> = Mutex::new(None);
@@ -32,10 +33,7 @@ fn cached_ms() -> u64 {
 
 pub fn now_ms(ctx: &Context) -> u64 {
     let now = cached_ms();
-    if !ctx
-        .get_flags()
-        .intersects(ContextFlags::MULTI | ContextFlags::LUA)
-    {
+    if !context::flags(ctx).intersects(ContextFlags::MULTI | ContextFlags::LUA) {
         return now;
     }
     // SAFETY: the context is the live one Redis gave this command.

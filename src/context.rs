@@ -4,7 +4,37 @@
 //!
 //! Level 0: imports nothing of the crate. Used by every file that opens keys or answers clients.
 
-use redis_module::{raw, Context, ContextFlags, NotifyEvent, RedisString};
+use std::cell::Cell;
+use std::ffi::CStr;
+
+use redis_module::{raw, Context, ContextFlags, RedisString};
+
+thread_local! {
+    /// The flags of the command running on this thread, with its context's address, read once
+    /// when the command starts: a command asks several times (its clock, whether it decides,
+    /// whether it may block) and each `RM_GetContextFlags` computes all of them anew.
+    static CURRENT: Cell<(usize, i32)> = const { Cell::new((0, 0)) };
+}
+
+/// The context's flags: those remembered for the running command when `ctx` is its context,
+/// else read from the server.
+pub fn flags(ctx: &Context) -> ContextFlags {
+    let (current, bits) = CURRENT.with(Cell::get);
+    if current == ctx.ctx as usize {
+        return ContextFlags::from_bits_truncate(bits);
+    }
+    ctx.get_flags()
+}
+
+/// Runs a command's `work` with its context's flags remembered, and forgets them after (a
+/// command that calls another through `RM_Call` gets the outer ones back). `work` must not
+/// unwind, or the outer ones would not come back.
+pub fn remembering_flags<R>(ctx: &Context, work: impl FnOnce() -> R) -> R {
+    let outer = CURRENT.with(|current| current.replace((ctx.ctx as usize, ctx.get_flags().bits())));
+    let result = work();
+    CURRENT.with(|current| current.set(outer));
+    result
+}
 
 pub fn selected_db(ctx: &Context) -> i32 {
     // SAFETY: the context is the live one Redis gave this call.
@@ -33,14 +63,13 @@ pub fn in_db<R>(ctx: &Context, db: i32, work: impl FnOnce() -> R) -> R {
 /// Whether this call decides, rather than applies a decision: a replica applying its master's
 /// stream and a server replaying its AOF must never reclaim or refuse on their own.
 pub fn decides(ctx: &Context) -> bool {
-    !ctx.get_flags()
-        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    !flags(ctx).intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
 }
 
 /// Whether this command may block: not inside `MULTI`, a script, a replicated or replayed
 /// command, or any context Redis marks as unable to block.
 pub fn may_block(ctx: &Context) -> bool {
-    !ctx.get_flags().intersects(
+    !flags(ctx).intersects(
         ContextFlags::MULTI
             | ContextFlags::LUA
             | ContextFlags::DENY_BLOCKING
@@ -54,7 +83,7 @@ pub fn may_block(ctx: &Context) -> bool {
 /// module's call on any other key (RM_Call answers NULL, as it routes a client elsewhere), so a
 /// harmless `EXISTS` asks exactly the question Redis's routing answers.
 pub fn serves(ctx: &Context, key: &RedisString) -> bool {
-    if !ctx.get_flags().contains(ContextFlags::CLUSTER) {
+    if !flags(ctx).contains(ContextFlags::CLUSTER) {
         return true;
     }
     // SAFETY: the command name and the format are C string literals; `s` takes the key's
@@ -73,7 +102,19 @@ pub fn serves(ctx: &Context, key: &RedisString) -> bool {
     }
 }
 
-/// Raises a keyspace event of the module class (`pathlock.acquire`, ...) on a project key.
-pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);
+/// Raises a keyspace event of the module class (`pathlock.acquire`, ...) on a project key. The
+/// name is a C string already, so announcing costs no allocation.
+pub fn notify(ctx: &Context, event: &CStr, key: &RedisString) {
+    // SAFETY: the event name is a NUL-terminated literal and the key a live RedisModuleString;
+    // Redis copies what it keeps.
+    unsafe {
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                ctx.ctx,
+                raw::REDISMODULE_NOTIFY_MODULE,
+                event.as_ptr(),
+                key.inner,
+            );
+        }
+    }
 }

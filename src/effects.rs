@@ -21,14 +21,15 @@
 //! sharing a deadline have on each server. `EXPIRE now` alone is what a command's lazy
 //! reclamation sends, and what older masters and AOF files hold.
 //!
-//! Level 1: imports `errors`. Used by `change`, `grants`, the writing commands and the harness.
+//! Level 2: imports `errors`, `propagation`. Used by `change`, `grants`, the writing commands and the harness.
 
 use pathlock_core::{Mode, Path, PathLimits, Project, Token};
 use redis_module::{raw, Context, RedisString};
 
 use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
+use crate::propagation;
 
-pub const COMMAND: &str = "PATHLOCK.EFFECT";
+pub const COMMAND: &std::ffi::CStr = c"PATHLOCK.EFFECT";
 
 #[derive(Debug)]
 pub enum Effect {
@@ -93,7 +94,7 @@ impl Word<'_> {
 
 /// What applying an effect changed, for the keyspace event and the totals.
 pub struct Applied {
-    pub event: &'static str,
+    pub event: &'static std::ffi::CStr,
     pub count: usize,
 }
 
@@ -155,15 +156,19 @@ impl Effect {
             .collect()
     }
 
-    /// Sends the effect to replicas and the AOF, after whatever the command sent before it.
+    /// Sends the effect to replicas and the AOF, after whatever the command sent before it;
+    /// nothing when neither would receive it, as Redis does for its own commands.
     pub fn replicate(&self, ctx: &Context, key: &RedisString) {
+        if !propagation::listened(ctx) {
+            return;
+        }
         let words = self.word_list();
         let words: Vec<&[u8]> = words.iter().map(Word::as_slice).collect();
         if !replicate_buffers(ctx, key, &words) {
             let mut args: Vec<&[u8]> = Vec::with_capacity(words.len() + 1);
             args.push(key.as_slice());
             args.extend(words);
-            ctx.replicate(COMMAND, args.as_slice());
+            ctx.replicate(&COMMAND.to_string_lossy(), args.as_slice());
         }
     }
 
@@ -250,24 +255,24 @@ impl Effect {
             } => {
                 table.grant(token, *deadline, *fence, items);
                 Applied {
-                    event: "pathlock.acquire",
+                    event: c"pathlock.acquire",
                     count: 1,
                 }
             }
             Effect::Release { token, paths } => Applied {
-                event: "pathlock.release",
+                event: c"pathlock.release",
                 count: table.release(token, paths.as_deref()).len(),
             },
             Effect::Renew { token, deadline } => Applied {
-                event: "pathlock.renew",
+                event: c"pathlock.renew",
                 count: table.renew(token, *deadline),
             },
             Effect::Expire { now } => Applied {
-                event: "pathlock.expired",
+                event: c"pathlock.expired",
                 count: table.reclaim_expired(*now).len(),
             },
             Effect::ExpireOf { now, tokens } => Applied {
-                event: "pathlock.expired",
+                event: c"pathlock.expired",
                 count: tokens
                     .iter()
                     .map(|token| table.reclaim_expired_of(*now, token).len())
@@ -276,7 +281,7 @@ impl Effect {
             Effect::Fence { next } => {
                 table.raise_next_fence(*next);
                 Applied {
-                    event: "",
+                    event: c"",
                     count: 0,
                 }
             }
@@ -313,7 +318,7 @@ fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool 
         let Some(format) = FORMATS.get(words.len()) else {
             return false;
         };
-        let command = c"PATHLOCK.EFFECT".as_ptr();
+        let command = COMMAND.as_ptr();
         let format = format.as_ptr();
         let k = key.inner;
         let w = |i: usize| (words[i].as_ptr().cast::<c_char>(), words[i].len());

@@ -3,7 +3,8 @@
 //! project), flushes, `SWAPDB`, role changes, and, through a command filter, the start of each
 //! `MIGRATE`.
 //!
-//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`, `eviction`. Subscribed by
+//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`, `eviction`,
+//! `propagation`. Subscribed by
 //! `lib.rs`. Like the keyspace itself in Redis, it never calls into the waiting machinery: it
 //! schedules expiry and queues signals in `registry`.
 
@@ -15,7 +16,7 @@ use redis_module::{raw, Context, NotifyEvent, RedisString};
 use crate::contain::contained;
 use crate::context::selected_db;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{errors, eviction, registry, schedule};
+use crate::{errors, eviction, propagation, registry, schedule};
 
 /// Keyspace events that bring a path-lock key under a new name or from outside: it is scheduled
 /// for expiry, and waiters that came with it under a new name are signalled.
@@ -98,6 +99,9 @@ extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
             let ptr = bytes(string, &mut len);
             (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
         };
+        if arg(0).is_some_and(propagation::asks_for_stream) {
+            propagation::heard();
+        }
         let migrate = arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"MIGRATE"));
         let destination = migrate.then(|| {
             let host = errors::shown(arg(1).unwrap_or_default());
@@ -115,6 +119,9 @@ extern "C" fn on_role_change(
     subevent: u64,
     _data: *mut c_void,
 ) {
+    // Either way, a replica may hear this server's stream from now on: its new replicas, or,
+    // once promoted, the replicas of its old master that now follow it.
+    propagation::heard();
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
         contained("the role change event", (), registry::demoted);
     }

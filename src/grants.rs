@@ -27,7 +27,7 @@ pub fn granted(
         items,
     }
     .replicate(ctx, key);
-    notify(ctx, "pathlock.acquire", key);
+    notify(ctx, c"pathlock.acquire", key);
     stats::count(&stats::GRANTS, 1);
 }
 

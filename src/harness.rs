@@ -12,7 +12,7 @@
 //! round trip that changes what it carries. Built only for tests and with the `system-alloc`
 //! feature, never into the module Redis loads.
 //!
-//! Level 2: imports `args`, `config`, `reply`, `effects`, `errors`. Called by the fuzz targets
+//! Level 3: imports `args`, `config`, `reply`, `effects`, `errors`. Called by the fuzz targets
 //! and its own unit tests.
 
 use std::collections::HashMap;

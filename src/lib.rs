@@ -10,9 +10,9 @@
 // README's file map says what each holds.
 //
 // 0  config, contain, context, docs, errors, fences, slot, stats
-// 1  args, clock, effects, eviction, registry, reply, schedule, selected_db
-// 2  blocked, info, keytype (and harness, for tests and fuzzing)
-// 3  events, grants, store
+// 1  args, clock, eviction, propagation, registry, reply, schedule, selected_db
+// 2  blocked, effects, info, keytype
+// 3  events, grants, store (and harness, for tests and fuzzing)
 // 4  change
 // 5  expiry, waits
 // 6  commands, then this file
@@ -36,6 +36,7 @@ mod grants;
 pub mod harness;
 mod info;
 mod keytype;
+mod propagation;
 mod registry;
 mod reply;
 mod schedule;
@@ -45,7 +46,6 @@ mod stats;
 mod store;
 mod waits;
 
-use commands::guarded;
 use keytype::PATHLOCK_TYPE;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
@@ -55,9 +55,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         // Without this option a short read while loading an RDB or a RESTORE payload kills the
         // server; with it, the loader sees the error and refuses the value.
         ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
+        if commands::register(ctx) == Status::Err {
+            return Status::Err;
+        }
         expiry::start(ctx);
         clock::subscribe(ctx);
         events::subscribe(ctx);
+        propagation::subscribe(ctx);
         eviction::subscribe(ctx);
         eviction::refresh(ctx);
         // The registry of waiters queues signals; the waits layer above it works them off.
@@ -88,14 +92,6 @@ redis_module! {
     allocator: (allocator!(), allocator!()),
     data_types: [PATHLOCK_TYPE],
     init: init,
-    commands: [
-        ["PATHLOCK.ACQUIRE", guarded(commands::acquire), "write deny-oom", 1, 1, 1, ""],
-        ["PATHLOCK.RELEASE", guarded(commands::release), "write", 1, 1, 1, ""],
-        ["PATHLOCK.RENEW", guarded(commands::renew), "write", 1, 1, 1, ""],
-        ["PATHLOCK.LOCKS", guarded(commands::locks), "readonly", 1, 1, 1, ""],
-        ["PATHLOCK.CHECK", guarded(commands::check), "readonly", 1, 1, 1, ""],
-        [effects::COMMAND, guarded(commands::effect), "write", 1, 1, 1, ""],
-    ],
     event_handlers: [
         [@GENERIC @LOADED @EVICTED: events::on_keyspace_event],
         // Last: it undoes Valkey 8.1's database switch after every subscriber ran.

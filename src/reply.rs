@@ -1,11 +1,12 @@
 //! Replies, built without Redis: the entries of `LOCKS` and `CHECK`, the `[token, fence]` of a
-//! grant, and the last check every reply passes before it reaches redis-module.
+//! grant, and the last check every reply passes before it reaches redis-module. The one
+//! exception is `send_grant`, the hot path's grant written straight to the client.
 //!
 //! Level 1: imports `errors`. Called by the command handlers, the blocked-client reply callback
 //! and the fuzz harness.
 
 use pathlock_core::{LockInfo, Token};
-use redis_module::{RedisError, RedisResult, RedisValue};
+use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
 use crate::errors::reply_safe;
 
@@ -28,6 +29,29 @@ pub fn lock_entries(locks: &[LockInfo], now: u64) -> RedisValue {
 }
 
 /// The reply to a granted `ACQUIRE`: `[token, fence]`.
+/// Answers a grant `[token, fence]` straight to the client and returns `NoReply` for the handler
+/// to pass on: building the `RedisValue` of `grant` costs two allocations and their frees,
+/// a tenth of an `ACQUIRE` with nothing else to do. The token is bytes, so no conversion can
+/// fail here.
+pub fn send_grant(ctx: &Context, token: &Token, fence: u64) -> RedisValue {
+    let bytes = token.as_bytes();
+    // SAFETY: replying on the command's own context, with a buffer that outlives the call
+    // (Redis copies it).
+    unsafe {
+        if let (Some(array), Some(buffer), Some(integer)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithStringBuffer,
+            raw::RedisModule_ReplyWithLongLong,
+        ) {
+            array(ctx.ctx, 2);
+            buffer(ctx.ctx, bytes.as_ptr().cast(), bytes.len());
+            integer(ctx.ctx, clamp(fence));
+            return RedisValue::NoReply;
+        }
+    }
+    grant(token, fence)
+}
+
 pub fn grant(token: &Token, fence: u64) -> RedisValue {
     RedisValue::Array(vec![
         RedisValue::StringBuffer(token.as_bytes().to_vec()),

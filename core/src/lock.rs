@@ -211,20 +211,43 @@ fn parse_uuid(text: &[u8]) -> Option<[u8; 16]> {
     if text.len() != UUID_TEXT || UUID_HYPHENS.iter().any(|&at| text[at] != b'-') {
         return None;
     }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut digits = text.iter().filter(|&&c| c != b'-');
+    // Every lock of a generated token passes here, so the digits are read at fixed places
+    // through a table, and one test at the end catches any byte that is not a lowercase digit.
     let mut uuid = [0; 16];
-    for byte in &mut uuid {
-        let high = nibble(*digits.next()?)?;
-        let low = nibble(*digits.next()?)?;
-        *byte = high << 4 | low;
+    let mut invalid = 0;
+    for (byte, at) in uuid.iter_mut().zip(UUID_DIGITS.chunks_exact(2)) {
+        let high = NIBBLES[usize::from(text[at[0]])];
+        let low = NIBBLES[usize::from(text[at[1]])];
+        invalid |= high | low;
+        *byte = high << 4 | low & 0x0f;
     }
-    Some(uuid)
+    (invalid & 0xf0 == 0).then_some(uuid)
 }
+
+/// The places of the 32 hex digits in a hyphenated UUID.
+const UUID_DIGITS: [usize; 32] = {
+    let mut places = [0; 32];
+    let (mut at, mut next) = (0, 0);
+    while next < 32 {
+        if !matches!(at, 8 | 13 | 18 | 23) {
+            places[next] = at;
+            next += 1;
+        }
+        at += 1;
+    }
+    places
+};
+
+/// The value of each lowercase hex digit; 0xff (any high bit set) for every other byte.
+const NIBBLES: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut digit = 0;
+    while digit < 16 {
+        table[HEX[digit] as usize] = digit as u8;
+        digit += 1;
+    }
+    table
+};
 
 /// A lock as the engine reports it: for listings, conflicts and reclaimed leases.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,7 +1,6 @@
 use pathlock_core::{Token, Waiter};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::words;
 use crate::change::change;
 use crate::clock::now_ms;
 use crate::context::may_block;
@@ -16,18 +15,18 @@ enum Outcome {
 }
 
 /// PATHLOCK.ACQUIRE key [TOKEN token] [TTL ms] [WAIT ms] mode path [mode path ...]
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() < 4 {
+pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
+    if words.len() < 4 {
         return Err(RedisError::WrongArity);
     }
     if let Some(refusal) = eviction::refusal() {
         return Err(RedisError::String(refusal));
     }
-    let request = args::acquire(&words(&args[2..]))?;
+    let request = args::acquire(&words[2..])?;
     let token = request.token.unwrap_or_else(Token::generate);
     let now = now_ms(ctx);
     let wait = if may_block(ctx) { request.wait } else { 0 };
-    let outcome = change(ctx, &args[1], true, |project| {
+    let outcome = change(ctx, key, true, |project| {
         if project.locks().next_fence() >= fences::LIMIT {
             return Outcome::Exhausted;
         }
@@ -39,7 +38,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     ttl: request.ttl,
                     items: request.items.clone(),
                 };
-                if waits::block(ctx, &args[1], project, waiter, wait) {
+                if waits::block(ctx, key, project, waiter, wait) {
                     Outcome::Waiting
                 } else {
                     Outcome::Refused
@@ -58,8 +57,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             return Ok(RedisValue::Null);
         }
     };
-    let reply = reply::grant(&token, fence);
+    let reply = reply::send_grant(ctx, &token, fence);
     let deadline = now.saturating_add(request.ttl);
-    grants::granted(ctx, &args[1], token, deadline, fence, request.items);
+    grants::granted(ctx, key, token, deadline, fence, request.items);
     Ok(reply)
 }

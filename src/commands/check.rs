@@ -1,18 +1,17 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString};
 
-use super::words;
 use crate::args;
 use crate::clock::now_ms;
 use crate::{reply, store};
 
 /// PATHLOCK.CHECK key [TOKEN token] mode path [mode path ...]
-pub fn check(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() < 4 {
+pub fn check(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
+    if words.len() < 4 {
         return Err(RedisError::WrongArity);
     }
-    let request = args::check(&words(&args[2..]))?;
+    let request = args::check(&words[2..])?;
     let now = now_ms(ctx);
-    let blockers = store::read(ctx, &args[1], |project| {
+    let blockers = store::read(ctx, key, |project| {
         project
             .locks()
             .blockers(now, request.token.as_ref(), &request.items)

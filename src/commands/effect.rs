@@ -1,6 +1,5 @@
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
-use super::words;
 use crate::change::change;
 use crate::context::{decides, notify};
 use crate::effects::Effect;
@@ -9,15 +8,15 @@ use crate::stats;
 
 /// PATHLOCK.EFFECT key GRANT|RELEASE|RENEW|EXPIRE|FENCE ...: a master's decision, applied.
 /// Accepted only from the replication link and from the AOF; clients get an error.
-pub fn effect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn effect(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
     if decides(ctx) {
         return Err(RedisError::Str(ERR_EFFECT_INTERNAL));
     }
-    if args.len() < 3 {
+    if words.len() < 3 {
         return Err(RedisError::WrongArity);
     }
-    let effect = Effect::parse(&words(&args[2..]))?;
-    let applied = change(ctx, &args[1], effect.creates_key(), |project| {
+    let effect = Effect::parse(&words[2..])?;
+    let applied = change(ctx, key, effect.creates_key(), |project| {
         effect.apply(project)
     })?;
     if let Some(applied) = applied {
@@ -31,7 +30,7 @@ pub fn effect(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 }
             };
             stats::count(total, applied.count);
-            notify(ctx, applied.event, &args[1]);
+            notify(ctx, applied.event, key);
         }
     }
     // A replica's own AOF and its sub-replicas get the effect as it came.

@@ -7,21 +7,21 @@ use crate::effects::Effect;
 use crate::{args, stats};
 
 /// PATHLOCK.RENEW key token ms
-pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() != 4 {
+pub fn renew(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
+    if words.len() != 4 {
         return Err(RedisError::WrongArity);
     }
-    let token = args::token(args[2].as_slice())?;
-    let ttl = args::ttl_ms(args[3].as_slice())?;
+    let token = args::token(words[2])?;
+    let ttl = args::ttl_ms(words[3])?;
     let deadline = now_ms(ctx).saturating_add(ttl);
-    let renewed = change(ctx, &args[1], false, |project| {
+    let renewed = change(ctx, key, false, |project| {
         project.locks_mut().renew(&token, deadline)
     })?
     .unwrap_or(0);
     if renewed > 0 {
         stats::count(&stats::RENEWALS, renewed);
-        Effect::Renew { token, deadline }.replicate(ctx, &args[1]);
-        notify(ctx, "pathlock.renew", &args[1]);
+        Effect::Renew { token, deadline }.replicate(ctx, key);
+        notify(ctx, c"pathlock.renew", key);
     }
     Ok(RedisValue::Integer(renewed as i64))
 }
