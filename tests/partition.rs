@@ -109,31 +109,25 @@ impl Net {
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ),
         };
+        // The first namespace tells whether namespaces can be made here at all; any failure
+        // after it is a failure of the test, not a reason to skip it.
         let switch = net.ns("switch");
         ip(&["netns", "add", &switch])?;
-        ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &switch, "link", "set", "br0", "up"])?;
+        let must = |args: &[&str]| ip(args).unwrap_or_else(|e| panic!("{e}"));
+        must(&["-n", &switch, "link", "add", "br0", "type", "bridge"]);
+        must(&["-n", &switch, "link", "set", "br0", "up"]);
         for (role, addr) in NODES {
-            let ns = net.ns(role);
-            let port = format!("port-{role}");
-            ip(&["netns", "add", &ns])?;
-            ip(&[
+            let (ns, port, cidr) = (net.ns(role), format!("port-{role}"), format!("{addr}/24"));
+            must(&["netns", "add", &ns]);
+            must(&[
                 "-n", &switch, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
                 "netns", &ns,
-            ])?;
-            ip(&["-n", &switch, "link", "set", &port, "master", "br0"])?;
-            ip(&["-n", &switch, "link", "set", &port, "up"])?;
-            ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{addr}/24"),
-                "dev",
-                "eth0",
-            ])?;
-            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            ]);
+            must(&["-n", &switch, "link", "set", &port, "master", "br0"]);
+            must(&["-n", &switch, "link", "set", &port, "up"]);
+            must(&["-n", &ns, "addr", "add", &cidr, "dev", "eth0"]);
+            must(&["-n", &ns, "link", "set", "eth0", "up"]);
+            must(&["-n", &ns, "link", "set", "lo", "up"]);
         }
         Ok(net)
     }
