@@ -31,6 +31,7 @@ mod common;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -169,7 +170,8 @@ impl Drop for Net {
     }
 }
 
-/// Deletes the namespaces of runs whose process is gone (killed before its guard could run).
+/// Deletes the namespaces of runs whose process is gone (killed before its guards could run),
+/// and ends what still runs in them.
 fn sweep_leftovers() {
     let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
         return;
@@ -181,7 +183,15 @@ fn sweep_leftovers() {
         };
         let pid = rest.split('-').next().unwrap_or("");
         if !pid.is_empty() && !PathBuf::from(format!("/proc/{pid}")).exists() {
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() {
+                for left in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    if let Ok(left) = left.parse::<i32>() {
+                        unsafe { libc::kill(left, libc::SIGKILL) };
+                    }
+                }
+            }
             let _ = ip(&["netns", "del", name]);
+            let _ = std::fs::remove_dir_all(std::env::temp_dir().join(name));
         }
     }
 }
@@ -225,7 +235,16 @@ impl NsServer {
     fn start(net: &Net, role: &str, addr: &str, from: &str, extra: &[&str]) -> NsServer {
         let dir = std::env::temp_dir().join(format!("{}-{role}", net.prefix));
         std::fs::create_dir_all(&dir).expect("server directory");
-        let child = Command::new("ip")
+        let mut command = Command::new("ip");
+        // `ip netns exec` becomes the server. Should the test process be killed outright, the
+        // server dies with the thread that started it instead of running on in its namespace.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let child = command
             .args(["netns", "exec", &net.ns(role)])
             .arg(server_binary())
             .args(["--bind", addr, "--port", &PORT.to_string()])
@@ -324,6 +343,16 @@ impl Shared {
     /// `WAIT 1`, when the setting asks for it: does the replica have everything so far?
     fn confirmed(&self, con: &mut Connection) -> bool {
         !self.setting.wait || matches!(cmd("WAIT").arg(1).arg(200).query::<i64>(con), Ok(1))
+    }
+}
+
+/// Stops the clients when dropped, so that a failing test does not leave them running into the
+/// next one.
+struct StopOnDrop(Arc<Shared>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -551,6 +580,7 @@ fn run(setting: Setting) -> Option<Outcome> {
         history: Mutex::new(Vec::new()),
         stats: Mutex::new(Default::default()),
     });
+    let _stop_on_drop = StopOnDrop(shared.clone());
     let mut clients = Vec::new();
     for id in 0..2 * CLIENTS_PER_SIDE {
         let far = id >= CLIENTS_PER_SIDE;
