@@ -593,8 +593,9 @@ fn run(setting: Setting) -> Option<Outcome> {
 
     net.cut();
     let cut = *shared.cut.get_or_init(Instant::now);
-    // The near probe: a grant from the old master just after the cut, the window in which it
-    // still counts its replica as good. It keeps the lock for its whole lease.
+    // The near probe: a grant from the old master just after the cut, which with
+    // min-replicas-to-write falls in the window where it still counts its replica as good. It
+    // keeps the lock for its whole lease; with WAIT it is simply not counted.
     let sent = Instant::now();
     let near_grant = cmd("PATHLOCK.ACQUIRE")
         .arg(KEY)
