@@ -4,10 +4,8 @@
 //! renewing) on a small tree. Each records, on one monotonic clock shared by all threads, the
 //! interval in which it certainly held its locks: from the moment the grant's reply arrived to
 //! the earlier of the moment it sent its release and the moment its lease could first have
-//! lapsed (the acquire's send time plus the TTL, moved by successful renews). That interval lies
-//! inside the server's own, so if the server ever held two conflicting locks of different owners
-//! at once, two recorded intervals overlap. The checker also checks that the fences of the
-//! writers of each path only increase.
+//! lapsed (the acquire's send time plus the TTL, moved by successful renews). The checker in
+//! `tests/common/checker.rs` finds overlapping conflicting holds and fences that go back.
 //!
 //! Negative controls show the checker can fail: a planted overlap, and rogue clients that enter
 //! the critical section without a lock. Fault runs kill the server and restart it from its AOF
@@ -21,67 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::checker::{check, Hold};
 use common::*;
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/b/c", "/a/c", "/b", "/b/a", "/c"];
 const KEY: &str = "stress";
-
-#[derive(Clone, Debug)]
-struct Hold {
-    owner: String,
-    items: Vec<(String, String)>,
-    fence: i64,
-    start: Instant,
-    end: Instant,
-}
-
-fn segments(path: &str) -> Vec<&str> {
-    path.split('/').filter(|s| !s.is_empty()).collect()
-}
-
-fn items_conflict(a: &[(String, String)], b: &[(String, String)]) -> bool {
-    a.iter().any(|(ma, pa)| {
-        b.iter().any(|(mb, pb)| {
-            let (sa, sb) = (segments(pa), segments(pb));
-            (ma == "WRITE" || mb == "WRITE") && (sa.starts_with(&sb) || sb.starts_with(&sa))
-        })
-    })
-}
-
-/// The checker: the pairs of conflicting holds of different owners that overlap in time, and
-/// the paths whose writers' fences did not increase.
-fn check(history: &[Hold]) -> (usize, usize) {
-    let mut holds: Vec<&Hold> = history.iter().filter(|h| h.start < h.end).collect();
-    holds.sort_by_key(|h| h.start);
-    let mut overlaps = 0;
-    let mut active: Vec<&Hold> = Vec::new();
-    for hold in &holds {
-        active.retain(|a| a.end > hold.start);
-        overlaps += active
-            .iter()
-            .filter(|a| a.owner != hold.owner && items_conflict(&a.items, &hold.items))
-            .count();
-        active.push(hold);
-    }
-    let mut fence_errors = 0;
-    for path in PATHS {
-        let probe = [("WRITE".to_string(), path.to_string())];
-        let mut last = 0;
-        for hold in holds.iter().filter(|h| {
-            h.fence > 0
-                && h.items
-                    .iter()
-                    .any(|(m, p)| m == "WRITE" && segments(path).starts_with(&segments(p)))
-                && items_conflict(&h.items, &probe)
-        }) {
-            if hold.fence <= last {
-                fence_errors += 1;
-            }
-            last = hold.fence;
-        }
-    }
-    (overlaps, fence_errors)
-}
 
 struct Run {
     port: Arc<AtomicU16>,

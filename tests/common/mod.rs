@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod checker;
+
 use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::PathBuf;
