@@ -1,13 +1,9 @@
 //! Mutual exclusion under concurrency and faults, proven by a checker over recorded histories.
 //!
 //! 32 clients run random multi-path READ/WRITE acquires (some waiting, short leases, some
-//! renewing) on a small tree. Each records, on one monotonic clock shared by all threads, the
-//! interval in which it certainly held its locks: from the moment the grant's reply arrived to
-//! the earlier of the moment it sent its release and the moment its lease could first have
-//! lapsed (the acquire's send time plus the TTL, moved by successful renews). That interval lies
-//! inside the server's own, so if the server ever held two conflicting locks of different owners
-//! at once, two recorded intervals overlap. The checker also checks that the fences of the
-//! writers of each path only increase.
+//! renewing) on a small tree. Each records the intervals in which it certainly held its locks,
+//! and the checker of `common/history.rs` finds any two conflicting holds of different owners
+//! that overlap, and any path whose writers' fences do not increase.
 //!
 //! Negative controls show the checker can fail: a planted overlap, and rogue clients that enter
 //! the critical section without a lock. Fault runs kill the server and restart it from its AOF
@@ -25,63 +21,6 @@ use common::*;
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/b/c", "/a/c", "/b", "/b/a", "/c"];
 const KEY: &str = "stress";
-
-#[derive(Clone, Debug)]
-struct Hold {
-    owner: String,
-    items: Vec<(String, String)>,
-    fence: i64,
-    start: Instant,
-    end: Instant,
-}
-
-fn segments(path: &str) -> Vec<&str> {
-    path.split('/').filter(|s| !s.is_empty()).collect()
-}
-
-fn items_conflict(a: &[(String, String)], b: &[(String, String)]) -> bool {
-    a.iter().any(|(ma, pa)| {
-        b.iter().any(|(mb, pb)| {
-            let (sa, sb) = (segments(pa), segments(pb));
-            (ma == "WRITE" || mb == "WRITE") && (sa.starts_with(&sb) || sb.starts_with(&sa))
-        })
-    })
-}
-
-/// The checker: the pairs of conflicting holds of different owners that overlap in time, and
-/// the paths whose writers' fences did not increase.
-fn check(history: &[Hold]) -> (usize, usize) {
-    let mut holds: Vec<&Hold> = history.iter().filter(|h| h.start < h.end).collect();
-    holds.sort_by_key(|h| h.start);
-    let mut overlaps = 0;
-    let mut active: Vec<&Hold> = Vec::new();
-    for hold in &holds {
-        active.retain(|a| a.end > hold.start);
-        overlaps += active
-            .iter()
-            .filter(|a| a.owner != hold.owner && items_conflict(&a.items, &hold.items))
-            .count();
-        active.push(hold);
-    }
-    let mut fence_errors = 0;
-    for path in PATHS {
-        let probe = [("WRITE".to_string(), path.to_string())];
-        let mut last = 0;
-        for hold in holds.iter().filter(|h| {
-            h.fence > 0
-                && h.items
-                    .iter()
-                    .any(|(m, p)| m == "WRITE" && segments(path).starts_with(&segments(p)))
-                && items_conflict(&h.items, &probe)
-        }) {
-            if hold.fence <= last {
-                fence_errors += 1;
-            }
-            last = hold.fence;
-        }
-    }
-    (overlaps, fence_errors)
-}
 
 struct Run {
     port: Arc<AtomicU16>,
@@ -177,6 +116,7 @@ fn client(
         }
         let end = Instant::now().min(safe_end);
         history.lock().expect("history").push(Hold {
+            key: KEY.to_string(),
             owner: token.clone(),
             items,
             fence,
@@ -228,7 +168,7 @@ fn stress(
 }
 
 fn report(name: &str, history: &[Hold], stats: &BTreeMap<&'static str, usize>) -> (usize, usize) {
-    let (overlaps, fence_errors) = check(history);
+    let (overlaps, fence_errors) = check(history, PATHS);
     println!("{name}: {} holds, {stats:?}; checker: {overlaps} overlaps, {fence_errors} fence inversions", history.len());
     (overlaps, fence_errors)
 }
@@ -260,7 +200,7 @@ fn no_two_owners_hold_conflicting_locks_at_once() {
         ..victim
     });
     assert!(
-        check(&planted).0 >= 1,
+        check(&planted, PATHS).0 >= 1,
         "the checker missed a planted overlap"
     );
 
@@ -281,6 +221,7 @@ fn no_two_owners_hold_conflicting_locks_at_once() {
         let start = Instant::now();
         thread::sleep(Duration::from_millis(5));
         rogue.push(Hold {
+            key: KEY.to_string(),
             owner: format!("rogue-{}", rogue.len()),
             items: vec![("WRITE".into(), rng.pick(PATHS).to_string())],
             fence: 0,
@@ -289,9 +230,9 @@ fn no_two_owners_hold_conflicting_locks_at_once() {
         });
     }
     let mut mixed = honest.join().expect("honest run");
-    assert_eq!(check(&mixed).0, 0, "honest clients alone are exclusive");
+    assert_eq!(check(&mixed, PATHS).0, 0, "honest clients alone are exclusive");
     mixed.extend(rogue);
-    let (caught, _) = check(&mixed);
+    let (caught, _) = check(&mixed, PATHS);
     println!("negative control: rogue writers caused {caught} overlaps");
     assert!(caught > 0, "the checker missed rogue writers");
 }

@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 pub use redis::{cmd, Connection, Value};
 
+mod history;
+pub use history::*;
+
 /// The built module: `PATHLOCK_MODULE`, or the release build in this checkout.
 pub fn module_path() -> PathBuf {
     let path = std::env::var_os("PATHLOCK_MODULE")
