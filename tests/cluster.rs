@@ -323,6 +323,17 @@ fn held_and_awaited<'a>(cluster: &'a Cluster, key: &'static str) -> Awaited<'a> 
 /// left, and that node keeps no key in the slot it gave away.
 #[test]
 fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
+    migrate_with_a_waiter(false);
+}
+
+/// The same when the `MIGRATE` is queued in `MULTI` and run by `EXEC`, where Redis runs no
+/// command filter.
+#[test]
+fn a_waiter_of_a_project_migrated_in_a_transaction_is_redirected_with_ask() {
+    migrate_with_a_waiter(true);
+}
+
+fn migrate_with_a_waiter(in_transaction: bool) {
     let cluster = Cluster::start();
     let key = "proj:ask";
     let Awaited {
@@ -343,18 +354,21 @@ fn a_waiter_of_a_migrating_project_is_redirected_with_ask() {
     };
     setslot(target, &["IMPORTING", &source_id]);
     setslot(source, &["MIGRATING", &target_id]);
-    let _: () = cmd("MIGRATE")
-        .arg(&[
-            "127.0.0.1",
-            &target.port.to_string(),
-            "",
-            "0",
-            "5000",
-            "KEYS",
-            key,
-        ])
-        .query(&mut con)
-        .expect("MIGRATE");
+    let mut migrate = redis::pipe();
+    if in_transaction {
+        migrate.atomic();
+    }
+    migrate.cmd("MIGRATE").arg(&[
+        "127.0.0.1",
+        &target.port.to_string(),
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        key,
+    ]);
+    let (migrated,): (String,) = migrate.query(&mut con).expect("MIGRATE");
+    assert_eq!(migrated, "OK");
     let error = error_of(waiter.join().expect("the waiter"));
     assert_eq!(error, format!("ASK {slot} 127.0.0.1:{}", target.port));
     for node in cluster.masters() {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 pub use redis::{cmd, Connection, Value};
 
 mod history;
+#[allow(unused_imports)]
 pub use history::*;
 
 /// The built module: `PATHLOCK_MODULE`, or the release build in this checkout.
