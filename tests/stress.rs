@@ -230,7 +230,11 @@ fn no_two_owners_hold_conflicting_locks_at_once() {
         });
     }
     let mut mixed = honest.join().expect("honest run");
-    assert_eq!(check(&mixed, PATHS).0, 0, "honest clients alone are exclusive");
+    assert_eq!(
+        check(&mixed, PATHS).0,
+        0,
+        "honest clients alone are exclusive"
+    );
     mixed.extend(rogue);
     let (caught, _) = check(&mixed, PATHS);
     println!("negative control: rogue writers caused {caught} overlaps");
