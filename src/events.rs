@@ -190,3 +190,31 @@ extern "C" fn on_flush(
         });
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::migrated_keys;
+
+    fn keys(args: &[&str]) -> Vec<String> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        migrated_keys(&args)
+            .into_iter()
+            .map(|k| String::from_utf8(k).expect("utf-8"))
+            .collect()
+    }
+
+    #[test]
+    fn a_migrate_names_its_key_or_the_keys_after_keys_and_not_its_options() {
+        let one = ["MIGRATE", "h", "6379", "k", "0", "5000"];
+        assert_eq!(keys(&one), ["k"]);
+        let with_options = ["MIGRATE", "h", "6379", "k", "0", "5000", "COPY", "REPLACE"];
+        assert_eq!(keys(&with_options), ["k"]);
+        // A password may be the word KEYS; it is not where the keys start.
+        let many = [
+            "MIGRATE", "h", "6379", "", "0", "5000", "AUTH", "KEYS", "AUTH2", "u", "KEYS", "KEYS",
+            "a", "b",
+        ];
+        assert_eq!(keys(&many), ["a", "b"]);
+        assert!(keys(&["MIGRATE", "h"]).is_empty());
+    }
+}

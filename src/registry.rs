@@ -196,15 +196,14 @@ pub fn unlinked(waiter_ids: Vec<u64>, value: usize, key: &[u8]) {
             }
             None => false,
         };
+        let remembered = if r.migrating.is_some() || serialized {
+            take_migration(r, key)
+        } else {
+            None
+        };
         let migrated = match r.migrating.clone() {
             Some(to) => Some(Some(to)),
-            None if serialized => Some(
-                r.migrations
-                    .iter()
-                    .rev()
-                    .find(|(k, _)| k == key)
-                    .map(|(_, to)| to.clone()),
-            ),
+            None if serialized => Some(remembered),
             None => None,
         };
         match migrated {
@@ -216,6 +215,13 @@ pub fn unlinked(waiter_ids: Vec<u64>, value: usize, key: &[u8]) {
             None => r.signals.unlinked.extend(waiter_ids),
         }
     });
+}
+
+/// The destination that the newest `MIGRATE` the filter saw naming `key` gave, forgotten as it
+/// is used, so that a later transaction does not find it.
+fn take_migration(registry: &mut Registry, key: &[u8]) -> Option<String> {
+    let at = registry.migrations.iter().rposition(|(k, _)| k == key)?;
+    registry.migrations.remove(at).map(|(_, to)| to)
 }
 
 /// Records that `value`, which has waiters, was serialized in this process (`DUMP`, `MIGRATE`,
