@@ -35,8 +35,10 @@ pub const ERR_UNBLOCKED: &str =
     "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)";
 
 /// A waiter's project was migrated to another server (`MIGRATE`); `destination` is `host:port`
-/// as the `MIGRATE` command gave it, already escaped.
-pub fn moved_migrated(destination: &str) -> String {
+/// as the `MIGRATE` command gave it, already escaped; unknown when a transaction serialized the
+/// value (`DUMP`) and then deleted it, which `registry` cannot tell from a `MIGRATE`.
+pub fn moved_migrated(destination: Option<&str>) -> String {
+    let destination = destination.unwrap_or("another server");
     format!(
         "ERR project moved: its key was migrated to {destination} while this client waited; acquire it there"
     )

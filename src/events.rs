@@ -76,10 +76,11 @@ pub fn subscribe(ctx: &Context) {
     }
 }
 
-/// Runs before every command the server executes. `MIGRATE` unlinks the keys it sends to
-/// another server like a `DEL` would, so the registry is told which command runs: waiters of a
-/// value that leaves by `MIGRATE` are answered that their project moved, never granted on the
-/// name left behind. Every other command costs one comparison of its name.
+/// Runs when a command arrives (before it executes, or is queued by `MULTI`). `MIGRATE` unlinks
+/// the keys it sends to another server like a `DEL` would, so the registry is told which command
+/// runs and which keys it names: waiters of a value that leaves by `MIGRATE` are answered that
+/// their project moved, never granted on the name left behind (see `registry` for a `MIGRATE`
+/// that `EXEC` runs). Every other command costs one comparison of its name.
 extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
     contained("the command filter", (), || {
         // SAFETY: the filter context and its arguments are valid for the duration of the call;
@@ -103,13 +104,45 @@ extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
             propagation::heard();
         }
         let migrate = arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"MIGRATE"));
-        let destination = migrate.then(|| {
+        let migration = migrate.then(|| {
             let host = errors::shown(arg(1).unwrap_or_default());
             let port = errors::shown(arg(2).unwrap_or_default());
-            format!("{host}:{port}")
+            // SAFETY: as above.
+            let count = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(filter)) };
+            let args: Vec<&[u8]> = (0..count).map_while(arg).collect();
+            registry::Migration {
+                destination: format!("{host}:{port}"),
+                keys: migrated_keys(&args),
+            }
         });
-        registry::command_starts(destination);
+        registry::command_starts(migration);
     });
+}
+
+/// The keys a `MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH password] [AUTH2
+/// username password] [KEYS key ...]` names, given its arguments from the command name on.
+fn migrated_keys(args: &[&[u8]]) -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = args
+        .get(3)
+        .filter(|key| !key.is_empty())
+        .map(|key| key.to_vec())
+        .into_iter()
+        .collect();
+    let mut at = 6;
+    while let Some(option) = args.get(at) {
+        if option.eq_ignore_ascii_case(b"KEYS") {
+            keys.extend(args[at + 1..].iter().map(|key| key.to_vec()));
+            break;
+        }
+        at += if option.eq_ignore_ascii_case(b"AUTH") {
+            2
+        } else if option.eq_ignore_ascii_case(b"AUTH2") {
+            3
+        } else {
+            1
+        };
+    }
+    keys
 }
 
 /// The server turned replica (`REPLICAOF`, a failover): its waiters are answered `-UNBLOCKED`.
@@ -163,4 +196,32 @@ extern "C" fn on_flush(
             Some(info.dbnum)
         });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::migrated_keys;
+
+    fn keys(args: &[&str]) -> Vec<String> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        migrated_keys(&args)
+            .into_iter()
+            .map(|k| String::from_utf8(k).expect("utf-8"))
+            .collect()
+    }
+
+    #[test]
+    fn a_migrate_names_its_key_or_the_keys_after_keys_and_not_its_options() {
+        let one = ["MIGRATE", "h", "6379", "k", "0", "5000"];
+        assert_eq!(keys(&one), ["k"]);
+        let with_options = ["MIGRATE", "h", "6379", "k", "0", "5000", "COPY", "REPLACE"];
+        assert_eq!(keys(&with_options), ["k"]);
+        // A password may be the word KEYS; it is not where the keys start.
+        let many = [
+            "MIGRATE", "h", "6379", "", "0", "5000", "AUTH", "KEYS", "AUTH2", "u", "KEYS", "KEYS",
+            "a", "b",
+        ];
+        assert_eq!(keys(&many), ["a", "b"]);
+        assert!(keys(&["MIGRATE", "h"]).is_empty());
+    }
 }

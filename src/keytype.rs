@@ -80,24 +80,33 @@ extern "C" fn free(value: *mut c_void) {
     })
 }
 
+/// The bytes of a key name the server passes to a callback, if it passes one.
+///
+/// # Safety
+/// `key` is null or a live `RedisModuleString`; the bytes live as long as it does.
+unsafe fn name_of<'a>(key: *mut raw::RedisModuleString) -> Option<&'a [u8]> {
+    if key.is_null() {
+        return None;
+    }
+    let mut len = 0;
+    let name = raw::RedisModule_StringPtrLen.map(|f| f(key, &mut len))?;
+    (!name.is_null()).then(|| std::slice::from_raw_parts(name.cast::<u8>(), len))
+}
+
 /// The value is leaving its key (`DEL`, `UNLINK`, an overwrite, `RENAME`, `MOVE`, `MIGRATE`):
 /// this only signals it to the registry, whose worker decides what its waiters are answered.
 extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
     contained("unlink", (), || {
         // SAFETY: see `project`; called on the main thread before the value is freed.
         let project = unsafe { project(value) };
+        // SAFETY: the server passes the key's live name.
+        let name = unsafe { name_of(key) };
         // An eviction is told apart by the `evicted` event that follows (`eviction`).
-        if !key.is_null() {
-            let mut len = 0;
-            // SAFETY: the server passes the key's live name.
-            let name = unsafe { raw::RedisModule_StringPtrLen.map(|f| f(key, &mut len)) };
-            if let Some(name) = name.filter(|n| !n.is_null()) {
-                let name = unsafe { std::slice::from_raw_parts(name.cast::<u8>(), len) };
-                eviction::leaving(name, project.locks().len());
-            }
+        if let Some(name) = name {
+            eviction::leaving(name, project.locks().len());
         }
         let ids: Vec<u64> = project.waiter_ids().collect();
-        registry::unlinked(ids);
+        registry::unlinked(ids, value as usize, name.unwrap_or_default());
     })
 }
 
@@ -284,8 +293,14 @@ impl persist::Sink for Rdb {
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     contained("rdb_save", (), || {
-        // SAFETY: see `table`.
-        persist::encode(unsafe { table(value) }, &mut Rdb(rdb));
+        // SAFETY: see `project`.
+        let project = unsafe { project(value) };
+        // `MIGRATE` serializes a value right before it unlinks it; `registry` tells it from a
+        // `DEL` by this, where the command filter does not see it run (`EXEC`, scripts).
+        if project.waiting() > 0 {
+            registry::serialized(value as usize);
+        }
+        persist::encode(project.locks(), &mut Rdb(rdb));
     })
 }
 

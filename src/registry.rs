@@ -21,10 +21,20 @@
 //! * **moved away**: waiters to answer that their project left: `MIGRATE` took it to another
 //!   server (known from the command filter in `events`), or `SWAPDB` swapped its database.
 //!
+//! Redis runs command filters when a command arrives (from a client, a script or a module's
+//! call), not when `EXEC` runs what `MULTI` queued. So the filter's word alone would take a
+//! `MIGRATE` run by `EXEC` for a `DEL`, and grant its waiters on the name left behind. What every
+//! `MIGRATE` does, however it runs, is serialize each value (`rdb_save`) and then unlink it in
+//! the same command, which no `DEL` does: a value with waiters that was serialized since the
+//! last command arrived and is now unlinked left by `MIGRATE`, for the destination that the
+//! filter saw a `MIGRATE` name for its key when it was queued. The one other way to do both,
+//! `DUMP` and then `DEL` of one key in one transaction, is answered as a move too (to an
+//! unknown destination): an error rather than a grant, the safe side.
+//!
 //! A project's locks never disappear when its value moves, so its waiters are never granted on
 //! the name left behind.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -50,8 +60,8 @@ pub enum Away {
     Renamed,
     Replaced,
     Swapped,
-    /// To the `host:port` that `MIGRATE` named.
-    Migrated(String),
+    /// To the `host:port` that `MIGRATE` named, when known.
+    Migrated(Option<String>),
     /// This server turned replica.
     Demoted,
 }
@@ -77,6 +87,22 @@ struct Registry {
     timer_armed: bool,
     /// The destination of the `MIGRATE` being executed, if one is.
     migrating: Option<String>,
+    /// The keys that the last `MIGRATE`s the filter saw name, with their destinations, newest
+    /// last; at most `REMEMBERED_MIGRATIONS`.
+    migrations: VecDeque<(Vec<u8>, String)>,
+    /// The values with waiters that were serialized since the last command arrived.
+    serialized: Vec<usize>,
+}
+
+/// How many keys of queued `MIGRATE`s are remembered: a transaction that never runs leaves its
+/// keys here until newer ones push them out.
+const REMEMBERED_MIGRATIONS: usize = 1024;
+
+/// A `MIGRATE` as the command filter sees it arrive.
+pub struct Migration {
+    /// `host:port`, escaped for an error message.
+    pub destination: String,
+    pub keys: Vec<Vec<u8>>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -155,20 +181,54 @@ pub fn take_cancelled(db: i32, key: &[u8]) -> Vec<u64> {
     })
 }
 
-/// Signals that these waiters' key lost its value: deleted, overwritten, renamed away, or
-/// migrated when a `MIGRATE` is executing.
-pub fn unlinked(waiter_ids: Vec<u64>) {
+/// Signals that `value`, the value of `key` with these waiters, left its key: deleted,
+/// overwritten, renamed away, or migrated when a `MIGRATE` is executing or the value was
+/// serialized in this command (see the top of this file).
+pub fn unlinked(waiter_ids: Vec<u64>, value: usize, key: &[u8]) {
     if waiter_ids.is_empty() {
         return;
     }
-    signal(|r| match r.migrating.clone() {
-        Some(to) => r.signals.moved_away.extend(
-            waiter_ids
-                .into_iter()
-                .map(|id| (id, Away::Migrated(to.clone()))),
-        ),
-        None => r.signals.unlinked.extend(waiter_ids),
+    signal(|r| {
+        let serialized = match r.serialized.iter().position(|v| *v == value) {
+            Some(at) => {
+                r.serialized.swap_remove(at);
+                true
+            }
+            None => false,
+        };
+        let remembered = if r.migrating.is_some() || serialized {
+            take_migration(r, key)
+        } else {
+            None
+        };
+        let migrated = match r.migrating.clone() {
+            Some(to) => Some(Some(to)),
+            None if serialized => Some(remembered),
+            None => None,
+        };
+        match migrated {
+            Some(to) => r.signals.moved_away.extend(
+                waiter_ids
+                    .into_iter()
+                    .map(|id| (id, Away::Migrated(to.clone()))),
+            ),
+            None => r.signals.unlinked.extend(waiter_ids),
+        }
     });
+}
+
+/// The destination that the newest `MIGRATE` the filter saw naming `key` gave, forgotten as it
+/// is used, so that a later transaction does not find it.
+fn take_migration(registry: &mut Registry, key: &[u8]) -> Option<String> {
+    let at = registry.migrations.iter().rposition(|(k, _)| k == key)?;
+    registry.migrations.remove(at).map(|(_, to)| to)
+}
+
+/// Records that `value`, which has waiters, was serialized in this process (`DUMP`, `MIGRATE`,
+/// `SAVE`); forgotten when the next command arrives.
+pub fn serialized(value: usize) {
+    SERIALIZED.store(true, Ordering::Relaxed);
+    with_registry(|r| r.serialized.push(value));
 }
 
 /// Signals that these waiters' key was flushed: they are to be queued again on their key.
@@ -178,17 +238,34 @@ pub fn requeue(waiter_ids: Vec<u64>) {
     }
 }
 
-/// Whether `migrating` may be set, so that the command filter, which runs before every command
-/// of the server, takes no lock for the others.
+/// Whether `migrating` or `serialized` may be set, so that the command filter, which runs
+/// before every command of the server, takes no lock for the others.
 static MIGRATING: AtomicBool = AtomicBool::new(false);
+static SERIALIZED: AtomicBool = AtomicBool::new(false);
 
-/// Whether a `MIGRATE` (to `migrate_to`) or another command is about to execute.
-pub fn command_starts(migrate_to: Option<String>) {
-    if migrate_to.is_none() && !MIGRATING.load(Ordering::Relaxed) {
+/// A command arrives: a `MIGRATE` (`Some`), to execute now or when its transaction does, or
+/// another one.
+pub fn command_starts(migration: Option<Migration>) {
+    if migration.is_none()
+        && !MIGRATING.load(Ordering::Relaxed)
+        && !SERIALIZED.load(Ordering::Relaxed)
+    {
         return;
     }
-    MIGRATING.store(migrate_to.is_some(), Ordering::Relaxed);
-    with_registry(|r| r.migrating = migrate_to);
+    MIGRATING.store(migration.is_some(), Ordering::Relaxed);
+    SERIALIZED.store(false, Ordering::Relaxed);
+    with_registry(|r| {
+        r.serialized.clear();
+        r.migrating = migration.map(|m| {
+            for key in m.keys {
+                if r.migrations.len() == REMEMBERED_MIGRATIONS {
+                    r.migrations.pop_front();
+                }
+                r.migrations.push_back((key, m.destination.clone()));
+            }
+            m.destination
+        });
+    });
 }
 
 /// Signals that this server turned replica: every waiter is answered as Redis answers its own

@@ -154,8 +154,12 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
             Away::Renamed => ERR_MOVED_RENAMED.to_string(),
             Away::Replaced => ERR_REPLACED.to_string(),
             Away::Swapped => ERR_MOVED_SWAPPED.to_string(),
-            Away::Migrated(to) if cluster => format!("ASK {} {to}", key_slot(&entry.key)),
-            Away::Migrated(to) => moved_migrated(&to),
+            Away::Migrated(Some(to)) if cluster => {
+                format!("ASK {} {to}", key_slot(&entry.key))
+            }
+            // Retried, the command is routed by Redis to where the slot is now.
+            Away::Migrated(None) if cluster => ERR_TRYAGAIN.to_string(),
+            Away::Migrated(to) => moved_migrated(to.as_deref()),
             Away::Demoted => {
                 // The queue goes with its waiters; nobody is granted on a replica.
                 in_db(ctx, entry.db, || {

@@ -242,3 +242,101 @@ fn a_master_that_turns_replica_answers_its_waiters_unblocked() {
         0
     );
 }
+
+/// `MIGRATE` queued in `MULTI` runs at `EXEC`, when Redis runs no command filter; `MIGRATE ...
+/// KEYS` takes several projects at once; a script runs `MIGRATE` inside another command. Their
+/// waiters are answered as after a plain `MIGRATE`, and nothing is granted on the source; a
+/// `DEL` in a transaction still lets its waiters start over.
+#[test]
+fn a_waiter_of_a_project_migrated_in_a_transaction_or_with_others_is_answered_that_it_moved() {
+    let source = Server::start();
+    let destination = Server::start();
+    let moved = format!(
+        "ERR project moved: its key was migrated to 127.0.0.1:{} while this client waited; acquire it there",
+        destination.port
+    );
+    let mut con = source.conn();
+
+    let waiter = held_and_awaited(&source, &mut con, "T");
+    let held = lock_set(&mut con, "T");
+    let (migrated,): (String,) = redis::pipe()
+        .atomic()
+        .cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(destination.port)
+        .arg(&["T", "0", "5000"])
+        .query(&mut con)
+        .expect("MULTI MIGRATE EXEC");
+    assert_eq!(migrated, "OK");
+    assert_eq!(waiter.join().expect("the waiter"), Err(moved.clone()));
+    assert!(!exists(&mut con, "T"), "nothing was granted on the source");
+    let mut there = destination.conn();
+    assert_eq!(lock_set(&mut there, "T"), held);
+
+    // Several projects in one MIGRATE ... KEYS, inside a transaction and outside.
+    for atomic in [false, true] {
+        let keys = if atomic { ["m1", "m2"] } else { ["k1", "k2"] };
+        let first = held_and_awaited(&source, &mut con, keys[0]);
+        assert!(take(
+            &mut con,
+            keys[1],
+            "holder",
+            &["TTL", "60000", "WRITE", "/A"]
+        ));
+        let second = spawn_wait(&source, keys[1], "waiter", "/A/x");
+        wait_for_blocked(&mut con, 2);
+        let mut pipe = redis::pipe();
+        if atomic {
+            pipe.atomic();
+        }
+        pipe.cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(destination.port)
+            .arg(&["", "0", "5000", "KEYS"])
+            .arg(&keys);
+        let (migrated,): (String,) = pipe.query(&mut con).expect("MIGRATE KEYS");
+        assert_eq!(migrated, "OK");
+        for (key, waiter) in keys.iter().zip([first, second]) {
+            assert_eq!(
+                waiter.join().expect("the waiter"),
+                Err(moved.clone()),
+                "{key}"
+            );
+            assert!(!exists(&mut con, key), "nothing was granted on the source");
+            assert_eq!(lock_set(&mut there, key).len(), 1);
+        }
+    }
+
+    // A script's MIGRATE (Redis runs the command filter for a script's commands).
+    let waiter = held_and_awaited(&source, &mut con, "S");
+    let script = format!(
+        "return redis.call('MIGRATE', '127.0.0.1', '{}', KEYS[1], 0, 5000)",
+        destination.port
+    );
+    let migrated: String = cmd("EVAL")
+        .arg(&script)
+        .arg(1)
+        .arg("S")
+        .query(&mut con)
+        .expect("EVAL MIGRATE");
+    assert_eq!(migrated, "OK");
+    assert_eq!(waiter.join().expect("the waiter"), Err(moved.clone()));
+    assert!(!exists(&mut con, "S"));
+    assert_eq!(lock_set(&mut there, "S").len(), 1);
+
+    // A DEL in a transaction is still a DEL: the waiter starts over on the empty name.
+    let waiter = held_and_awaited(&source, &mut con, "D");
+    let (deleted,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("D")
+        .query(&mut con)
+        .expect("MULTI DEL EXEC");
+    assert_eq!(deleted, 1);
+    let answer = waiter.join().expect("the waiter");
+    assert!(matches!(answer, Ok(Value::Array(_))), "{answer:?}");
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
+        0
+    );
+}

@@ -11,7 +11,7 @@
 //! the near clients keep talking to it. Half a second later the replica is promoted as Sentinel
 //! would (`REPLICAOF NO ONE`) and the far clients move to it. Three seconds after the cut the
 //! routes go and the old master becomes a replica of the new one; the near clients move there
-//! too. Every hold is recorded and the checker of `tests/common/checker.rs` runs over the whole
+//! too. Every hold is recorded and the checker of `tests/common/history.rs` runs over the whole
 //! history.
 //!
 //! Besides 12 clients doing random READ/WRITE acquires under `/w`, two probes make the lost
@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::checker::{check, Hold};
+use common::{check, Hold};
 use common::{cmd, info_field, module_path, server_binary, Connection, Rng};
 
 const KEY: &str = "partition";
@@ -456,6 +456,7 @@ fn client(id: usize, ns: String, far: bool, shared: Arc<Shared>) {
             thread::sleep(Duration::from_millis(rng.below(20)));
         }
         shared.record(Hold {
+            key: KEY.into(),
             owner: token.clone(),
             items,
             fence,
@@ -502,6 +503,7 @@ fn far_probe(ns: String, shared: Arc<Shared>, cut: Instant) -> Option<Duration> 
         let start = Instant::now();
         thread::sleep(Duration::from_millis(300));
         shared.record(Hold {
+            key: KEY.into(),
             owner: token.clone(),
             items: vec![("WRITE".into(), "/p".into())],
             fence,
@@ -643,6 +645,7 @@ fn run(setting: Setting) -> Option<Outcome> {
     let far_probe_at = probe.join().expect("far probe");
     if let Some((start, fence)) = near_probe_hold {
         shared.record(Hold {
+            key: KEY.into(),
             owner: "probe-near".into(),
             items: vec![("WRITE".into(), "/p".into())],
             fence,

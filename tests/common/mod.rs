@@ -7,8 +7,6 @@
 
 #![allow(dead_code)]
 
-pub mod checker;
-
 use std::ffi::OsString;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -18,6 +16,10 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 pub use redis::{cmd, Connection, Value};
+
+mod history;
+#[allow(unused_imports)]
+pub use history::*;
 
 /// The built module: `PATHLOCK_MODULE`, or the release build in this checkout.
 pub fn module_path() -> PathBuf {
