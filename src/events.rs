@@ -100,20 +100,24 @@ extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
             let ptr = bytes(string, &mut len);
             (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
         };
-        if arg(0).is_some_and(propagation::asks_for_stream) {
-            propagation::heard();
-        }
-        let migrate = arg(0).is_some_and(|name| name.eq_ignore_ascii_case(b"MIGRATE"));
-        let migration = migrate.then(|| {
-            let host = errors::shown(arg(1).unwrap_or_default());
-            let port = errors::shown(arg(2).unwrap_or_default());
-            // SAFETY: as above.
-            let count = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(filter)) };
-            let args: Vec<&[u8]> = (0..count).map_while(arg).collect();
-            registry::Migration {
-                destination: format!("{host}:{port}"),
-                keys: migrated_keys(&args),
+        // Every command of the server passes here, so its name is read once, and only a
+        // `MIGRATE` reads more.
+        let name = arg(0).unwrap_or_default();
+        if !name.eq_ignore_ascii_case(b"MIGRATE") {
+            if propagation::asks_for_stream(name) {
+                propagation::heard();
             }
+            registry::command_starts(None);
+            return;
+        }
+        let host = errors::shown(arg(1).unwrap_or_default());
+        let port = errors::shown(arg(2).unwrap_or_default());
+        // SAFETY: as above.
+        let count = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(filter)) };
+        let args: Vec<&[u8]> = (0..count).map_while(arg).collect();
+        let migration = Some(registry::Migration {
+            destination: format!("{host}:{port}"),
+            keys: migrated_keys(&args),
         });
         registry::command_starts(migration);
     });
