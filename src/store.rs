@@ -25,23 +25,23 @@ pub fn write<R>(
 ) -> Result<Option<R>, RedisError> {
     let key = ctx.open_key_writable(key_name);
     let wrong_type = |_| RedisError::Str(WRONGTYPE);
-    if key
+    if let Some(project) = key
         .get_value::<Project>(&PATHLOCK_TYPE)
         .map_err(wrong_type)?
-        .is_none()
     {
-        if !create {
-            return Ok(None);
-        }
-        let mut project = Project::new();
-        if decides(ctx) {
-            project
-                .locks_mut()
-                .raise_next_fence(fences::first(clock::now_ms(ctx)));
-        }
-        key.set_value(&PATHLOCK_TYPE, project)?;
-        stats::track(&stats::KEYS, 0, 1);
+        return Ok(Some(write(project)));
     }
+    if !create {
+        return Ok(None);
+    }
+    let mut project = Project::new();
+    if decides(ctx) {
+        project
+            .locks_mut()
+            .raise_next_fence(fences::first(clock::now_ms(ctx)));
+    }
+    key.set_value(&PATHLOCK_TYPE, project)?;
+    stats::track(&stats::KEYS, 0, 1);
     Ok(key
         .get_value::<Project>(&PATHLOCK_TYPE)
         .map_err(wrong_type)?

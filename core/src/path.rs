@@ -198,6 +198,12 @@ impl Path {
 }
 
 fn push_segment(key: &mut Vec<u8>, segment: &[u8]) {
+    // Nearly every segment has neither byte to escape, and is copied whole.
+    if !segment.iter().any(|&b| b <= 0x01) {
+        key.extend_from_slice(segment);
+        key.push(TERMINATOR);
+        return;
+    }
     for &b in segment {
         match b {
             0x00 => key.extend_from_slice(&[ESCAPE, 0x01]),
