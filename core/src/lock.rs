@@ -79,8 +79,10 @@ impl Token {
     /// A fresh random token: a UUID v4, 36 characters, lowercase and hyphenated, from the
     /// operating system's cryptographically secure generator (see [`random_uuid`]).
     pub fn generate() -> Token {
-        let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-        random_uuid().hyphenated().encode_lower(&mut text);
+        let mut text = [0u8; UUID_TEXT];
+        let uuid = random_uuid();
+        uuid.hyphenated().encode_lower(&mut text);
+        LAST_GENERATED.set(Some((text, *uuid.as_bytes())));
         Token(Box::from(&text[..]))
     }
 
@@ -98,6 +100,11 @@ struct RandomPool {
 }
 
 thread_local! {
+    /// The text and the bytes of the token generated last on this thread: the lock table packs
+    /// a token it is given into its 16 bytes, and for the one just generated it need not parse
+    /// the text back. It is matched by content, so any token equal to it packs the same.
+    static LAST_GENERATED: std::cell::Cell<Option<([u8; UUID_TEXT], [u8; 16])>> =
+        const { std::cell::Cell::new(None) };
     static POOL: std::cell::RefCell<RandomPool> = const {
         std::cell::RefCell::new(RandomPool {
             bytes: [0; 4096],
@@ -151,6 +158,11 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 impl PackedToken {
     pub(crate) fn new(token: &Token) -> PackedToken {
         let bytes = token.as_bytes();
+        if let Some((text, uuid)) = LAST_GENERATED.get() {
+            if bytes == text {
+                return PackedToken::Uuid(uuid);
+            }
+        }
         if let Some(uuid) = parse_uuid(bytes) {
             PackedToken::Uuid(uuid)
         } else {
