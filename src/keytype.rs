@@ -107,8 +107,13 @@ extern "C" fn copy(
     value: *const c_void,
 ) -> *mut c_void {
     contained("copy", std::ptr::null_mut(), || {
-        // SAFETY: see `project`. A copy carries the locks, not the waiters.
-        into_value(unsafe { project(value) }.clone())
+        // SAFETY: see `project`. The pointer is the `Box<Project>` made mutable by `into_value`,
+        // passed as const only because the server does not change it; no other reference to
+        // the project is alive while the server runs this callback on its main thread. The
+        // copy needs `&mut` to mark the source's storage as shared with the copy.
+        let source = unsafe { &mut *value.cast_mut().cast::<Project>() };
+        // A copy carries the locks, not the waiters, and costs a step per chunk of storage.
+        into_value(source.copy())
     })
 }
 

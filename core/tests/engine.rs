@@ -406,7 +406,7 @@ fn right_changes(table: &mut LockTable) {
 fn a_large_copy_and_its_original_change_independently() {
     let mut original = LockTable::new();
     large_history(&mut original);
-    let mut copy = original.clone();
+    let mut copy = original.share();
     assert!(copy.iter().eq(original.iter()));
     left_changes(&mut original);
     right_changes(&mut copy);

@@ -1,18 +1,23 @@
 //! A vector kept in fixed-size chunks, so that growing it never moves what it holds, and whose
-//! chunks are shared between copies until one of them writes.
+//! chunks copies of it share until one of them writes.
 //!
 //! A `Vec` of ten million nodes doubles by copying 640 MB in one call, which would stall Redis
 //! for a large part of a second. Here a push that fills a chunk allocates the next one (4,096
 //! elements) and the outer vector of chunk pointers grows by copying one pointer per chunk, so
 //! the longest push costs one allocation of a chunk. An index is split into a chunk and a slot.
 //!
-//! Each chunk sits behind an `Arc`, so cloning the vector copies one pointer per chunk, not the
-//! elements: `COPY` of a project with ten million nodes copies about 2,500 pointers. The first
-//! write to a chunk that another copy still holds copies that chunk alone (`Arc::make_mut`), so
-//! no write after a copy costs more than one chunk, and chunks that neither copy writes stay
-//! shared for good. `Arc` rather than `Rc` because the server may free one copy in its
-//! lazy-free thread while the other is in use on the main thread: the counts are atomic, and
-//! the last owner of a chunk, on whichever thread, frees it.
+//! [`Chunks::share`] makes a copy that shares every chunk: it puts each chunk behind an `Arc`
+//! (moving the vector's three words, not its elements) and copies one pointer per chunk, so a
+//! copy of ten million nodes costs about 2,500 pointers. The first write to a shared chunk, on
+//! either side, takes it back as its own: the elements themselves when the other side has let
+//! go of it, a copy of that chunk alone otherwise. So no write after a copy copies more than
+//! one chunk, and a chunk that neither side writes stays shared for good.
+//!
+//! Chunks that were never shared stay plain vectors, so the common path (no copy ever made)
+//! reads and writes them without touching a reference count; only the sharing copy needs
+//! `&mut` to mark the source's chunks shared. `Arc` rather than `Rc` because the server may free
+//! one copy in its lazy-free thread while the other is in use on the main thread: the counts
+//! are atomic, and whichever side lets go of a chunk last, on whichever thread, frees it.
 
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
@@ -21,10 +26,63 @@ const CHUNK_BITS: u32 = 12;
 const CHUNK: usize = 1 << CHUNK_BITS;
 const SLOT_MASK: usize = CHUNK - 1;
 
+/// Cloning copies the chunks this vector owns and shares those already shared; [`Chunks::share`]
+/// is the copy that copies no element.
 #[derive(Clone, Debug)]
 pub(super) struct Chunks<T> {
-    chunks: Vec<Arc<Vec<T>>>,
+    chunks: Vec<Chunk<T>>,
     len: usize,
+}
+
+#[derive(Clone, Debug)]
+enum Chunk<T> {
+    Owned(Vec<T>),
+    Shared(Arc<Vec<T>>),
+}
+
+impl<T: Clone> Chunk<T> {
+    #[inline]
+    fn items(&self) -> &Vec<T> {
+        match self {
+            Chunk::Owned(items) => items,
+            Chunk::Shared(items) => items,
+        }
+    }
+
+    /// The chunk's elements to write: its own, taken back or copied first when shared.
+    #[inline]
+    fn items_mut(&mut self) -> &mut Vec<T> {
+        match self {
+            Chunk::Owned(items) => items,
+            Chunk::Shared(_) => self.unshare(),
+        }
+    }
+
+    /// Makes a shared chunk this side's own: `make_mut` copies the elements only if the other
+    /// side still holds them. Out of line, so that the common path stays a test and a branch.
+    #[cold]
+    #[inline(never)]
+    fn unshare(&mut self) -> &mut Vec<T> {
+        if let Chunk::Shared(shared) = self {
+            let items = std::mem::take(Arc::make_mut(shared));
+            *self = Chunk::Owned(items);
+        }
+        match self {
+            Chunk::Owned(items) => items,
+            Chunk::Shared(shared) => Arc::make_mut(shared),
+        }
+    }
+
+    /// Marks the chunk shared, and returns the other side's handle to it.
+    fn share(&mut self) -> Chunk<T> {
+        if let Chunk::Owned(items) = self {
+            *self = Chunk::Shared(Arc::new(std::mem::take(items)));
+        }
+        match self {
+            Chunk::Shared(shared) => Chunk::Shared(Arc::clone(shared)),
+            Chunk::Owned(items) => Chunk::Owned(items.clone()),
+        }
+    }
 }
 
 impl<T> Default for Chunks<T> {
@@ -41,25 +99,33 @@ impl<T: Clone> Chunks<T> {
         self.len
     }
 
+    /// A copy that shares every chunk with this vector, in one step per chunk.
+    pub(super) fn share(&mut self) -> Chunks<T> {
+        Chunks {
+            chunks: self.chunks.iter_mut().map(Chunk::share).collect(),
+            len: self.len,
+        }
+    }
+
     pub(super) fn push(&mut self, value: T) {
         let chunk = self.len >> CHUNK_BITS;
         if chunk == self.chunks.len() {
             // The first chunk grows as a `Vec` does, by doubling up to a chunk, so that a small
             // project (most are) holds what it uses rather than a whole chunk: a move of at
             // most one chunk is as bounded as allocating one. Later chunks are whole at once.
-            self.chunks.push(Arc::new(if chunk == 0 {
+            self.chunks.push(Chunk::Owned(if chunk == 0 {
                 Vec::new()
             } else {
                 Vec::with_capacity(CHUNK)
             }));
         }
-        Arc::make_mut(&mut self.chunks[chunk]).push(value);
+        self.chunks[chunk].items_mut().push(value);
         self.len += 1;
     }
 
     pub(super) fn pop(&mut self) -> Option<T> {
         let last = self.len.checked_sub(1)?;
-        let value = Arc::make_mut(&mut self.chunks[last >> CHUNK_BITS]).pop();
+        let value = self.chunks[last >> CHUNK_BITS].items_mut().pop();
         self.len = last;
         // One empty chunk is kept, so that pushing and popping across a chunk's edge does not
         // allocate and free a chunk each time.
@@ -72,17 +138,21 @@ impl<T: Clone> Chunks<T> {
     pub(super) fn get(&self, index: usize) -> Option<&T> {
         self.chunks
             .get(index >> CHUNK_BITS)
-            .and_then(|chunk| chunk.get(index & SLOT_MASK))
+            .and_then(|chunk| chunk.items().get(index & SLOT_MASK))
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
-        self.chunks.iter().flat_map(|chunk| chunk.iter())
+        self.chunks.iter().flat_map(|chunk| chunk.items().iter())
     }
 
     /// The bytes the chunks reserve, full or not.
     #[cfg(test)]
     pub(super) fn reserved_bytes(&self) -> usize {
-        self.chunks.iter().map(|c| c.capacity()).sum::<usize>() * std::mem::size_of::<T>()
+        self.chunks
+            .iter()
+            .map(|c| c.items().capacity())
+            .sum::<usize>()
+            * std::mem::size_of::<T>()
     }
 
     /// How many chunks this vector and `other` hold in common, for tests of sharing.
@@ -91,22 +161,24 @@ impl<T: Clone> Chunks<T> {
         self.chunks
             .iter()
             .zip(&other.chunks)
-            .filter(|(a, b)| Arc::ptr_eq(a, b))
+            .filter(|(a, b)| std::ptr::eq(a.items(), b.items()))
             .count()
     }
 }
 
-impl<T> Index<usize> for Chunks<T> {
+impl<T: Clone> Index<usize> for Chunks<T> {
     type Output = T;
 
+    #[inline]
     fn index(&self, index: usize) -> &T {
-        &self.chunks[index >> CHUNK_BITS][index & SLOT_MASK]
+        &self.chunks[index >> CHUNK_BITS].items()[index & SLOT_MASK]
     }
 }
 
 impl<T: Clone> IndexMut<usize> for Chunks<T> {
+    #[inline]
     fn index_mut(&mut self, index: usize) -> &mut T {
-        &mut Arc::make_mut(&mut self.chunks[index >> CHUNK_BITS])[index & SLOT_MASK]
+        &mut self.chunks[index >> CHUNK_BITS].items_mut()[index & SLOT_MASK]
     }
 }
 
@@ -143,7 +215,7 @@ mod tests {
         for i in 0..n {
             original.push(i);
         }
-        let mut copy = original.clone();
+        let mut copy = original.share();
         assert_eq!(copy.shared_with(&original), 4);
         // A write to one slot unshares that chunk alone, on the side that wrote.
         copy[CHUNK + 1] = 0;
@@ -161,8 +233,18 @@ mod tests {
             i if i == CHUNK + 1 => 0,
             i => i,
         })));
-        // Dropping one side leaves the other whole.
+        // Dropping one side leaves the other whole, and the survivor takes the chunks back
+        // without copying them.
         drop(original);
         assert_eq!(copy[3 * CHUNK], 3 * CHUNK);
+        let before = copy.get(3 * CHUNK).map(std::ptr::from_ref);
+        copy[3 * CHUNK] = 3;
+        assert_eq!(copy.get(3 * CHUNK).map(std::ptr::from_ref), before);
+        // A plain clone copies the chunks a side owns and shares those already shared (here
+        // the two that neither side wrote).
+        let mut third = copy.clone();
+        assert_eq!(third.shared_with(&copy), 2);
+        third[0] = 5;
+        assert_eq!((copy[0], third[0]), (0, 5));
     }
 }

@@ -49,6 +49,22 @@ impl<K: Ord + Copy, V: Copy> SortedRuns<K, V> {
 
     /// Inserts or replaces the value of `key`, and returns the value it replaced.
     pub(super) fn insert(&mut self, key: K, value: V) -> Option<V> {
+        // Deadlines mostly come in increasing order: a key at or past the end goes straight to
+        // the last run.
+        if let Some(run) = self.runs.last_mut() {
+            match run.last().map(|(last, _)| last.cmp(&key)) {
+                Some(std::cmp::Ordering::Less) if run.len() < RUN => {
+                    Arc::make_mut(run).push((key, value));
+                    return None;
+                }
+                Some(std::cmp::Ordering::Equal) => {
+                    let run = Arc::make_mut(run);
+                    let last = run.len() - 1;
+                    return Some(std::mem::replace(&mut run[last].1, value));
+                }
+                _ => {}
+            }
+        }
         let Some(at) = self.run_of(&key) else {
             self.runs.push(Arc::new(vec![(key, value)]));
             return None;
