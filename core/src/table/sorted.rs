@@ -10,8 +10,11 @@
 //! A full run splits in two; a run left with few entries joins its neighbour when both fit in
 //! one, and an empty run goes. Inserting or removing a run moves one pointer per run, tens of
 //! thousands at the largest sizes, far below what a copy of the entries would cost. Deadlines
-//! mostly arrive in increasing order, so most insertions land at the end of the last run.
+//! mostly arrive in increasing order and leave from the earliest, so a run is a ring buffer
+//! that takes entries at either end without moving the others, and the first and last runs are
+//! tried before any search.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// The most entries a run holds. 16-byte entries make a run 4 KB, a page.
@@ -20,7 +23,7 @@ const RUN: usize = 256;
 #[derive(Clone, Debug)]
 pub(super) struct SortedRuns<K, V> {
     /// Never holds an empty run.
-    runs: Vec<Arc<Vec<(K, V)>>>,
+    runs: Vec<Arc<VecDeque<(K, V)>>>,
 }
 
 impl<K, V> Default for SortedRuns<K, V> {
@@ -33,17 +36,22 @@ impl<K: Ord + Copy, V: Copy> SortedRuns<K, V> {
     /// The run where `key` is or would go: the first whose last key is not below it, or the
     /// last run for a key above every other. `None` when the map is empty.
     fn run_of(&self, key: &K) -> Option<usize> {
-        let at = self
-            .runs
-            .partition_point(|run| run.last().is_some_and(|(last, _)| last < key));
-        match self.runs.len() {
-            0 => None,
-            n => Some(at.min(n - 1)),
+        let below = |run: &Arc<VecDeque<(K, V)>>| run.back().is_some_and(|(last, _)| last < key);
+        let n = self.runs.len();
+        if n == 0 {
+            return None;
         }
+        if !below(&self.runs[0]) {
+            return Some(0);
+        }
+        if n == 1 || below(&self.runs[n - 2]) {
+            return Some(n - 1);
+        }
+        Some(self.runs.partition_point(below).min(n - 1))
     }
 
     pub(super) fn first_key_value(&self) -> Option<(&K, &V)> {
-        let (key, value) = self.runs.first()?.first()?;
+        let (key, value) = self.runs.first()?.front()?;
         Some((key, value))
     }
 
@@ -52,21 +60,20 @@ impl<K: Ord + Copy, V: Copy> SortedRuns<K, V> {
         // Deadlines mostly come in increasing order: a key at or past the end goes straight to
         // the last run.
         if let Some(run) = self.runs.last_mut() {
-            match run.last().map(|(last, _)| last.cmp(&key)) {
+            match run.back().map(|(last, _)| last.cmp(&key)) {
                 Some(std::cmp::Ordering::Less) if run.len() < RUN => {
-                    Arc::make_mut(run).push((key, value));
+                    Arc::make_mut(run).push_back((key, value));
                     return None;
                 }
                 Some(std::cmp::Ordering::Equal) => {
-                    let run = Arc::make_mut(run);
-                    let last = run.len() - 1;
-                    return Some(std::mem::replace(&mut run[last].1, value));
+                    let last = Arc::make_mut(run).back_mut()?;
+                    return Some(std::mem::replace(&mut last.1, value));
                 }
                 _ => {}
             }
         }
         let Some(at) = self.run_of(&key) else {
-            self.runs.push(Arc::new(vec![(key, value)]));
+            self.runs.push(Arc::new(VecDeque::from([(key, value)])));
             return None;
         };
         let run = Arc::make_mut(&mut self.runs[at]);
@@ -89,7 +96,7 @@ impl<K: Ord + Copy, V: Copy> SortedRuns<K, V> {
         // Looked up before `make_mut`, so that a miss copies nothing.
         let i = self.runs[at].binary_search_by(|(k, _)| k.cmp(key)).ok()?;
         let run = Arc::make_mut(&mut self.runs[at]);
-        let (_, value) = run.remove(i);
+        let (_, value) = run.remove(i)?;
         let left = run.len();
         if left == 0 {
             self.runs.remove(at);
