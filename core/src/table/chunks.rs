@@ -2,16 +2,18 @@
 //! chunks copies of it share until one of them writes.
 //!
 //! A `Vec` of ten million nodes doubles by copying 640 MB in one call, which would stall Redis
-//! for a large part of a second. Here a push that fills a chunk allocates the next one (4,096
+//! for a large part of a second. Here a push that fills a chunk allocates the next one (2,048
 //! elements) and the outer vector of chunk pointers grows by copying one pointer per chunk, so
 //! the longest push costs one allocation of a chunk. An index is split into a chunk and a slot.
 //!
 //! [`Chunks::share`] makes a copy that shares every chunk: it puts each chunk behind an `Arc`
 //! (moving the vector's three words, not its elements) and copies one pointer per chunk, so a
-//! copy of ten million nodes costs about 2,500 pointers. The first write to a shared chunk, on
+//! copy of ten million nodes costs about 5,000 pointers. The first write to a shared chunk, on
 //! either side, takes it back as its own: the elements themselves when the other side has let
 //! go of it, a copy of that chunk alone otherwise. So no write after a copy copies more than
-//! one chunk, and a chunk that neither side writes stays shared for good.
+//! one chunk per element it writes (128 KB of nodes; the size is chosen for that, since a copy
+//! costs one step per chunk while a write after it copies whole chunks), and a chunk that
+//! neither side writes stays shared for good.
 //!
 //! Chunks that were never shared stay plain vectors, so the common path (no copy ever made)
 //! reads and writes them without touching a reference count; only the sharing copy needs
@@ -22,7 +24,7 @@
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
-const CHUNK_BITS: u32 = 12;
+const CHUNK_BITS: u32 = 11;
 const CHUNK: usize = 1 << CHUNK_BITS;
 const SLOT_MASK: usize = CHUNK - 1;
 

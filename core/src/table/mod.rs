@@ -45,9 +45,11 @@
 //! Copies share that storage ([`LockTable::share`], what `COPY` does). Every part of it is a
 //! vector of small pieces (chunks of the arenas, segments of the hash tables, runs of the
 //! expiry index) that can sit behind `Arc`s, so a copy costs a step per piece, about one per
-//! 4,096 nodes or owners, and the first write to a piece that the other copy still holds copies
-//! that piece alone. `COPY` of a project of ten million locks therefore takes a few thousand
-//! steps, and no write after it copies more than one piece of each structure it touches. The
+//! 2,048 nodes or owners or 1,024 index entries, and the first write to a piece that the other
+//! copy still holds copies that piece alone. `COPY` of a project of ten million locks therefore
+//! takes some 20,000 steps (under a millisecond), and no write after it copies more than one
+//! piece per element it writes: a chunk per node on its path, one of owners, one segment of
+//! each hash table and one run of the expiry index. The
 //! arenas' chunks stay plain vectors until they are first shared, so a table that was never
 //! copied pays nothing for this on its common path.
 
@@ -141,7 +143,7 @@ impl LockTable {
     }
 
     /// A copy of the table that shares all of its storage with this one, in a step per chunk
-    /// (about 5,000 at ten million locks) rather than one per lock. Either side's first write
+    /// (some 20,000 at ten million locks) rather than one per lock. Either side's first write
     /// to a shared chunk copies that chunk alone, so the two stay independent. It takes `&mut`
     /// because the arenas' chunks this table owns outright become shared.
     pub fn share(&mut self) -> LockTable {
