@@ -229,7 +229,7 @@ fn copy_rename_move_and_swapdb_carry_the_locks() {
     let copied: i64 = cmd("COPY").arg(&["a", "b"]).query(&mut con).expect("COPY");
     assert_eq!(copied, 1);
     assert_eq!(digest_of(&mut con, "b"), digest);
-    // A deep copy: changing the copy leaves the original alone.
+    // The copy shares storage but not changes: changing the copy leaves the original alone.
     assert_eq!(release(&mut con, "b", "mover", &[]), 2);
     assert_eq!(digest_of(&mut con, "a"), digest);
     assert_ne!(digest_of(&mut con, "b"), digest);

@@ -45,14 +45,9 @@ fn timed<R>(work: impl FnOnce() -> R) -> (R, u128) {
     (result, cpu_nanos() - t)
 }
 
-/// The first writes after a copy, alternating between the two sides; `round` picks locks and
-/// new paths that earlier rounds left alone. Returns the worst and the median time of one call.
-fn first_writes(
-    original: &mut LockTable,
-    copy: &mut LockTable,
-    locks: usize,
-    round: usize,
-) -> (u128, u128) {
+/// The first writes after a copy, alternating between the two sides. Returns the worst and
+/// the median time of one call.
+fn first_writes(original: &mut LockTable, copy: &mut LockTable, locks: usize) -> (u128, u128) {
     const WRITES: usize = 4_000;
     let step = (locks / (WRITES / 2)).max(1);
     let mut times = Vec::with_capacity(WRITES);
@@ -62,26 +57,17 @@ fn first_writes(
         } else {
             &mut *copy
         };
-        let i = (k * step + round) % locks;
+        let i = (k * step) % locks;
         let (freed, spent) = timed(|| side.release(&token(i), None));
         assert_eq!(freed.len(), 1);
         if std::env::var("COPIES_DEBUG").is_ok() && spent > 1_000_000 {
             println!("slow release {k} of {i}: {spent} ns");
         }
         times.push(spent);
-        let new = Path::parse(
-            format!("/new{round}/{k}").as_bytes(),
-            &PathLimits::default(),
-        )
-        .expect("path");
-        let (granted, spent) = timed(|| {
-            side.acquire(
-                0,
-                &token(locks + round * WRITES + k),
-                1 << 40,
-                &[(Mode::Write, new)],
-            )
-        });
+        let new =
+            Path::parse(format!("/new/{k}").as_bytes(), &PathLimits::default()).expect("path");
+        let (granted, spent) =
+            timed(|| side.acquire(0, &token(locks + k), 1 << 40, &[(Mode::Write, new)]));
         assert!(granted.is_some());
         if std::env::var("COPIES_DEBUG").is_ok() && spent > 1_000_000 {
             println!("slow acquire {k}: {spent} ns");
@@ -90,6 +76,15 @@ fn first_writes(
     }
     times.sort_unstable();
     (times[times.len() - 1], times[times.len() / 2])
+}
+
+fn grow(locks: usize) -> LockTable {
+    let mut table = LockTable::new();
+    for i in 0..locks {
+        let granted = table.acquire(0, &token(i), 1 << 40, &[(Mode::Write, path(i))]);
+        assert!(granted.is_some());
+    }
+    table
 }
 
 fn main() {
@@ -101,24 +96,23 @@ fn main() {
     println!("| locks | share (COPY now) | clone (COPY before) | ratio | first writes after share: worst, median | after clone: worst, median | drop of the shared copy |");
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for locks in sizes {
-        let mut table = LockTable::new();
-        for i in 0..locks {
-            let granted = table.acquire(0, &token(i), 1 << 40, &[(Mode::Write, path(i))]);
-            assert!(granted.is_some());
-        }
-        // The sharing copy first: the copy of every element frees a whole project's worth of
-        // small allocations when it is dropped, and the system allocator's work on its next
-        // large allocation would be charged to whatever came next.
-        let wall = Instant::now();
-        let (mut shared, share_time) = timed(|| table.share());
-        let share_wall = wall.elapsed();
-        let (share_worst, share_median) = first_writes(&mut table, &mut shared, locks, 0);
-        let (_, drop_time) = timed(|| drop(shared));
+        // Each copy on a table of its own, grown alike: a table once shared keeps the chunks no
+        // write took back shared, and its `clone` would share them too. The element-wise copy
+        // goes first, and both its tables are dropped before the next table grows, so that the
+        // allocator's work after freeing them is not charged to the first writes after `share`.
+        let mut table = grow(locks);
         let wall = Instant::now();
         let (mut cloned, clone_time) = timed(|| table.clone());
         let clone_wall = wall.elapsed();
-        let (clone_worst, clone_median) = first_writes(&mut table, &mut cloned, locks, 1);
+        let (clone_worst, clone_median) = first_writes(&mut table, &mut cloned, locks);
         drop(cloned);
+        drop(table);
+        let mut table = grow(locks);
+        let wall = Instant::now();
+        let (mut shared, share_time) = timed(|| table.share());
+        let share_wall = wall.elapsed();
+        let (share_worst, share_median) = first_writes(&mut table, &mut shared, locks);
+        let (_, drop_time) = timed(|| drop(shared));
         println!(
             "| {locks} | {:.3} ms (wall {:.3}) | {:.1} ms (wall {:.1}) | {:.0}x | {:.3} ms, {:.4} ms | {:.3} ms, {:.4} ms | {:.3} ms |",
             ms(share_time),
