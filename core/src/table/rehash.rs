@@ -17,9 +17,12 @@
 //! The table holds no hasher; the caller passes the hash of each entry, because the entries are
 //! ids whose keys (segments, tokens) live elsewhere.
 //!
-//! Segments are shared between copies of a table, as the chunks of `chunks` are: a clone copies
-//! one pointer per segment, and the first write to a segment that another copy still holds
-//! copies that segment alone, a few thousand entries at most.
+//! Segments are shared between copies of a table: a clone copies one pointer per segment, and
+//! the first write to a segment that another copy still holds copies that segment alone, a few
+//! thousand entries at most. Unlike the arenas' chunks, which go behind an `Arc` only when first
+//! shared, segments always sit behind one: the children's tables live inside the node arena's
+//! chunks, and copying such a chunk must cost a pointer per segment, not the segments' entries.
+//! Their reference count is touched once per write to a table, against the arena's every access.
 
 use std::sync::Arc;
 
