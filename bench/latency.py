@@ -5,8 +5,9 @@ same work done with SET NX PX on one key per lock.
 For each system, on a fresh redis-server with `latency-monitor-threshold 1`:
 
   - grow: the locks are written through `redis-cli --pipe`, in batches of 100,000;
-  - copy (pathlock only): `COPY` of the whole project, then `DEL` of the copy; both are O(size)
-    by nature and shown apart;
+  - copy (pathlock only): `COPY` of the whole project, then `DEL` of the copy; the copy shares
+    the project's storage, so both cost a step per chunk of it (bench/copy_pause.py measures
+    COPY and the writes after it on their own);
   - release: half the locks are released one by one (`PATHLOCK.RELEASE`; `DEL` for SET);
   - expire: the other half are renewed to 1 ms (`PATHLOCK.RENEW`; `PEXPIRE` for SET), and the
     server reclaims them while another client keeps acquiring new paths in the same project (so

@@ -68,7 +68,10 @@ fn into_value(project: Project) -> *mut c_void {
 
 /// Runs in the server's lazy-free thread for large values (on Valkey 8 and later for a plain
 /// `DEL` too), so it touches nothing but the table and the atomic gauges, which drop here, when
-/// the memory goes, and not when the key leaves the keyspace (see `stats`).
+/// the memory goes, and not when the key leaves the keyspace (see `stats`). A project made by
+/// `COPY` shares storage with its source; the engine holds shared storage behind `Arc`s, so
+/// freeing one side here while the main thread uses the other only drops reference counts,
+/// and whichever side lets go last frees the storage.
 extern "C" fn free(value: *mut c_void) {
     contained("free", (), || {
         if !value.is_null() {
@@ -110,14 +113,22 @@ extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
     })
 }
 
+/// `COPY`: a new project that shares the source's storage (`Project::copy`), which costs a step
+/// per chunk of storage rather than one per lock, so no size of project makes it pause the
+/// server; each side's first write to a shared chunk copies that chunk alone.
 extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
     contained("copy", std::ptr::null_mut(), || {
-        // SAFETY: see `project`. A copy carries the locks, not the waiters.
-        into_value(unsafe { project(value) }.clone())
+        // SAFETY: see `project`. The pointer is the `Box<Project>` made mutable by `into_value`,
+        // passed as const only because the server does not change it; no other reference to
+        // the project is alive while the server runs this callback on its main thread. The
+        // copy needs `&mut` to mark the source's storage as shared with the copy.
+        let source = unsafe { &mut *value.cast_mut().cast::<Project>() };
+        // A copy carries the locks, not the waiters, and costs a step per chunk of storage.
+        into_value(source.copy())
     })
 }
 
@@ -137,7 +148,8 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
 /// it is a bitwise copy, which Rust allows for any value that is not pinned (the engine has no
 /// unsafe code, so no self-references), and no pointer to it outlives a command. The table's
 /// inner allocations (trie nodes, token and waiter maps) stay where they are: moving them needs
-/// the engine to rebuild them through the server's allocator. Where the server has no defrag
+/// the engine to rebuild them through the server's allocator, and storage a `COPY` shares
+/// between two projects could not be moved for one of them alone. Where the server has no defrag
 /// API, or never defragments (Debian's Redis with the system jemalloc, libc-malloc builds), this
 /// is never called or returns at once. Returns 0: nothing is left for a later call.
 extern "C" fn defrag(
@@ -163,6 +175,9 @@ extern "C" fn defrag(
     0
 }
 
+/// The project's own estimate (`LockTable::memory_estimate`), which depends only on what it
+/// holds: a project and its `COPY` each report their whole size, as copies of Redis's own types
+/// do, although they share storage until they write to it (`used_memory` shows what is shared).
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     contained("mem_usage", 0, || {
         // SAFETY: see `table`.

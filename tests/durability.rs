@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -228,7 +229,7 @@ fn copy_rename_move_and_swapdb_carry_the_locks() {
     let copied: i64 = cmd("COPY").arg(&["a", "b"]).query(&mut con).expect("COPY");
     assert_eq!(copied, 1);
     assert_eq!(digest_of(&mut con, "b"), digest);
-    // A deep copy: changing the copy leaves the original alone.
+    // The copy shares storage but not changes: changing the copy leaves the original alone.
     assert_eq!(release(&mut con, "b", "mover", &[]), 2);
     assert_eq!(digest_of(&mut con, "a"), digest);
     assert_ne!(digest_of(&mut con, "b"), digest);
@@ -257,6 +258,147 @@ fn copy_rename_move_and_swapdb_carry_the_locks() {
     );
     assert!(!take(&mut con, "renamed", "x", &["WRITE", "/A/C"]));
     assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 2);
+}
+
+/// Locks as `(path, mode, token)`, without the fences that new grants take.
+fn lock_triples(con: &mut Connection, key: &str) -> BTreeSet<(Vec<u8>, String, Vec<u8>)> {
+    lock_set(con, key)
+        .into_iter()
+        .map(|(path, mode, token, _)| (path, mode, token))
+        .collect()
+}
+
+/// Whether `token` is `h{i}` of `hold_many` for an `i` in `range`.
+fn held_by_h(token: &[u8], range: std::ops::Range<usize>) -> bool {
+    token
+        .strip_prefix(b"h")
+        .and_then(|i| std::str::from_utf8(i).ok()?.parse().ok())
+        .is_some_and(|i| range.contains(&i))
+}
+
+fn triple(path: &str, mode: &str, token: &str) -> (Vec<u8>, String, Vec<u8>) {
+    (path.into(), mode.into(), token.into())
+}
+
+/// `COPY` of a project larger than one chunk of the engine's storage shares that storage with
+/// the original; writes to either side (which copy the chunks they touch) must leave the other
+/// as it was, through an RDB reload and while another copy that shares chunks with it is freed
+/// by the server's lazy-free thread.
+#[test]
+fn a_large_copy_and_its_original_stay_independent() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let n = 20_000;
+    hold_many(&mut con, "big", n, "WRITE", 50);
+    // A path with several readers and an owner of several locks, which live in side maps.
+    for r in 0..5 {
+        assert!(take(
+            &mut con,
+            "big",
+            &format!("reader{r}"),
+            &["TTL", "600000", "READ", "/shared"]
+        ));
+    }
+    assert!(take(
+        &mut con,
+        "big",
+        "multi",
+        &["TTL", "600000", "WRITE", "/m/1", "WRITE", "/m/2"]
+    ));
+    let before = lock_triples(&mut con, "big");
+    assert_eq!(before.len(), n + 7);
+    let digest = digest_of(&mut con, "big");
+    let copied: i64 = cmd("COPY")
+        .arg(&["big", "copy"])
+        .query(&mut con)
+        .expect("COPY");
+    assert_eq!(copied, 1);
+    assert_eq!(digest_of(&mut con, "copy"), digest);
+    let usage = |con: &mut Connection, key: &str| -> i64 {
+        cmd("MEMORY")
+            .arg(&["USAGE", key])
+            .query(con)
+            .expect("MEMORY USAGE")
+    };
+    // Each copy counts as holding its locks, as after any COPY.
+    assert_eq!(usage(&mut con, "copy"), usage(&mut con, "big"));
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_locks"),
+        2 * (n as i64 + 7)
+    );
+
+    // Writes on both sides: releases on the copy, new grants on the original, and each side's
+    // side maps changed.
+    let mut pipe = redis::pipe();
+    for i in 0..1_000 {
+        pipe.cmd("PATHLOCK.RELEASE")
+            .arg(&["copy", &format!("h{i}")])
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).expect("pipelined releases");
+    for i in 0..1_000 {
+        assert!(take(
+            &mut con,
+            "big",
+            &format!("n{i}"),
+            &["TTL", "600000", "WRITE", &format!("/new/{i}")]
+        ));
+    }
+    assert_eq!(release(&mut con, "big", "reader0", &[]), 1);
+    assert_eq!(release(&mut con, "copy", "multi", &["/m/1"]), 1);
+    assert!(take(
+        &mut con,
+        "copy",
+        "reader9",
+        &["TTL", "600000", "READ", "/shared"]
+    ));
+    let mut big = before.clone();
+    big.extend((0..1_000).map(|i| triple(&format!("/new/{i}"), "WRITE", &format!("n{i}"))));
+    big.remove(&triple("/shared", "READ", "reader0"));
+    let mut copy = before.clone();
+    copy.retain(|(_, _, token)| !held_by_h(token, 0..1_000));
+    copy.remove(&triple("/m/1", "WRITE", "multi"));
+    copy.insert(triple("/shared", "READ", "reader9"));
+    assert_eq!(copy.len(), n + 7 - 1_000);
+    assert_eq!(lock_triples(&mut con, "big"), big);
+    assert_eq!(lock_triples(&mut con, "copy"), copy);
+    // Conflicts are decided by each side's own locks.
+    assert!(!take(&mut con, "big", "x", &["WRITE", "/d0/f0"]));
+    assert!(take(&mut con, "copy", "x", &["WRITE", "/d0/f0"]));
+    assert!(!take(&mut con, "big", "y", &["WRITE", "/m/1"]));
+    copy.insert(triple("/d0/f0", "WRITE", "x"));
+
+    // Both sides save and load as themselves.
+    let (big_digest, copy_digest) = (digest_of(&mut con, "big"), digest_of(&mut con, "copy"));
+    assert_ne!(big_digest, copy_digest);
+    let _: () = cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut con)
+        .expect("DEBUG RELOAD");
+    assert_eq!(digest_of(&mut con, "big"), big_digest);
+    assert_eq!(digest_of(&mut con, "copy"), copy_digest);
+
+    // A third copy shares chunks with `copy`; the server frees `copy` in its lazy-free thread
+    // while the main thread writes to the third.
+    let copied: i64 = cmd("COPY")
+        .arg(&["copy", "third"])
+        .query(&mut con)
+        .expect("COPY");
+    assert_eq!(copied, 1);
+    let unlinked: i64 = cmd("UNLINK").arg("copy").query(&mut con).expect("UNLINK");
+    assert_eq!(unlinked, 1);
+    let mut pipe = redis::pipe();
+    for i in 1_000..3_000 {
+        pipe.cmd("PATHLOCK.RELEASE")
+            .arg(&["third", &format!("h{i}")])
+            .ignore();
+    }
+    let _: () = pipe.query(&mut con).expect("pipelined releases");
+    copy.retain(|(_, _, token)| !held_by_h(token, 1_000..3_000));
+    assert_eq!(lock_triples(&mut con, "third"), copy);
+    assert_eq!(lock_triples(&mut con, "big"), big);
+    let (locks, keys) = settled_gauges(&mut con);
+    assert_eq!((locks, keys), ((big.len() + copy.len()) as i64, 2));
 }
 
 /// The database `CLIENT INFO` says this connection has selected.

@@ -70,6 +70,14 @@ impl Clone for Project {
 }
 
 impl Project {
+    /// The copy `COPY` makes: the locks, sharing their storage with this project's (see
+    /// [`LockTable::share`]), so it costs a step per chunk of storage; no waiters.
+    pub fn copy(&mut self) -> Project {
+        Project::from_locks(self.locks.share())
+    }
+}
+
+impl Project {
     pub fn new() -> Project {
         Project::default()
     }

@@ -352,3 +352,86 @@ fn the_deepest_path_allowed_is_walked_on_a_small_stack() {
         .expect("no stack overflow");
     assert_eq!(listed, (1, 1, 1));
 }
+
+/// The history `a_large_copy_and_its_original_change_independently` gives the table it copies:
+/// more nodes and owners than one storage chunk holds, a folder of thousands of children (a
+/// children's table of several segments), owners of several locks, paths shared by many
+/// readers, and thousands of distinct deadlines.
+fn large_history(table: &mut LockTable) {
+    for i in 0..24_000u64 {
+        let token = t(&format!("owner-{}", i % 7_000));
+        let items = [
+            (Write, p(&format!("/d{}/f{i}", i % 5_000))),
+            (Read, p(&format!("/shared/s{}", i % 11))),
+        ];
+        assert!(table.acquire(i, &token, 50_000 + i, &items).is_some());
+    }
+}
+
+/// What each side does after the copy: releases by token and by path, new grants in new and
+/// existing folders, renewals, and a mass expiry, so that both sides write to pieces the other
+/// still holds.
+fn left_changes(table: &mut LockTable) {
+    for i in 0..1_500 {
+        table.release(&t(&format!("owner-{i}")), None);
+    }
+    for i in 0..3_000u64 {
+        let items = [(Write, p(&format!("/d{}/new{i}", i % 6_000)))];
+        assert!(table
+            .acquire(30_000, &t(&format!("left-{i}")), 100_000, &items)
+            .is_some());
+    }
+    table.renew(&t("owner-6999"), 1_000_000);
+    table.reclaim_expired(60_000);
+}
+
+fn right_changes(table: &mut LockTable) {
+    table.reclaim_expired(55_000);
+    for i in (2_000..7_000).step_by(3) {
+        table.release(
+            &t(&format!("owner-{i}")),
+            Some(&[p(&format!("/d{}/f{i}", i % 5_000))]),
+        );
+    }
+    for i in 0..2_000u64 {
+        let items = [(Read, p(&format!("/shared/s{}", i % 13)))];
+        assert!(table
+            .acquire(56_000, &t(&format!("right-{i}")), 5, &items)
+            .is_some());
+    }
+    table.renew(&t("owner-6000"), 2_000_000);
+}
+
+#[test]
+fn a_large_copy_and_its_original_change_independently() {
+    let mut original = LockTable::new();
+    large_history(&mut original);
+    let mut copy = original.share();
+    assert!(copy.iter().eq(original.iter()));
+    left_changes(&mut original);
+    right_changes(&mut copy);
+    // Each side must be what the same history gives a table that was never copied.
+    for (side, changes) in [
+        (&original, left_changes as fn(&mut LockTable)),
+        (&copy, right_changes),
+    ] {
+        let mut alone = LockTable::new();
+        large_history(&mut alone);
+        changes(&mut alone);
+        side.check_integrity().expect("integrity of a copy");
+        assert!(side.iter().eq(alone.iter()));
+        assert_eq!(side.len(), alone.len());
+        assert_eq!(side.node_count(), alone.node_count());
+        assert_eq!(side.memory_estimate(), alone.memory_estimate());
+        assert_eq!(side.next_deadline(), alone.next_deadline());
+        assert_eq!(side.next_fence(), alone.next_fence());
+    }
+    assert!(!original.iter().eq(copy.iter()));
+    // Either side outlives the other: what they shared stays with the survivor.
+    drop(original);
+    copy.check_integrity().expect("integrity of the survivor");
+    while let Some(deadline) = copy.next_deadline() {
+        assert!(!copy.reclaim_expired(deadline).is_empty());
+    }
+    assert_eq!(copy.node_count(), 0);
+}

@@ -95,78 +95,168 @@ fn assert_no_conflicting_grants(live: &[LockInfo]) {
     }
 }
 
+/// One side of a comparison: a table, the reference it must agree with, and their clock.
+#[derive(Clone)]
+struct Twin {
+    table: LockTable,
+    model: Reference,
+    now: u64,
+    last_fence: u64,
+}
+
+impl Twin {
+    fn new() -> Twin {
+        Twin {
+            table: LockTable::new(),
+            model: Reference::new(),
+            now: 1_000,
+            last_fence: 0,
+        }
+    }
+
+    /// Applies `op` to both the table and the reference and compares every answer, then the
+    /// table's integrity and its live locks.
+    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let Twin {
+            table,
+            model,
+            now,
+            last_fence,
+        } = self;
+        // The Redis layer reclaims before every change; do the same to both sides.
+        let reclaimed: BTreeSet<LockInfo> = table.reclaim_expired(*now).into_iter().collect();
+        prop_assert_eq!(reclaimed, model.reclaim(*now));
+        match op {
+            Op::Acquire {
+                token: t,
+                ttl,
+                items,
+            } => {
+                let items = resolve(items);
+                let before: Vec<LockInfo> = table.iter().collect();
+                let got = table.acquire(*now, &token(*t), *ttl, &items);
+                prop_assert_eq!(got, model.acquire(*now, &token(*t), *ttl, &items));
+                match got {
+                    Some(fence) => {
+                        prop_assert!(fence > *last_fence, "fence {} after {}", fence, last_fence);
+                        *last_fence = fence;
+                    }
+                    None => {
+                        let after: Vec<LockInfo> = table.iter().collect();
+                        prop_assert_eq!(before, after, "a refused request changed the table");
+                    }
+                }
+            }
+            Op::Release { token: t, paths } => {
+                let paths: Option<Vec<Path>> = paths
+                    .as_ref()
+                    .map(|ps| ps.iter().map(|&i| path(i)).collect());
+                let mut unique = paths.clone();
+                if let Some(ps) = unique.as_mut() {
+                    ps.sort();
+                    ps.dedup();
+                }
+                let got = table.release(&token(*t), paths.as_deref()).len();
+                prop_assert_eq!(got, model.release(&token(*t), unique.as_deref()));
+            }
+            Op::Renew { token: t, ttl } => {
+                let got = table.renew(&token(*t), *now + ttl);
+                prop_assert_eq!(got, model.renew(&token(*t), *now + ttl));
+            }
+            Op::Check { token: t, items } => {
+                let items = resolve(items);
+                let who = t.map(token);
+                let got: BTreeSet<LockInfo> = table
+                    .blockers(*now, who.as_ref(), &items)
+                    .into_iter()
+                    .collect();
+                prop_assert_eq!(got, model.blockers(*now, who.as_ref(), &items));
+                // Blockers exist exactly when an acquire by that token would be refused.
+                if let Some(who) = who {
+                    let blocked = items.iter().any(|(m, p)| table.is_blocked(&who, *m, p));
+                    prop_assert_eq!(
+                        blocked,
+                        !model.blockers(*now, Some(&who), &items).is_empty()
+                    );
+                }
+            }
+            Op::Advance(ms) => *now += ms,
+        }
+        table.check_integrity().map_err(TestCaseError::fail)?;
+        let live: Vec<LockInfo> = table.locks(*now, &Path::root());
+        prop_assert_eq!(
+            live.iter().cloned().collect::<BTreeSet<_>>(),
+            model.live(*now)
+        );
+        prop_assert!(
+            live.windows(2).all(|w| w[0].path <= w[1].path),
+            "listing out of tree order"
+        );
+        assert_no_conflicting_grants(&live);
+        Ok(())
+    }
+
+    /// A copy that shares the table's storage, as `COPY` makes, with a copy of the reference.
+    fn share(&mut self) -> Twin {
+        Twin {
+            table: self.table.share(),
+            ..self.clone()
+        }
+    }
+
+    /// Releases everything and checks that nothing is left behind.
+    fn empty(mut self) -> Result<(), TestCaseError> {
+        for t in 0..TOKENS.len() {
+            self.table.release(&token(t), None);
+        }
+        prop_assert_eq!(self.table.node_count(), 0);
+        prop_assert!(self.table.is_empty());
+        prop_assert_eq!(
+            self.table.memory_estimate(),
+            LockTable::new().memory_estimate()
+        );
+        Ok(())
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
     fn engine_matches_the_reference(ops in prop::collection::vec(op(), 1..60)) {
-        let mut table = LockTable::new();
-        let mut model = Reference::new();
-        let mut now = 1_000u64;
-        let mut last_fence = 0;
+        let mut twin = Twin::new();
         for op in &ops {
-            // The Redis layer reclaims before every change; do the same to both sides.
-            let reclaimed: BTreeSet<LockInfo> = table.reclaim_expired(now).into_iter().collect();
-            prop_assert_eq!(reclaimed, model.reclaim(now));
-            match op {
-                Op::Acquire { token: t, ttl, items } => {
-                    let items = resolve(items);
-                    let before: Vec<LockInfo> = table.iter().collect();
-                    let got = table.acquire(now, &token(*t), *ttl, &items);
-                    prop_assert_eq!(got, model.acquire(now, &token(*t), *ttl, &items));
-                    match got {
-                        Some(fence) => {
-                            prop_assert!(fence > last_fence, "fence {} after {}", fence, last_fence);
-                            last_fence = fence;
-                        }
-                        None => {
-                            let after: Vec<LockInfo> = table.iter().collect();
-                            prop_assert_eq!(before, after, "a refused request changed the table");
-                        }
-                    }
-                }
-                Op::Release { token: t, paths } => {
-                    let paths: Option<Vec<Path>> =
-                        paths.as_ref().map(|ps| ps.iter().map(|&i| path(i)).collect());
-                    let mut unique = paths.clone();
-                    if let Some(ps) = unique.as_mut() {
-                        ps.sort();
-                        ps.dedup();
-                    }
-                    let got = table.release(&token(*t), paths.as_deref()).len();
-                    prop_assert_eq!(got, model.release(&token(*t), unique.as_deref()));
-                }
-                Op::Renew { token: t, ttl } => {
-                    let got = table.renew(&token(*t), now + ttl);
-                    prop_assert_eq!(got, model.renew(&token(*t), now + ttl));
-                }
-                Op::Check { token: t, items } => {
-                    let items = resolve(items);
-                    let who = t.map(token);
-                    let got: BTreeSet<LockInfo> =
-                        table.blockers(now, who.as_ref(), &items).into_iter().collect();
-                    prop_assert_eq!(got, model.blockers(now, who.as_ref(), &items));
-                    // Blockers exist exactly when an acquire by that token would be refused.
-                    if let Some(who) = who {
-                        let blocked = items.iter().any(|(m, p)| table.is_blocked(&who, *m, p));
-                        prop_assert_eq!(blocked, !model.blockers(now, Some(&who), &items).is_empty());
-                    }
-                }
-                Op::Advance(ms) => now += ms,
+            twin.step(op)?;
+        }
+        twin.empty()?;
+    }
+
+    /// A table cloned in the middle of a history (as `COPY` does) and both copies driven on
+    /// independently, each against its own copy of the reference: the copies share their
+    /// storage until they write, and neither may see the other's writes. The two histories
+    /// are interleaved step by step, so that each copy writes to pieces the other still holds.
+    #[test]
+    fn copies_match_two_references_independently(
+        before in prop::collection::vec(op(), 0..40),
+        left in prop::collection::vec(op(), 1..40),
+        right in prop::collection::vec(op(), 1..40),
+    ) {
+        let mut original = Twin::new();
+        for op in &before {
+            original.step(op)?;
+        }
+        let mut copy = original.share();
+        prop_assert!(copy.table.iter().eq(original.table.iter()));
+        for i in 0..left.len().max(right.len()) {
+            if let Some(op) = left.get(i) {
+                original.step(op)?;
             }
-            table.check_integrity().map_err(TestCaseError::fail)?;
-            let live: Vec<LockInfo> = table.locks(now, &Path::root());
-            prop_assert_eq!(live.iter().cloned().collect::<BTreeSet<_>>(), model.live(now));
-            prop_assert!(live.windows(2).all(|w| w[0].path <= w[1].path), "listing out of tree order");
-            assert_no_conflicting_grants(&live);
+            if let Some(op) = right.get(i) {
+                copy.step(op)?;
+            }
         }
-        // Once everything is released, nothing is left behind.
-        for t in 0..TOKENS.len() {
-            table.release(&token(t), None);
-        }
-        prop_assert_eq!(table.node_count(), 0);
-        prop_assert!(table.is_empty());
-        prop_assert_eq!(table.memory_estimate(), LockTable::new().memory_estimate());
+        original.empty()?;
+        copy.empty()?;
     }
 
     #[test]

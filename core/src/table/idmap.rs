@@ -22,7 +22,7 @@ impl<V> Default for IdMap<V> {
     }
 }
 
-impl<V> IdMap<V> {
+impl<V: Clone> IdMap<V> {
     pub(super) fn get(&self, id: u32) -> Option<&V> {
         self.entries
             .find(hash(id), |entry| entry.0 == id)

@@ -130,7 +130,7 @@ impl LockTable {
             return Err("locks held by owners that do not exist".into());
         }
         let mut filed = BTreeSet::new();
-        for (&deadline, &head) in &self.expiry {
+        for (&deadline, &head) in self.expiry.iter() {
             let (mut prev, mut id) = (NONE, head);
             while id != NONE {
                 let Some(owner) = self.owners.get(id as usize).and_then(Option::as_ref) else {

@@ -38,8 +38,20 @@
 //! * `expiry`: the deadline index over owners, and reclaiming what is due.
 //! * `conflicts`: the read-only queries (is it blocked, who blocks it, what lies beneath).
 //! * `integrity`: `check_integrity`, apart from what it checks.
-//! * `chunks`, `rehash`, `idmap`: the storage under them, which never moves what it holds and
-//!   grows or shrinks a small step at a time, so that no call pauses Redis for long at any size.
+//! * `chunks`, `rehash`, `idmap`, `sorted`: the storage under them, which never moves what it
+//!   holds and grows or shrinks a small step at a time, so that no call pauses Redis for long at
+//!   any size.
+//!
+//! Copies share that storage ([`LockTable::share`], what `COPY` does). Every part of it is a
+//! vector of small pieces (chunks of the arenas, segments of the hash tables, runs of the
+//! expiry index) that can sit behind `Arc`s, so a copy costs a step per piece, about one per
+//! 2,048 nodes or owners or 1,024 index entries, and the first write to a piece that the other
+//! copy still holds copies that piece alone. `COPY` of a project of ten million locks therefore
+//! takes some 20,000 steps (under a millisecond), and no write after it copies more than one
+//! piece per element it writes: a chunk per node on its path, one of owners, one segment of
+//! each hash table and one run of the expiry index. The
+//! arenas' chunks stay plain vectors until they are first shared, so a table that was never
+//! copied pays nothing for this on its common path.
 
 mod chunks;
 mod conflicts;
@@ -49,9 +61,8 @@ mod ids;
 mod integrity;
 mod owners;
 mod rehash;
+mod sorted;
 mod tree;
-
-use std::collections::BTreeMap;
 
 use hashbrown::DefaultHashBuilder;
 
@@ -62,9 +73,11 @@ use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
 use owners::Owner;
 use rehash::LinearTable;
+use sorted::SortedRuns;
 use tree::{Held, Node};
 
-/// The locks of one project.
+/// The locks of one project. `clone` copies what the table does not share with a copy;
+/// [`LockTable::share`] is the copy that costs a step per chunk.
 #[derive(Clone, Debug)]
 pub struct LockTable {
     nodes: Chunks<Node>,
@@ -84,7 +97,7 @@ pub struct LockTable {
     /// The first owner of each earliest deadline; the others follow through `Owner::next`.
     /// Grants made together share a deadline, so a million locks take few entries, and
     /// reclaiming costs what it reclaims.
-    expiry: BTreeMap<u64, OwnerId>,
+    expiry: SortedRuns<u64, OwnerId>,
     next_fence: u64,
     len: usize,
     live_nodes: usize,
@@ -118,7 +131,7 @@ impl LockTable {
             owner_locks: IdMap::default(),
             owner_index: LinearTable::default(),
             hasher: DefaultHashBuilder::default(),
-            expiry: BTreeMap::new(),
+            expiry: SortedRuns::default(),
             next_fence: 1,
             len: 0,
             live_nodes: 0,
@@ -127,6 +140,34 @@ impl LockTable {
         };
         table.nodes.push(Node::default());
         table
+    }
+
+    /// A copy of the table that shares all of its storage with this one, in a step per chunk
+    /// (some 20,000 at ten million locks) rather than one per lock. Either side's first write
+    /// to a shared chunk copies that chunk alone, so the two stay independent. It takes `&mut`
+    /// because the arenas' chunks this table owns outright become shared.
+    pub fn share(&mut self) -> LockTable {
+        LockTable {
+            nodes: self.nodes.share(),
+            free_nodes: self.free_nodes.share(),
+            tables: self.tables.share(),
+            free_tables: self.free_tables.share(),
+            // The hash tables and the expiry index always keep their pieces behind `Arc`s
+            // (children's tables sit inside the arena's chunks, where a copy of a chunk must not
+            // copy their entries), so a clone of them is already a step per piece.
+            crowded: self.crowded.clone(),
+            owners: self.owners.share(),
+            free_owners: self.free_owners.share(),
+            owner_locks: self.owner_locks.clone(),
+            owner_index: self.owner_index.clone(),
+            hasher: self.hasher.clone(),
+            expiry: self.expiry.clone(),
+            next_fence: self.next_fence,
+            len: self.len,
+            live_nodes: self.live_nodes,
+            segment_bytes: self.segment_bytes,
+            token_bytes: self.token_bytes,
+        }
     }
 
     /// The number of locks stored, including expired ones not yet reclaimed.
@@ -270,5 +311,32 @@ impl LockTable {
     /// gone, which is how tests show that a released lock leaves nothing behind.
     pub fn node_count(&self) -> usize {
         self.live_nodes + usize::from(!self.nodes[ROOT as usize].is_unused())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_copy_holds_the_same_chunks_until_written() {
+        let mut table = LockTable::new();
+        let token = Token::new(b"t").expect("a token");
+        for i in 0..10_000 {
+            let path = format!("/d{}/f{i}", i % 100);
+            let path = Path::parse(path.as_bytes(), &Default::default()).expect("a path");
+            table.grant(&token, 1_000 + i, i + 1, &[(Mode::Write, path)]);
+        }
+        let mut copy = table.share();
+        let chunks = table.nodes.shared_with(&copy.nodes);
+        assert!(chunks >= 3, "{chunks}");
+        // Releasing one lock on the copy writes to the chunks of its node and of its ancestors
+        // (the folder and the root, both in the first chunk), not to the others.
+        let path = Path::parse(b"/d7/f9907", &Default::default()).expect("a path");
+        assert_eq!(copy.release(&token, Some(&[path])).len(), 1);
+        assert_eq!(table.nodes.shared_with(&copy.nodes), chunks - 2);
+        assert_eq!(table.len(), copy.len() + 1);
+        copy.check_integrity().expect("the copy's integrity");
+        table.check_integrity().expect("the original's integrity");
     }
 }

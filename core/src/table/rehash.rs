@@ -16,6 +16,15 @@
 //!
 //! The table holds no hasher; the caller passes the hash of each entry, because the entries are
 //! ids whose keys (segments, tokens) live elsewhere.
+//!
+//! Segments are shared between copies of a table: a clone copies one pointer per segment, and
+//! the first write to a segment that another copy still holds copies that segment alone, a few
+//! thousand entries at most. Unlike the arenas' chunks, which go behind an `Arc` only when first
+//! shared, segments always sit behind one: the children's tables live inside the node arena's
+//! chunks, and copying such a chunk must cost a pointer per segment, not the segments' entries.
+//! Their reference count is touched once per write to a table, against the arena's every access.
+
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -28,7 +37,7 @@ const MERGE_LOAD: usize = SEGMENT_LOAD / 4;
 #[derive(Clone, Debug)]
 pub(super) struct LinearTable<T> {
     /// `2^level + split` segments; empty until the first insertion.
-    segments: Vec<HashTable<T>>,
+    segments: Vec<Arc<HashTable<T>>>,
     level: u32,
     /// The next segment to split, below `2^level`. The segments before it, and those from
     /// `2^level` on, use one more bit of the hash.
@@ -53,7 +62,7 @@ fn segment_bits(hash: u64) -> usize {
     (hash >> 32) as usize & 0x00ff_ffff
 }
 
-impl<T> LinearTable<T> {
+impl<T: Clone> LinearTable<T> {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.len as usize
@@ -79,20 +88,20 @@ impl<T> LinearTable<T> {
 
     pub(super) fn find_mut(&mut self, hash: u64, eq: impl FnMut(&T) -> bool) -> Option<&mut T> {
         let at = self.segment_of(hash);
-        self.segments.get_mut(at)?.find_mut(hash, eq)
+        Arc::make_mut(self.segments.get_mut(at)?).find_mut(hash, eq)
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
-        self.segments.iter().flat_map(HashTable::iter)
+        self.segments.iter().flat_map(|segment| segment.iter())
     }
 
     /// Inserts an entry known to be absent.
     pub(super) fn insert_unique(&mut self, hash: u64, value: T, hasher: impl Fn(&T) -> u64) {
         if self.segments.is_empty() {
-            self.segments.push(HashTable::new());
+            self.segments.push(Arc::new(HashTable::new()));
         }
         let at = self.segment_of(hash);
-        self.segments[at].insert_unique(hash, value, &hasher);
+        Arc::make_mut(&mut self.segments[at]).insert_unique(hash, value, &hasher);
         self.len += 1;
         if self.len as usize > self.segments.len() * SEGMENT_LOAD {
             self.split_one(&hasher);
@@ -107,9 +116,7 @@ impl<T> LinearTable<T> {
         hasher: impl Fn(&T) -> u64,
     ) -> Option<T> {
         let at = self.segment_of(hash);
-        let removed = self
-            .segments
-            .get_mut(at)?
+        let removed = Arc::make_mut(self.segments.get_mut(at)?)
             .find_entry(hash, eq)
             .ok()?
             .remove()
@@ -135,8 +142,9 @@ impl<T> LinearTable<T> {
         let Some(last) = self.segments.pop() else {
             return;
         };
-        let into = &mut self.segments[self.split as usize];
-        for value in last {
+        let into = Arc::make_mut(&mut self.segments[self.split as usize]);
+        // The last segment is taken as it is when no other copy holds it, copied otherwise.
+        for value in Arc::unwrap_or_clone(last) {
             into.insert_unique(hasher(&value), value, hasher);
         }
     }
@@ -147,10 +155,11 @@ impl<T> LinearTable<T> {
         let from = self.split as usize;
         let bit = 1usize << self.level;
         let mut moved = HashTable::new();
-        for value in self.segments[from].extract_if(|v| segment_bits(hasher(v)) & bit != 0) {
+        let source = Arc::make_mut(&mut self.segments[from]);
+        for value in source.extract_if(|v| segment_bits(hasher(v)) & bit != 0) {
             moved.insert_unique(hasher(&value), value, hasher);
         }
-        self.segments.push(moved);
+        self.segments.push(Arc::new(moved));
         self.split += 1;
         if self.split as usize == bit {
             self.level += 1;
@@ -198,12 +207,54 @@ mod tests {
     }
 
     #[test]
+    fn copies_share_segments_and_stay_independent() {
+        let mut original = LinearTable::default();
+        for i in 0..100_000u64 {
+            original.insert_unique(hash(&i), i, hash);
+        }
+        let mut copy = original.clone();
+        let shared = |a: &LinearTable<u64>, b: &LinearTable<u64>| {
+            a.segments
+                .iter()
+                .zip(&b.segments)
+                .filter(|(x, y)| Arc::ptr_eq(x, y))
+                .count()
+        };
+        assert_eq!(shared(&original, &copy), original.segments.len());
+        // One removal and one insertion on the copy unshare at most the segments they touch,
+        // plus the one a merge or split moves entries between.
+        copy.remove(hash(&7), |&v| v == 7, hash);
+        copy.insert_unique(hash(&1_000_000), 1_000_000, hash);
+        assert!(shared(&original, &copy) + 4 >= original.segments.len());
+        // Grow the copy through splits and shrink the original through merges.
+        for i in 100_000..300_000u64 {
+            copy.insert_unique(hash(&i), i, hash);
+        }
+        for i in 0..90_000u64 {
+            assert_eq!(original.remove(hash(&i), |&v| v == i, hash), Some(i));
+        }
+        assert_eq!(original.len(), 10_000);
+        assert_eq!(copy.len(), 300_000);
+        assert_eq!(copy.find(hash(&7), |&v| v == 7), None);
+        assert_eq!(original.find(hash(&7), |&v| v == 7), None);
+        assert_eq!(
+            original.find(hash(&95_000), |&v| v == 95_000),
+            Some(&95_000)
+        );
+        assert_eq!(copy.find(hash(&5), |&v| v == 5), Some(&5));
+        assert_eq!(original.find(hash(&1_000_000), |&v| v == 1_000_000), None);
+        let mut listed: Vec<u64> = original.iter().copied().collect();
+        listed.sort_unstable();
+        assert!(listed.into_iter().eq(90_000..100_000));
+    }
+
+    #[test]
     fn no_segment_grows_past_a_few_times_the_average() {
         let mut table = LinearTable::default();
         for i in 0..1_000_000u64 {
             table.insert_unique(hash(&i), i, hash);
         }
-        let largest = table.segments.iter().map(HashTable::len).max();
+        let largest = table.segments.iter().map(|s| s.len()).max();
         assert!(
             largest.is_some_and(|n| n <= 3 * SEGMENT_LOAD),
             "{largest:?}"
