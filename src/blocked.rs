@@ -116,12 +116,38 @@ extern "C" fn on_reply(
             return Ok(RedisValue::Null);
         }
         match unsafe { &*data.cast::<Answer>() } {
+            Answer::Granted(token, fence) if reply_grant(&context, token, *fence) => {
+                Ok(RedisValue::NoReply)
+            }
             Answer::Granted(token, fence) => Ok(reply::grant(token, *fence)),
             Answer::Nil => Ok(RedisValue::Null),
             Answer::Error(message) => Err(RedisError::String(message.clone())),
         }
     });
     context.reply(reply::safe(reply)) as c_int
+}
+
+/// Writes `[token, fence]` straight to the client, as `reply::grant` would have it but without
+/// building the value first: every waiter granted is answered through here. False when the
+/// server lacks the calls, and nothing was written.
+fn reply_grant(ctx: &Context, token: &Token, fence: u64) -> bool {
+    let fence = i64::try_from(fence).unwrap_or(i64::MAX);
+    let token = token.as_bytes();
+    // SAFETY: `ctx` is the reply callback's context; the token's bytes outlive the call, which
+    // copies them.
+    unsafe {
+        if let (Some(array), Some(buffer), Some(integer)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithStringBuffer,
+            raw::RedisModule_ReplyWithLongLong,
+        ) {
+            array(ctx.ctx, 2);
+            buffer(ctx.ctx, token.as_ptr().cast(), token.len());
+            integer(ctx.ctx, fence);
+            return true;
+        }
+    }
+    false
 }
 
 extern "C" fn on_timeout(

@@ -73,7 +73,30 @@ pub fn serves(ctx: &Context, key: &RedisString) -> bool {
     }
 }
 
-/// Raises a keyspace event of the module class (`pathlock.acquire`, ...) on a project key.
+/// Raises a keyspace event of the module class (`pathlock.acquire`, ...) on a project key. The
+/// event's name is made a C string on the stack: every grant raises one, and redis-module's own
+/// call allocates a `CString` for it each time.
 pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);
+    let mut name = [0u8; 32];
+    // One byte at least is left for the NUL.
+    match name.get_mut(..event.len()).filter(|_| event.len() < 32) {
+        Some(prefix) if !event.as_bytes().contains(&0) => {
+            prefix.copy_from_slice(event.as_bytes());
+            // SAFETY: `name` holds the event's bytes and at least one NUL after them; the key
+            // is a live RedisModuleString; Redis copies what it keeps.
+            unsafe {
+                if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+                    notify(
+                        ctx.ctx,
+                        NotifyEvent::MODULE.bits(),
+                        name.as_ptr().cast(),
+                        key.inner,
+                    );
+                }
+            }
+        }
+        _ => {
+            ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key);
+        }
+    }
 }
