@@ -53,7 +53,7 @@ pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
         stats::count(&stats::WAITS_GRANTED, 1);
         if let (Some(entry), Effect::Grant { token, .. }) = (registry::forget(grant.waiter), effect)
         {
-            blocked::answer(ctx, &entry, Answer::Granted(token, grant.fence));
+            blocked::answer(&entry, Answer::Granted(token, grant.fence));
         }
     }
 }
