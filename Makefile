@@ -71,7 +71,9 @@ bench: build
 # bench/README.md. Not part of `make bench`: it opens 10,000 connections.
 bench-waits: build
 	@scripts/deps.sh test
-	python3 bench/waits.py
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check redis
+	$(VENV)/bin/python bench/waits.py
 
 # The longest pause while one project grows to 10,000,000 locks and empties again, beside SET NX
 # (not in CI: about 15 minutes and 2 GB). LATENCY_FIFO=1 runs the server ahead of other processes.

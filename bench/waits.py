@@ -20,7 +20,9 @@ from `INFO commandstats`; all are reset before each case. On a shared machine a 
 sometimes descheduled halfway, which shows as a slow command of either system: compare the two,
 and the count of the server's involuntary context switches during each system's runs.
 
-Knobs: WAITS_NICE (the server's niceness, default -10 when run as root), WAITS_SIZES (default 1000,4000,10000), WAITS_MIXED (default 10000, 0 to skip),
+Knobs: WAITS_NICE (the server's niceness, default -10 when run as root), WAITS_FIFO=1 (the
+server under SCHED_FIFO, root only: no ordinary process of a shared machine then preempts it in
+the middle of a command, so the slow log shows the server's own work), WAITS_SIZES (default 1000,4000,10000), WAITS_MIXED (default 10000, 0 to skip),
 WAITS_ROUNDS (BLPOP/pathlock pairs per size, default 5; the pair with the median ratio is
 shown). `make bench-waits` runs it after a release build.
 """
@@ -43,6 +45,7 @@ MODULE = os.environ.get("PATHLOCK_MODULE", os.path.join(ROOT, "target/release/li
 SIZES = [int(n) for n in os.environ.get("WAITS_SIZES", "1000,4000,10000").split(",") if n]
 MIXED = int(os.environ.get("WAITS_MIXED", "10000"))
 ROUNDS = int(os.environ.get("WAITS_ROUNDS", "5"))
+FIFO = os.environ.get("WAITS_FIFO") == "1"
 KEY = "bench:waits"
 WAIT_MS = 600000
 TTL_MS = 600000
@@ -91,6 +94,8 @@ class Server:
              "--slowlog-log-slower-than", "100", "--slowlog-max-len", "100000",
              "--logfile", os.path.join(self.dir, "redis.log")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if FIFO:
+            os.sched_setscheduler(self.proc.pid, os.SCHED_FIFO, os.sched_param(10))
 
     async def wait_ready(self):
         for _ in range(200):
@@ -386,7 +391,8 @@ async def main():
     try:
         admin = await server.wait_ready()
         info = await admin.info("server")
-        print(f"redis {info['redis_version']} ({' '.join(nice_prefix()) or 'default priority'}), "
+        priority = "SCHED_FIFO" if FIFO else " ".join(nice_prefix()) or "default priority"
+        print(f"redis {info['redis_version']} ({priority}), "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; redis-py asyncio, "
               f"one connection per waiter; median of {ROUNDS} alternating pairs\n")
         # One connection per waiter, opened once and used by every case in turn.

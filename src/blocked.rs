@@ -4,10 +4,11 @@
 //! Level 2: imports `registry`, `reply`, `stats`, `contain`. Called by `waits` (block) and
 //! `grants` (unblock with a grant).
 //!
-//! Timeouts are the module's own timers (`waits`), not Redis's: in Redis 7.0, a grant
-//! (`UnblockClient`) and Redis's timeout of the same client in one event-loop iteration lose the
-//! grant's reply and leave the client hanging. With module timers, a waiter leaves by exactly one
-//! `UnblockClient`, from a grant or from its timer, whichever comes first. The timeout callback
+//! Timeouts are the module's own (`waits`, one timer for the earliest deadline of the
+//! registry's), not Redis's: in Redis 7.0, a grant (`UnblockClient`) and Redis's timeout of the
+//! same client in one event-loop iteration lose the grant's reply and leave the client hanging.
+//! With the module's timer, a waiter leaves by exactly one `UnblockClient`, from a grant or from
+//! its timeout, whichever comes first. The timeout callback
 //! stays registered for `CLIENT UNBLOCK`, which Redis allows only for clients that have one.
 
 use std::os::raw::{c_int, c_void};
@@ -70,32 +71,16 @@ pub fn unblock(client: usize, answer: Answer) {
     }
 }
 
-/// Answers a waiter the registry has just forgotten: its timeout timer is stopped (thousands of
-/// waiters granted together would otherwise be thousands of timer callbacks for nothing when
-/// their timeouts came), and its client unblocked.
-pub fn answer(ctx: &Context, entry: &registry::Entry, answer: Answer) {
-    stop_timer(ctx, entry.timer);
+/// Answers a waiter the registry has just forgotten (which also took it off the timeout
+/// schedule), by unblocking its client.
+pub fn answer(entry: &registry::Entry, answer: Answer) {
     unblock(entry.client, answer);
 }
 
-pub fn stop_timer(ctx: &Context, timer: raw::RedisModuleTimerID) {
-    // SAFETY: stopping a timer of this module; its data is not a pointer, so it is not asked
-    // for. A timer that already fired is unknown to Redis and the call does nothing.
-    unsafe {
-        if let Some(stop) = raw::RedisModule_StopTimer {
-            stop(ctx.ctx, timer, std::ptr::null_mut());
-        }
-    }
-}
-
 /// The client stopped waiting without a grant (it disconnected, or `CLIENT UNBLOCK`): the
-/// registry forgets it and signals that it left its queue, its timer is stopped, and Redis's
-/// handle is released.
+/// registry forgets it and signals that it left its queue, and Redis's handle is released.
 fn give_up(client: usize) {
-    if let Some(timer) = registry::give_up(client) {
-        if let Some(ctx) = registry::module_context() {
-            stop_timer(&ctx, timer);
-        }
+    if registry::give_up(client) {
         // Redis has already let the client go; this frees the handle without a reply.
         unblock(client, Answer::Nil);
     }
@@ -116,7 +101,7 @@ extern "C" fn on_reply(
             return Ok(RedisValue::Null);
         }
         match unsafe { &*data.cast::<Answer>() } {
-            Answer::Granted(token, fence) => Ok(reply::grant(token, *fence)),
+            Answer::Granted(token, fence) => Ok(reply::send_grant(&context, token, *fence)),
             Answer::Nil => Ok(RedisValue::Null),
             Answer::Error(message) => Err(RedisError::String(message.clone())),
         }

@@ -20,32 +20,40 @@ pub fn granted(
     fence: u64,
     items: Vec<(Mode, Path)>,
 ) {
-    Effect::Grant {
-        token,
-        deadline,
-        fence,
-        items,
-    }
-    .replicate(ctx, key);
+    announce(
+        ctx,
+        key,
+        &Effect::Grant {
+            token,
+            deadline,
+            fence,
+            items,
+        },
+    );
+}
+
+/// Replicates a grant's effect, raises its keyspace event and counts it.
+fn announce(ctx: &Context, key: &RedisString, effect: &Effect) {
+    effect.replicate(ctx, key);
     notify(ctx, c"pathlock.acquire", key);
     stats::count(&stats::GRANTS, 1);
 }
 
-/// Replicates and announces grants made for waiters, and unblocks their clients.
+/// Replicates and announces grants made for waiters, and unblocks their clients. The token
+/// goes from the grant to its effect and then to the reply, without a copy.
 pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
     for grant in grants {
-        let answer = Answer::Granted(grant.token.clone(), grant.fence);
-        granted(
-            ctx,
-            key,
-            grant.token,
-            grant.deadline,
-            grant.fence,
-            grant.items,
-        );
+        let effect = Effect::Grant {
+            token: grant.token,
+            deadline: grant.deadline,
+            fence: grant.fence,
+            items: grant.items,
+        };
+        announce(ctx, key, &effect);
         stats::count(&stats::WAITS_GRANTED, 1);
-        if let Some(entry) = registry::forget(grant.waiter) {
-            blocked::answer(ctx, &entry, answer);
+        if let (Some(entry), Effect::Grant { token, .. }) = (registry::forget(grant.waiter), effect)
+        {
+            blocked::answer(&entry, Answer::Granted(token, grant.fence));
         }
     }
 }

@@ -34,10 +34,10 @@
 //! A project's locks never disappear when its value moves, so its waiters are never granted on
 //! the name left behind.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pathlock_core::Waiter;
 use redis_module::{raw, Context};
@@ -50,8 +50,8 @@ pub struct Entry {
     pub db: i32,
     pub key: Vec<u8>,
     pub waiter: Waiter,
-    /// Its timeout timer, stopped when it is granted or leaves otherwise.
-    pub timer: raw::RedisModuleTimerID,
+    /// When its wait times out, on the clock of [`monotonic_us`].
+    pub deadline: u64,
 }
 
 /// Why a waiter's project left the key name it waited on.
@@ -83,6 +83,12 @@ struct Registry {
     next_id: u64,
     entries: BTreeMap<u64, Entry>,
     by_client: BTreeMap<usize, u64>,
+    /// `(deadline, id)` of every waiter: one timer, set for the earliest, times them all out.
+    /// A per-waiter Redis timer cost a timer created at every wait and one stopped at every
+    /// grant, the larger part of what the registry cost a hand-over.
+    deadlines: BTreeSet<(u64, u64)>,
+    /// The timeout timer and the deadline it was set for, when one is set.
+    timeout_timer: Option<(raw::RedisModuleTimerID, u64)>,
     signals: Signals,
     timer_armed: bool,
     /// The destination of the `MIGRATE` being executed, if one is.
@@ -112,12 +118,14 @@ fn with_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     f(guard.get_or_insert_with(Registry::default))
 }
 
-/// Records a waiter and returns its id. Ids increase, so they order waiters by arrival.
-pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter) -> u64 {
+/// Records a waiter that times out at `deadline` ([`monotonic_us`]) and returns its id. Ids
+/// increase, so they order waiters by arrival.
+pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter, deadline: u64) -> u64 {
     let id = with_registry(|r| {
         r.next_id += 1;
         let id = r.next_id;
         r.by_client.insert(client, id);
+        r.deadlines.insert((deadline, id));
         r.entries.insert(
             id,
             Entry {
@@ -125,7 +133,7 @@ pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter) -> u64 {
                 db,
                 key: key.to_vec(),
                 waiter,
-                timer: 0,
+                deadline,
             },
         );
         id
@@ -134,13 +142,35 @@ pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter) -> u64 {
     id
 }
 
-/// Records waiter `id`'s timeout timer, so that it can be stopped.
-pub fn set_timer(id: u64, timer: raw::RedisModuleTimerID) {
+/// Microseconds on a clock that never goes back, for waiters' deadlines: a wait of 5 s lasts
+/// 5 s whatever happens to the wall clock meanwhile, and never ends early by a rounding.
+pub fn monotonic_us() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The earliest deadline of a waiter, and the timeout timer with the deadline it is set for.
+pub fn timeouts() -> (Option<u64>, Option<(raw::RedisModuleTimerID, u64)>) {
+    with_registry(|r| (r.deadlines.first().map(|(d, _)| *d), r.timeout_timer))
+}
+
+/// Records the timeout timer that is set now, if any.
+pub fn set_timeout_timer(timer: Option<(raw::RedisModuleTimerID, u64)>) {
+    with_registry(|r| r.timeout_timer = timer);
+}
+
+/// Up to `limit` of the waiters whose deadline is not after `now`, earliest first; they stay
+/// registered until the caller times them out.
+pub fn due(now: u64, limit: usize) -> Vec<u64> {
     with_registry(|r| {
-        if let Some(entry) = r.entries.get_mut(&id) {
-            entry.timer = timer;
-        }
-    });
+        r.deadlines
+            .iter()
+            .take_while(|(deadline, _)| *deadline <= now)
+            .take(limit)
+            .map(|(_, id)| *id)
+            .collect()
+    })
 }
 
 /// Takes a waiter out of the registry (granted, timed out or gone); `None` when it already was.
@@ -151,18 +181,23 @@ pub fn forget(id: u64) -> Option<Entry> {
 fn forget_in(registry: &mut Registry, id: u64) -> Option<Entry> {
     let entry = registry.entries.remove(&id)?;
     registry.by_client.remove(&entry.client);
+    registry.deadlines.remove(&(entry.deadline, id));
     stats::track(&stats::CLIENTS_WAITING, 1, 0);
     Some(entry)
 }
 
 /// The client stopped waiting without a grant: forget it and signal that it left its queue.
-/// Returns its timeout timer when it was waiting here.
-pub fn give_up(client: usize) -> Option<raw::RedisModuleTimerID> {
+/// Returns whether it was waiting here.
+pub fn give_up(client: usize) -> bool {
     signal(|r| {
-        let id = r.by_client.get(&client).copied()?;
-        let entry = forget_in(r, id)?;
+        let Some(id) = r.by_client.get(&client).copied() else {
+            return false;
+        };
+        let Some(entry) = forget_in(r, id) else {
+            return false;
+        };
         r.signals.cancelled.push((entry.db, entry.key, id));
-        Some(entry.timer)
+        true
     })
 }
 
@@ -348,13 +383,6 @@ pub fn strays(db: i32, key: &[u8], ids: impl Iterator<Item = u64>) -> Vec<u64> {
 /// raised outside any command (unlink, flush, disconnect).
 static WORKER: OnceLock<fn(&Context)> = OnceLock::new();
 static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
-
-/// The module's own context, for calls made outside any context Redis gave (stopping a timer
-/// from a disconnect).
-pub fn module_context() -> Option<Context> {
-    let ctx = MODULE_CTX.load(Ordering::Relaxed);
-    (!ctx.is_null()).then(|| Context::new(ctx))
-}
 
 /// Registers the function that works the signals off; called once, at load.
 pub fn set_worker(ctx: &Context, worker: fn(&Context)) {

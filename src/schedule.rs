@@ -4,8 +4,9 @@
 //! Level 1: imports `context`. Written by `change` after every change and by `expiry` for keys
 //! that arrive without a command; read by `expiry`'s cycle.
 //!
-//! An entry can go stale (the key was deleted, or `SWAPDB` moved it); the cycle finds no
-//! path-lock key, or nothing due, under that name and drops or reschedules the entry.
+//! An entry can go stale (the key was deleted, or `SWAPDB` moved it), and it is left early on
+//! purpose when a key's earliest deadline moves later; the cycle finds no path-lock key, or
+//! nothing due, under that name and drops or reschedules the entry.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -23,7 +24,7 @@ struct Schedule {
     /// Per database, each key's entry in `due`; looked up by the key's bytes so that the common
     /// case (the earliest deadline did not change) allocates nothing.
     by_key: HashMap<i32, HashMap<Vec<u8>, u64>>,
-    /// The key scheduled last and its entry: a busy project is scheduled again by every
+    /// The key scheduled last and its entry in `due`: a busy project is scheduled again by every
     /// command, nearly always with its entry unchanged, and comparing its name is cheaper than
     /// hashing it.
     last: Option<(i32, Vec<u8>, Option<u64>)>,
@@ -42,32 +43,45 @@ fn with_schedule<R>(f: impl FnOnce(&mut Schedule) -> R) -> R {
 pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
     let db = selected_db(ctx);
     with_schedule(|s| {
-        if matches!(&s.last, Some((d, k, n)) if *d == db && *n == next && k.as_slice() == key) {
-            return;
-        }
-        let current = s.by_key.get(&db).and_then(|keys| keys.get(key)).copied();
-        match &mut s.last {
-            Some((d, k, n)) if *d == db && k.as_slice() == key => *n = next,
-            _ => s.last = Some((db, key.to_vec(), next)),
-        }
-        if current == next {
-            return;
-        }
-        let id = (db, key.to_vec());
-        if let Some(old) = current {
-            s.due.remove(&(old, id.clone()));
-        }
-        let keys = s.by_key.entry(db).or_default();
-        match next {
-            Some(deadline) => {
-                keys.insert(id.1.clone(), deadline);
+        let current = match &s.last {
+            Some((d, k, entry)) if *d == db && k.as_slice() == key => *entry,
+            _ => s.by_key.get(&db).and_then(|keys| keys.get(key)).copied(),
+        };
+        // An entry that comes no later than the key's earliest deadline stays: when it comes,
+        // the cycle finds nothing due and files the key again at its real deadline. So a key
+        // whose deadlines only move later (a lock handed from waiter to waiter, each with a new
+        // lease) costs the schedule nothing per change, and one visit of the cycle per lease.
+        let entry = match (current, next) {
+            (Some(current), Some(next)) if current <= next => current,
+            (Some(current), None) => current,
+            (None, None) => {
+                remember(s, db, key, None);
+                return;
+            }
+            (current, Some(deadline)) => {
+                let id = (db, key.to_vec());
+                if let Some(old) = current {
+                    s.due.remove(&(old, id.clone()));
+                }
+                s.by_key
+                    .entry(db)
+                    .or_default()
+                    .insert(id.1.clone(), deadline);
                 s.due.insert((deadline, id));
+                deadline
             }
-            None => {
-                keys.remove(key);
-            }
-        }
+        };
+        remember(s, db, key, Some(entry));
     });
+}
+
+/// Keeps `key`'s entry as the last one scheduled, copying the key's name only when another key
+/// was the last.
+fn remember(s: &mut Schedule, db: i32, key: &[u8], entry: Option<u64>) {
+    match &mut s.last {
+        Some((d, k, e)) if *d == db && k.as_slice() == key => *e = entry,
+        _ => s.last = Some((db, key.to_vec(), entry)),
+    }
 }
 
 /// Takes out of the schedule the key with the earliest deadline, if that deadline is not after

@@ -39,44 +39,82 @@ pub fn block(
     let Some(client) = blocked::block_client(ctx) else {
         return false;
     };
-    let id = registry::register(client, selected_db(ctx), key.as_slice(), waiter.clone());
+    let deadline = registry::monotonic_us().saturating_add(timeout_ms.saturating_mul(1000));
+    let id = registry::register(
+        client,
+        selected_db(ctx),
+        key.as_slice(),
+        waiter.clone(),
+        deadline,
+    );
     project.enqueue(id, waiter);
-    registry::set_timer(id, start_timer(ctx, timeout_ms, id));
+    set_timeout_timer(ctx);
     true
 }
 
-/// Starts waiter `id`'s timeout, with the id itself as the timer's data: nothing to allocate,
-/// and nothing to free when the timer is stopped (`blocked::answer`).
-fn start_timer(ctx: &Context, timeout_ms: u64, id: u64) -> raw::RedisModuleTimerID {
-    let period = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
-    // SAFETY: the callback lives as long as the module; the data is a plain integer.
-    unsafe {
-        raw::RedisModule_CreateTimer.map_or(0, |create| {
-            create(ctx.ctx, period, Some(on_timer), id as usize as *mut c_void)
-        })
+/// The waiters timed out by one call of the timer: a crowd of waiters that time out together
+/// is answered a few at a time, with other clients served in between.
+const TIMEOUTS_PER_CALL: usize = 64;
+
+/// Sets the timeout timer for the earliest deadline of the registry's waiters, unless it is set
+/// for that deadline or an earlier one already: waiters that wait longer than the earliest
+/// (nearly all of them) cost no timer call. A timer set for a waiter that was granted meanwhile
+/// fires for nothing and is set again for the next deadline.
+fn set_timeout_timer(ctx: &Context) {
+    let (Some(next), timer) = registry::timeouts() else {
+        return;
+    };
+    if let Some((id, at)) = timer {
+        if at <= next {
+            return;
+        }
+        // SAFETY: stopping this module's timer, whose data is not a pointer and so is not
+        // asked for; a timer that already fired is unknown to Redis and the call does nothing.
+        unsafe {
+            if let Some(stop) = raw::RedisModule_StopTimer {
+                stop(ctx.ctx, id, std::ptr::null_mut());
+            }
+        }
     }
+    // Rounded up: a timer that fires early finds nobody due and is set again.
+    let delay = next.saturating_sub(registry::monotonic_us()).div_ceil(1000);
+    let delay = i64::try_from(delay).unwrap_or(i64::MAX);
+    // SAFETY: the callback lives as long as the module; the timer has no data.
+    let id = unsafe {
+        raw::RedisModule_CreateTimer.map_or(0, |create| {
+            create(ctx.ctx, delay, Some(on_timer), std::ptr::null_mut())
+        })
+    };
+    registry::set_timeout_timer(Some((id, next)));
 }
 
-extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    time_out(&Context::new(ctx), data as usize as u64);
+extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let ctx = Context::new(ctx);
+    let due = contained("the waiters' timeout timer", Vec::new(), || {
+        registry::set_timeout_timer(None);
+        registry::due(registry::monotonic_us(), TIMEOUTS_PER_CALL)
+    });
+    // Each on its own, so that a failure with one waiter leaves the others' timeouts alone.
+    for id in due {
+        contained("a waiter's timeout", (), || time_out(&ctx, id));
+    }
+    contained("the waiters' timeout timer", (), || set_timeout_timer(&ctx));
 }
 
 /// A waiter's time is up: answer nil, take it out of its queue, and let through the later
 /// waiters it alone held up. Does nothing when the waiter was granted first.
 fn time_out(ctx: &Context, id: u64) {
-    contained("a waiter's timeout", (), || {
-        let Some(entry) = registry::forget(id) else {
-            return;
-        };
-        stats::count(&stats::WAIT_TIMEOUTS, 1);
-        blocked::unblock(entry.client, Answer::Nil);
-        in_db(ctx, entry.db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
-            let now = clock::now_ms(ctx);
-            if let Ok(Some(grants)) = change(ctx, &name, false, |p| p.cancel(now, id).1) {
-                grants::deliver(ctx, &name, grants);
-            }
-        });
+    let Some(entry) = registry::forget(id) else {
+        return;
+    };
+    stats::count(&stats::WAIT_TIMEOUTS, 1);
+    blocked::unblock(entry.client, Answer::Nil);
+    in_db(ctx, entry.db, || {
+        let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
+        let now = clock::now_ms(ctx);
+        if let Ok(Some(grants)) = change(ctx, &name, false, |p| p.cancel(now, id).1) {
+            grants::deliver(ctx, &name, grants);
+        }
     });
 }
 
@@ -169,7 +207,7 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
                 ERR_UNBLOCKED.to_string()
             }
         };
-        blocked::answer(ctx, &entry, Answer::Error(message));
+        blocked::answer(&entry, Answer::Error(message));
     }
 }
 
@@ -182,7 +220,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
     // slot, or a missing key in a slot being migrated away), and the waiter is told to retry,
     // which routes it to where the slot is now.
     if !serves(ctx, &name) {
-        answer(ctx, id, ERR_TRYAGAIN.to_string());
+        answer(id, ERR_TRYAGAIN.to_string());
         return;
     }
     let outcome = change(ctx, &name, true, |p| {
@@ -204,14 +242,14 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         Ok(Some(grants)) => grants::deliver(ctx, &name, grants),
         Ok(None) => {}
         // Another value took the name meanwhile.
-        Err(error) => answer(ctx, id, error.to_string()),
+        Err(error) => answer(id, error.to_string()),
     }
 }
 
 /// Answers a waiter an error, if it is still waiting.
-fn answer(ctx: &Context, id: u64, message: String) {
+fn answer(id: u64, message: String) {
     if let Some(entry) = registry::forget(id) {
-        blocked::answer(ctx, &entry, Answer::Error(message));
+        blocked::answer(&entry, Answer::Error(message));
     }
 }
 

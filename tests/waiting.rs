@@ -206,6 +206,57 @@ fn a_wait_times_out_on_time_with_nil() {
 }
 
 #[test]
+fn waits_of_different_lengths_each_time_out_at_their_own_time() {
+    // One timer serves every waiter's timeout, set for the earliest deadline: a later waiter
+    // with a shorter wait must move it earlier, and a crowd timing out together (more than one
+    // call of the timer answers) must all be answered on time.
+    let server = Server::start();
+    let mut con = server.conn();
+    assert!(take(&mut con, "p", "holder", &["WRITE", "/A"]));
+    let mut waiters = Vec::new();
+    for asked in [1200u64, 300, 700] {
+        let waiter = spawn_acquire(&server, "p", &["WAIT", &asked.to_string(), "WRITE", "/A"]);
+        waiters.push((asked, waiter));
+        // Each arrives after the one before, so the timer is first set for the longest wait.
+        wait_for_blocked(&mut con, waiters.len() as i64);
+    }
+    // The crowd waits behind a holder of /B.
+    assert!(take(&mut con, "q", "mover", &["WRITE", "/B"]));
+    let crowd: Vec<_> = (0..150)
+        .map(|i| spawn_acquire(&server, "q", &["WAIT", "400", "WRITE", &format!("/B/{i}")]))
+        .collect();
+    for (asked, waiter) in waiters {
+        let (reply, took) = waiter.join().expect("waiter");
+        assert_eq!(reply, None);
+        let asked = Duration::from_millis(asked);
+        assert!(
+            took >= asked && took < asked + Duration::from_millis(200),
+            "asked {asked:?}, took {took:?}"
+        );
+    }
+    for waiter in crowd {
+        let (reply, took) = waiter.join().expect("crowd waiter");
+        assert_eq!(reply, None);
+        // A few of 150 threads see their reply a fraction of a millisecond before their own
+        // count reaches 400 ms, with one timer as with a timer per waiter before it; 2 ms early
+        // is allowed for that.
+        assert!(
+            took >= Duration::from_millis(398) && took < Duration::from_millis(900),
+            "asked 400 ms, took {took:?}"
+        );
+    }
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_total_wait_timeouts"),
+        153
+    );
+    assert_eq!(blocked_clients(&mut con), 0);
+    assert_eq!(
+        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
+        0
+    );
+}
+
+#[test]
 fn fifty_conflicting_waiters_are_served_in_arrival_order() {
     let server = Server::start();
     let mut con = server.conn();

@@ -167,6 +167,18 @@ impl Path {
         other.key.starts_with(&self.key)
     }
 
+    /// The lengths of the keys of the path's ancestors and of the path itself, root first: the
+    /// root's is 0, and each segment ends just after its terminator. Read off the key without
+    /// allocating, so that the wait queue's index walks a path for free.
+    pub(crate) fn prefix_ends(&self) -> impl DoubleEndedIterator<Item = usize> + '_ {
+        std::iter::once(0).chain(
+            self.key
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &b)| (b == TERMINATOR).then_some(i + 1)),
+        )
+    }
+
     /// The segments as they appear in the key: escaped, without terminators.
     pub(crate) fn escaped_segments(&self) -> impl Iterator<Item = &[u8]> {
         // Segments are never empty, so the piece after the last terminator is the only empty one.

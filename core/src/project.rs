@@ -53,13 +53,21 @@ pub struct Project {
     locks: LockTable,
     index: WaitIndex,
     waiters: BTreeMap<u64, Waiter>,
-    /// The waiters of each token, to know which waiters share theirs. Ordered sets rather than
+    /// The waiters of each token, to know which waiters share theirs. Ordered maps rather than
     /// hash tables here and in the index: a hash table that doubles stalls the command that
-    /// makes it grow, about a millisecond at 7,000 waiters.
-    by_token: BTreeSet<(Token, u64)>,
+    /// makes it grow, about a millisecond at 7,000 waiters. Looked up by a borrowed token, so
+    /// that a waiter leaving copies nothing.
+    by_token: BTreeMap<Token, TokenWaiters>,
     /// Waiters whose token another waiter also has: the index's idea of the front does not
     /// know owners, so these are always retried (see the top of this file).
     shared: BTreeSet<u64>,
+}
+
+/// The waiters of one token: nearly always one.
+#[derive(Debug)]
+enum TokenWaiters {
+    One(u64),
+    Many(BTreeSet<u64>),
 }
 
 /// Copies carry the locks but not the waiters: a waiter belongs to the key it asked for.
@@ -160,11 +168,7 @@ impl Project {
     }
 
     fn wake_freed(&mut self, now: u64, freed: &[LockInfo]) -> Vec<Grant> {
-        if self.waiters.is_empty() {
-            return Vec::new();
-        }
-        let probes: Vec<(Mode, Path)> = freed.iter().map(|l| (l.mode, l.path.clone())).collect();
-        self.wake_near(now, &probes, 0)
+        self.wake_near(now, freed.iter().map(|l| (l.mode, &l.path)), 0)
     }
 
     /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
@@ -174,15 +178,25 @@ impl Project {
             // The same id twice would be two entries in the index for one waiter.
             self.forget_waiter(id, &old);
         }
-        for (mode, path) in distinct(&waiter.items) {
-            self.index.insert(id, mode, path);
-        }
-        self.by_token.insert((waiter.token.clone(), id));
-        let same_token = self.same_token(&waiter.token);
-        if same_token.len() > 1 {
-            // The first two when the token's second waiter arrives; each later one itself.
-            self.shared.extend(same_token);
-            self.shared.insert(id);
+        distinct(&waiter.items, |mode, path| {
+            self.index.insert(id, mode, path)
+        });
+        match self.by_token.get_mut(&waiter.token) {
+            None => {
+                self.by_token
+                    .insert(waiter.token.clone(), TokenWaiters::One(id));
+            }
+            Some(TokenWaiters::One(first)) => {
+                // The token's second waiter: both are shared from now on.
+                self.shared.extend([*first, id]);
+                let ids = BTreeSet::from([*first, id]);
+                self.by_token
+                    .insert(waiter.token.clone(), TokenWaiters::Many(ids));
+            }
+            Some(TokenWaiters::Many(ids)) => {
+                ids.insert(id);
+                self.shared.insert(id);
+            }
         }
         self.waiters.insert(id, waiter);
     }
@@ -194,27 +208,34 @@ impl Project {
             return (None, Vec::new());
         };
         // Only later waiters can have been behind it.
-        let grants = self.wake_near(now, &waiter.items, id);
+        let grants = self.wake_near(now, waiter.items.iter().map(|(m, p)| (*m, p)), id);
         (Some(waiter), grants)
     }
 
     /// Retries, in arrival order, the waiters related to `freed` (paths whose locks went), and
     /// grants each one that no lock and no earlier waiter of another owner blocks any more.
     pub fn wake(&mut self, now: u64, freed: &[Path]) -> Vec<Grant> {
-        let probes: Vec<(Mode, Path)> = freed.iter().map(|p| (Mode::Write, p.clone())).collect();
-        self.wake_near(now, &probes, 0)
+        self.wake_near(now, freed.iter().map(|p| (Mode::Write, p)), 0)
     }
 
     /// Grants, in arrival order, the waiters with an id above `after` that something conflicting
     /// with `probes` was holding up and that nothing holds up any more. Only the waiters at the
     /// front of the queue near the probes are looked at.
-    fn wake_near(&mut self, now: u64, probes: &[(Mode, Path)], after: u64) -> Vec<Grant> {
-        if self.waiters.is_empty() || probes.is_empty() {
+    fn wake_near<'a>(
+        &mut self,
+        now: u64,
+        probes: impl Iterator<Item = (Mode, &'a Path)>,
+        after: u64,
+    ) -> Vec<Grant> {
+        if self.waiters.is_empty() {
             return Vec::new();
         }
         let mut candidates = Vec::new();
         for (mode, path) in probes {
-            self.index.fronts_near(*mode, path, after, &mut candidates);
+            self.index.fronts_near(mode, path, after, &mut candidates);
+        }
+        if candidates.is_empty() && self.shared.is_empty() {
+            return Vec::new();
         }
         candidates.extend(self.shared.range(after.saturating_add(1)..).copied());
         candidates.sort_unstable();
@@ -268,22 +289,24 @@ impl Project {
 
     /// Takes `waiter`'s entries out of the index and the token sets.
     fn forget_waiter(&mut self, id: u64, waiter: &Waiter) {
-        for (mode, path) in distinct(&waiter.items) {
-            self.index.remove(id, mode, path);
+        distinct(&waiter.items, |mode, path| {
+            self.index.remove(id, mode, path)
+        });
+        match self.by_token.get_mut(&waiter.token) {
+            Some(TokenWaiters::One(only)) if *only == id => {
+                self.by_token.remove(&waiter.token);
+            }
+            Some(TokenWaiters::Many(ids)) => {
+                ids.remove(&id);
+                self.shared.remove(&id);
+                if let (1, Some(&last)) = (ids.len(), ids.first()) {
+                    // The token's last waiter no longer shares it.
+                    self.shared.remove(&last);
+                    self.by_token
+                        .insert(waiter.token.clone(), TokenWaiters::One(last));
+                }
+            }
+            _ => {}
         }
-        self.shared.remove(&id);
-        self.by_token.remove(&(waiter.token.clone(), id));
-        if let [last] = self.same_token(&waiter.token)[..] {
-            self.shared.remove(&last);
-        }
-    }
-
-    /// The waiters of `token`; only whether there are none, one or more matters, so at most two.
-    fn same_token(&self, token: &Token) -> Vec<u64> {
-        self.by_token
-            .range((token.clone(), 0)..=(token.clone(), u64::MAX))
-            .take(2)
-            .map(|(_, id)| *id)
-            .collect()
     }
 }

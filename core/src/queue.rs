@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{Excluded, Unbounded};
+use std::sync::Arc;
 
 use crate::lock::Mode;
 use crate::path::Path;
@@ -42,9 +43,12 @@ type Oldest = [Option<u64>; 2];
 
 #[derive(Debug, Default, Clone)]
 struct Node {
+    /// The node's own path key, shared with the map that holds the node and with its parent's
+    /// `kids`: a hand-over moves a child in its parent's order, which then costs no allocation.
+    key: Arc<[u8]>,
     here: [BTreeSet<u64>; 2],
     sub: [BTreeSet<u64>; 2],
-    kids: [BTreeSet<(u64, Box<[u8]>)>; 2],
+    kids: [BTreeSet<(u64, Arc<[u8]>)>; 2],
 }
 
 impl Node {
@@ -97,19 +101,7 @@ impl Bounds {
 pub struct WaitIndex {
     /// Ordered rather than hashed: a hash table that doubles stalls the command that makes it
     /// grow.
-    nodes: BTreeMap<Box<[u8]>, Node>,
-}
-
-/// The lengths of the keys of `path`'s ancestors and of `path` itself, root first.
-fn prefix_ends(path: &Path) -> Vec<usize> {
-    let mut ends = Vec::with_capacity(path.depth() + 1);
-    ends.push(0);
-    let mut end = 0;
-    for segment in path.escaped_segments() {
-        end += segment.len() + 1;
-        ends.push(end);
-    }
-    ends
+    nodes: BTreeMap<Arc<[u8]>, Node>,
 }
 
 impl WaitIndex {
@@ -140,36 +132,37 @@ impl WaitIndex {
     /// oldest ids in the same pass.
     fn update(&mut self, id: u64, mode: Mode, path: &Path, add: bool) {
         let key = path.key();
-        let ends = prefix_ends(path);
         let m = slot(mode);
-        let mut child: Option<(&[u8], Oldest, Oldest)> = None;
-        for (depth, &end) in ends.iter().enumerate().rev() {
+        let mut child: Option<(Arc<[u8]>, Oldest, Oldest)> = None;
+        for end in path.prefix_ends().rev() {
             let prefix = &key[..end];
-            if !self.nodes.contains_key(prefix) {
-                if !add {
-                    // Nothing to remove here, nor above: an absent node has no subtree items.
-                    return;
-                }
-                self.nodes.insert(prefix.into(), Node::default());
+            if add && !self.nodes.contains_key(prefix) {
+                let key: Arc<[u8]> = Arc::from(prefix);
+                let node = Node {
+                    key: key.clone(),
+                    ..Node::default()
+                };
+                self.nodes.insert(key, node);
             }
             let Some(node) = self.nodes.get_mut(prefix) else {
+                // Nothing to remove here, nor above: an absent node has no subtree items.
                 return;
             };
-            if let Some((child_key, before, after)) = child {
+            if let Some((child_key, before, after)) = child.take() {
                 for mode in [WRITE, READ] {
                     if before[mode] == after[mode] {
                         continue;
                     }
                     if let Some(old) = before[mode] {
-                        node.kids[mode].remove(&(old, child_key.into()));
+                        node.kids[mode].remove(&(old, child_key.clone()));
                     }
                     if let Some(new) = after[mode] {
-                        node.kids[mode].insert((new, child_key.into()));
+                        node.kids[mode].insert((new, child_key.clone()));
                     }
                 }
             }
             let before = node.oldest();
-            if depth + 1 == ends.len() {
+            if end == key.len() {
                 if add {
                     node.here[m].insert(id);
                 } else {
@@ -182,10 +175,11 @@ impl WaitIndex {
                 node.sub[m].remove(&id);
             }
             let after = node.oldest();
+            let node_key = node.key.clone();
             if node.is_empty() {
                 self.nodes.remove(prefix);
             }
-            child = Some((prefix, before, after));
+            child = Some((node_key, before, after));
         }
     }
 
@@ -200,18 +194,17 @@ impl WaitIndex {
         mut counts: impl FnMut(u64) -> bool,
     ) -> bool {
         let key = path.key();
-        let ends = prefix_ends(path);
         let modes: &[usize] = match mode {
             Mode::Write => &[WRITE, READ],
             Mode::Read => &[WRITE],
         };
-        for (depth, &end) in ends.iter().enumerate() {
+        for end in path.prefix_ends() {
             let Some(node) = self.nodes.get(&key[..end]) else {
                 return false;
             };
             // Above the path only the items on the ancestor itself are related; at the path,
             // its whole subtree is.
-            let sets = if depth + 1 == ends.len() {
+            let sets = if end == key.len() {
                 &node.sub
             } else {
                 &node.here
@@ -235,7 +228,7 @@ impl WaitIndex {
         let key = path.key();
         let mut bounds = Bounds::NONE;
         let mut last = None;
-        for end in prefix_ends(path) {
+        for end in path.prefix_ends() {
             let Some(node) = self.nodes.get(&key[..end]) else {
                 return;
             };
@@ -258,8 +251,8 @@ impl WaitIndex {
         after: u64,
         out: &mut Vec<u64>,
     ) {
-        let visit = |child_key: &[u8], out: &mut Vec<u64>| {
-            if let Some(child) = self.nodes.get(child_key) {
+        let visit = |child_key: &Arc<[u8]>, out: &mut Vec<u64>| {
+            if let Some(child) = self.nodes.get(&**child_key) {
                 take_fronts(child, bounds, reads_too, after, out);
                 self.descend(child, bounds.below(child), reads_too, after, out);
             }
@@ -279,7 +272,7 @@ impl WaitIndex {
             let seen = reads_too
                 && self
                     .nodes
-                    .get(child_key)
+                    .get(&**child_key)
                     .and_then(|child| child.sub[READ].first())
                     .is_some_and(|&read| read <= bounds.write);
             if !seen {
@@ -310,10 +303,13 @@ fn take_fronts(node: &Node, bounds: Bounds, reads_too: bool, after: u64, out: &m
     }
 }
 
-/// A request's items without repeats, which is how the index holds them.
-pub fn distinct(items: &[(Mode, Path)]) -> Vec<(Mode, &Path)> {
-    let mut out: Vec<(Mode, &Path)> = items.iter().map(|(m, p)| (*m, p)).collect();
-    out.sort_unstable();
-    out.dedup();
-    out
+/// Calls `each` for a request's items without repeats, which is how the index holds them. A
+/// request names at most a few dozen items, so looking back over the earlier ones costs less
+/// than sorting a copy (and allocates nothing).
+pub fn distinct<'a>(items: &'a [(Mode, Path)], mut each: impl FnMut(Mode, &'a Path)) {
+    for (i, (mode, path)) in items.iter().enumerate() {
+        if !items[..i].iter().any(|(m, p)| m == mode && p == path) {
+            each(*mode, path);
+        }
+    }
 }

@@ -112,7 +112,9 @@ fn granted(grants: &[Grant]) -> Vec<(u64, u64)> {
     grants.iter().map(|g| (g.waiter, g.fence)).collect()
 }
 
-fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+/// Runs `ops` against the engine and the reference; returns the longest the queue grew.
+fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
+    let mut longest = 0;
     let mut project = Project::new();
     let mut model = Model::default();
     let mut now = 1_000;
@@ -165,6 +167,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Advance(ms) => now += ms,
         }
         prop_assert_eq!(project.waiting(), model.waiters.len());
+        longest = longest.max(project.waiting());
         prop_assert_eq!(project.wait_index().is_empty(), model.waiters.is_empty());
         let held: BTreeSet<LockInfo> = project.locks().iter().collect();
         prop_assert_eq!(
@@ -188,7 +191,7 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
     );
     prop_assert_eq!(project.waiting(), 0);
     prop_assert_eq!(project.wait_index().node_count(), 0);
-    Ok(())
+    Ok(longest)
 }
 
 proptest! {
@@ -210,6 +213,20 @@ proptest! {
         ops in prop::collection::vec(op(40, 0.95, 64), 100..400),
     ) {
         run(&ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Queues of several hundred waiters, as the benchmarks run: the index must stay exact when
+    /// its sets are deep and many waiters share a path.
+    #[test]
+    fn queues_of_hundreds_are_served_like_the_reference(
+        ops in prop::collection::vec(op(300, 0.98, 400), 800..1200),
+    ) {
+        let longest = run(&ops)?;
+        prop_assert!(longest >= 150, "the queue grew to {} waiters only", longest);
     }
 }
 
