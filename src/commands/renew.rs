@@ -13,9 +13,10 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let token = args::token(args[2].as_slice())?;
     let ttl = args::ttl_ms(args[3].as_slice())?;
-    let deadline = now_ms(ctx).saturating_add(ttl);
+    let now = now_ms(ctx);
+    let deadline = now.saturating_add(ttl);
     let renewed = change(ctx, &args[1], false, |project| {
-        project.locks_mut().renew(&token, deadline)
+        project.renew(now, &token, deadline)
     })?
     .unwrap_or(0);
     if renewed > 0 {

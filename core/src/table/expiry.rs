@@ -3,7 +3,8 @@
 use super::ids::{OwnerId, Tagged, NONE};
 use super::owners::owner_hash;
 use super::LockTable;
-use crate::lock::{LockInfo, PackedToken, Token};
+use crate::lock::{LockInfo, Mode, PackedToken, Token};
+use crate::path::Path;
 
 impl LockTable {
     /// The earliest deadline of any stored lock.
@@ -58,6 +59,44 @@ impl LockTable {
         }
     }
 
+    /// Lazy expiry for one request: reclaims the expired locks of the other owners whose locks
+    /// block `token` from taking `items`, so that a lapsed lease is free to take. It looks only
+    /// where the locks stored block the request, and stops at the first live blocker, when the
+    /// request is refused whatever else expired; what it met before is reclaimed all the same,
+    /// so a request refused again does not walk it again. Each owner goes whole (all its locks
+    /// due by `now`), which the returned tokens name exactly for a replica, as
+    /// [`LockTable::reclaim_some_expired`] does. The work is the blockers it meets and their
+    /// owners' locks; the rest of a mass expiry is left to the caller's bounded steps.
+    pub fn reclaim_blockers(
+        &mut self,
+        now: u64,
+        token: &Token,
+        items: &[(Mode, Path)],
+    ) -> (Vec<Token>, Vec<LockInfo>) {
+        let me = self.find_owner(&PackedToken::new(token));
+        let mut owners = Vec::new();
+        for (mode, path) in items {
+            if self.is_blocked_for(me, *mode, path)
+                && self.expired_blockers(now, me, *mode, path, &mut owners)
+            {
+                break;
+            }
+        }
+        owners.sort_unstable();
+        owners.dedup();
+        let mut tokens = Vec::with_capacity(owners.len());
+        let mut reclaimed = Vec::new();
+        for owner in owners {
+            let token = self.owner(owner).token.to_token();
+            let locks = self.reclaim_owner(owner, now);
+            if !locks.is_empty() {
+                tokens.push(token);
+                reclaimed.extend(locks);
+            }
+        }
+        (tokens, reclaimed)
+    }
+
     /// The owner filed first, when its earliest lock is due by `now`.
     fn first_due(&self, now: u64) -> Option<OwnerId> {
         self.expiry
@@ -79,6 +118,12 @@ impl LockTable {
 
     /// Removes one owner's locks that are due by `now`, and refiles it.
     fn reclaim_owner(&mut self, owner: OwnerId, now: u64) -> Vec<LockInfo> {
+        // The index knows the owner's earliest deadline: an owner with nothing due (the common
+        // case of a command's own token) costs no look at its locks.
+        let filed = self.owner(owner);
+        if !filed.filed || filed.earliest > now {
+            return Vec::new();
+        }
         let due: Vec<Tagged> = self
             .locks_of(owner)
             .iter()

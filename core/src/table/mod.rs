@@ -25,10 +25,11 @@
 //! and owners with several locks keep them in side maps.
 //!
 //! Time never comes from inside: every method that needs it takes `now` in milliseconds. A lock
-//! whose deadline is not after `now` is expired. The mutating methods assume the caller ran
-//! [`LockTable::reclaim_expired`] first, as the Redis layer does when it opens a key for
-//! writing; the reading methods filter expired locks themselves, because a replica must hide
-//! expired locks without reclaiming them.
+//! whose deadline is not after `now` is expired. Expired locks linger until something reclaims
+//! them, a few owners at a time, so that no call pays for a mass expiry: the reading methods
+//! filter them by `now` (a replica must hide them without reclaiming them), and the deciding
+//! methods count them, so a caller first reclaims what is in the way of its request
+//! ([`LockTable::reclaim_blockers`]) and its own token's due locks, as [`crate::Project`] does.
 //!
 //! Each part owns its state, one file each:
 //!
