@@ -143,13 +143,21 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        if self.behind_a_waiter(token, items, u64::MAX) {
-            return None;
+        if !self.waiters.is_empty() {
+            if self.behind_a_waiter(token, items, u64::MAX) {
+                return None;
+            }
+            // What goes may let waiters in; they are granted before this request is decided,
+            // in the order a replica applies the effects (reclaimed owners, the waiters'
+            // grants, this grant), since a waiter of the same token re-granting a path would
+            // otherwise leave another deadline on it.
+            self.reclaim_own(now, token);
+            let (tokens, locks) = self.locks.reclaim_blockers(now, token, items);
+            self.lapse(now, tokens, locks);
         }
-        self.reclaim_own(now, token);
-        let (tokens, locks) = self.locks.reclaim_blockers(now, token, items);
+        let (fence, tokens, locks) = self.locks.acquire_lapsed(now, token, ttl, items);
         self.lapse(now, tokens, locks);
-        self.locks.acquire(now, token, ttl, items)
+        fence
     }
 
     /// The bounded share of expiry a change does before it runs: the locks of `token` that are
@@ -318,39 +326,31 @@ impl Project {
     }
 
     /// Grants waiter `id` when no live lock and no earlier waiter of another owner blocks it.
-    /// The expired locks in its way are reclaimed (recorded as lapsed) and added to `freed`.
+    /// The expired locks in its way, and its own, are reclaimed (recorded as lapsed) and added
+    /// to `freed`; its own go before it is granted, so that nothing reclaimed later in this
+    /// change is its, and the reclaimed owners can replicate ahead of the grants.
     fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<LockInfo>) -> Option<Grant> {
         let waiter = self.waiters.get(&id)?;
-        let blocked = |locks: &LockTable| {
-            waiter
-                .items
-                .iter()
-                .any(|(mode, path)| locks.is_blocked(&waiter.token, *mode, path))
-        };
-        if blocked(&self.locks) {
-            if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
-                return None;
-            }
-            let (tokens, locks) = self
-                .locks
-                .reclaim_blockers(now, &waiter.token, &waiter.items);
-            if !tokens.is_empty() {
-                self.lapsed
-                    .owners
-                    .extend(tokens.into_iter().map(|t| (now, t)));
-                self.lapsed.locks += locks.len();
-                freed.extend(locks);
-            }
-            if blocked(&self.locks) {
-                return None;
-            }
-        } else if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
+        if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
             return None;
         }
-        let waiter = self.remove_waiter(id)?;
-        let fence = self
-            .locks
-            .acquire(now, &waiter.token, waiter.ttl, &waiter.items)?;
+        // Out of the map for the moment the table needs it, and back if it is still blocked.
+        let waiter = self.waiters.remove(&id)?;
+        let (fence, tokens, locks) =
+            self.locks
+                .acquire_lapsed(now, &waiter.token, waiter.ttl, &waiter.items);
+        if !tokens.is_empty() {
+            self.lapsed
+                .owners
+                .extend(tokens.into_iter().map(|t| (now, t)));
+            self.lapsed.locks += locks.len();
+            freed.extend(locks);
+        }
+        let Some(fence) = fence else {
+            self.waiters.insert(id, waiter);
+            return None;
+        };
+        self.forget_waiter(id, &waiter);
         Some(Grant {
             waiter: id,
             deadline: now.saturating_add(waiter.ttl),
