@@ -258,6 +258,9 @@ fn long_effects_replicate_like_short_ones() {
     resume_writes(&mut m);
 }
 
+/// The replies of the transaction below: INFO, two ACQUIREs, RENEW, RELEASE, LOCKS, INFO.
+type Transaction = (String, Value, Value, i64, i64, Vec<LockEntry>, String);
+
 /// Right after a mass expiry, commands reclaim only what they need (their own token, the lapsed
 /// leases in their way, two more owners each), replicate it naming the owners, and leave the rest
 /// to the expiry cycle; the replica and an AOF replay agree before and after the cycle's work.
@@ -298,8 +301,7 @@ fn lazy_expiry_reclaims_what_commands_need_and_replicates_it_exactly() {
     pipe.cmd("PATHLOCK.LOCKS").arg("p").ignore();
     pipe.cmd("INFO").arg("pathlock").ignore();
     pipe.cmd("EXEC");
-    let (replies,): ((String, Value, Value, i64, i64, Vec<LockEntry>, String),) =
-        pipe.query(&mut m).expect("the transaction");
+    let (replies,): (Transaction,) = pipe.query(&mut m).expect("the transaction");
     let (before, taker, reader, renewed, released, listed, after) = replies;
     let stored = |info: &str| -> i64 {
         info.lines()
