@@ -125,7 +125,7 @@ fn run(
             let ttl = args::ttl_ms(rest[1])?;
             let renewed = projects.get_mut(&key).map_or(0, |project| {
                 project.reclaim_lazily(now, None, 2);
-                let renewed = project.renew(now, &token, now.saturating_add(ttl));
+                let (renewed, _) = project.renew(now, &token, now.saturating_add(ttl));
                 project.take_lapsed();
                 renewed
             });

@@ -168,7 +168,7 @@ impl Project {
         if let Some(token) = token {
             self.reclaim_own(now, token);
         }
-        if others > 0 {
+        if others > 0 && self.locks.next_deadline().is_some_and(|due| due <= now) {
             let (tokens, locks) = self.locks.reclaim_some_expired(now, others);
             self.lapse(now, tokens, locks);
         }
@@ -223,18 +223,35 @@ impl Project {
         token: &Token,
         paths: Option<&[Path]>,
     ) -> (Vec<LockInfo>, Vec<Grant>) {
-        self.reclaim_own(now, token);
-        let freed = self.locks.release(token, paths);
-        let grants = self.wake_freed(now, &freed);
+        let (freed, lapsed) = self.locks.release_lapsed(now, token, paths);
+        if lapsed.is_empty() {
+            let grants = self.wake_freed(now, &freed);
+            return (freed, grants);
+        }
+        // One pass wakes the waiters near both what lapsed and what was released, and its
+        // grants are replicated after the release, as for `renew`: a waiter of this token may
+        // be among them, and a replica releasing after granting it would free its locks.
+        self.lapsed.owners.push((now, token.clone()));
+        self.lapsed.locks += lapsed.len();
+        let both: Vec<LockInfo> = freed.iter().cloned().chain(lapsed).collect();
+        let grants = self.wake_freed(now, &both);
         (freed, grants)
     }
 
     /// Moves the deadline of `token`'s live locks to `deadline` (see [`LockTable::renew`]); its
     /// expired ones are reclaimed first, so a lapsed lease is not brought back. Returns how many
-    /// it moved.
-    pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> usize {
-        self.reclaim_own(now, token);
-        self.locks.renew(token, deadline)
+    /// it moved, and the waiters that the reclaimed locks let in. Those are granted after the
+    /// renewal and must be replicated after it: a waiter of this very token may be among them
+    /// (let in once another owner's lapsed locks in its way went too), and a replica renewing
+    /// after granting it would move its deadline.
+    pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
+        let (renewed, lapsed) = self.locks.renew_lapsed(now, token, deadline);
+        if lapsed.is_empty() {
+            return (renewed, Vec::new());
+        }
+        self.lapsed.owners.push((now, token.clone()));
+        self.lapsed.locks += lapsed.len();
+        (renewed, self.wake_freed(now, &lapsed))
     }
 
     /// Reclaims every lock due by `now`, however many, and grants the waiters that were waiting

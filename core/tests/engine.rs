@@ -372,7 +372,7 @@ fn a_command_after_a_mass_expiry_reclaims_only_what_it_needs() {
     );
     run(
         &mut project,
-        &|pr| pr.renew(now, &owner(5), now + 10) == 0,
+        &|pr| pr.renew(now, &owner(5), now + 10).0 == 0,
         1,
     );
     run(

@@ -224,7 +224,7 @@ proptest! {
                     replica.release(&token(*t), paths.as_deref());
                 }
                 Op::Renew { token: t, ttl } => {
-                    let got = project.renew(now, &token(*t), now + ttl);
+                    let (got, _) = project.renew(now, &token(*t), now + ttl);
                     prop_assert_eq!(got, model.renew(&token(*t), now + ttl));
                     apply(&mut replica, &project.take_lapsed());
                     replica.renew(&token(*t), now + ttl);

@@ -4,7 +4,7 @@ use crate::change::change;
 use crate::clock::now_ms;
 use crate::context::notify;
 use crate::effects::Effect;
-use crate::{args, stats};
+use crate::{args, grants, stats};
 
 /// PATHLOCK.RENEW key token ms
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -15,14 +15,16 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let ttl = args::ttl_ms(args[3].as_slice())?;
     let now = now_ms(ctx);
     let deadline = now.saturating_add(ttl);
-    let renewed = change(ctx, &args[1], false, |project| {
+    let (renewed, grants) = change(ctx, &args[1], false, |project| {
         project.renew(now, &token, deadline)
     })?
-    .unwrap_or(0);
+    .unwrap_or_default();
     if renewed > 0 {
         stats::count(&stats::RENEWALS, renewed);
         Effect::Renew { token, deadline }.replicate(ctx, &args[1]);
         notify(ctx, "pathlock.renew", &args[1]);
     }
+    // The waiters that the caller's own lapsed locks let in, after the renewal.
+    grants::deliver(ctx, &args[1], grants);
     Ok(RedisValue::Integer(renewed as i64))
 }

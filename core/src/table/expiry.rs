@@ -120,6 +120,43 @@ impl LockTable {
         (Some(fence), tokens, reclaimed)
     }
 
+    /// [`LockTable::release`] where expired locks linger: `token`'s due locks are reclaimed
+    /// first, then its live ones at `paths` (or all) are released. Returns the released locks
+    /// and the reclaimed ones, with one owner look-up for both.
+    pub fn release_lapsed(
+        &mut self,
+        now: u64,
+        token: &Token,
+        paths: Option<&[Path]>,
+    ) -> (Vec<LockInfo>, Vec<LockInfo>) {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return (Vec::new(), Vec::new());
+        };
+        let reclaimed = self.reclaim_owner(owner, now);
+        if self.owners[owner as usize].is_none() {
+            return (Vec::new(), reclaimed);
+        }
+        (self.release_owner(owner, paths), reclaimed)
+    }
+
+    /// [`LockTable::renew`] where expired locks linger: `token`'s due locks are reclaimed first,
+    /// so a lapsed lease is not brought back. Returns how many it moved, and the reclaimed locks.
+    pub fn renew_lapsed(
+        &mut self,
+        now: u64,
+        token: &Token,
+        deadline: u64,
+    ) -> (usize, Vec<LockInfo>) {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return (0, Vec::new());
+        };
+        let reclaimed = self.reclaim_owner(owner, now);
+        if self.owners[owner as usize].is_none() {
+            return (0, reclaimed);
+        }
+        (self.renew_owner(owner, deadline), reclaimed)
+    }
+
     /// `reclaim_blockers` for the owner `me`, or for a token that holds nothing when `None`.
     fn reclaim_blockers_of(
         &mut self,

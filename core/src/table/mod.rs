@@ -223,9 +223,13 @@ impl LockTable {
     /// Frees `token`'s locks at `paths` (every mode held there), or all of its locks when
     /// `paths` is `None`. Returns the locks freed.
     pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> Vec<LockInfo> {
-        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
-            return Vec::new();
-        };
+        match self.find_owner(&PackedToken::new(token)) {
+            Some(owner) => self.release_owner(owner, paths),
+            None => Vec::new(),
+        }
+    }
+
+    fn release_owner(&mut self, owner: OwnerId, paths: Option<&[Path]>) -> Vec<LockInfo> {
         let mut freed = Vec::new();
         match paths {
             None => {
@@ -250,9 +254,13 @@ impl LockTable {
 
     /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.
     pub fn renew(&mut self, token: &Token, deadline: u64) -> usize {
-        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
-            return 0;
-        };
+        match self.find_owner(&PackedToken::new(token)) {
+            Some(owner) => self.renew_owner(owner, deadline),
+            None => 0,
+        }
+    }
+
+    fn renew_owner(&mut self, owner: OwnerId, deadline: u64) -> usize {
         let locks = self.locks_of(owner).to_vec();
         for lock in &locks {
             if let Some(held) = self
