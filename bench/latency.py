@@ -11,7 +11,13 @@ For each system, on a fresh redis-server with `latency-monitor-threshold 1`:
   - release: half the locks are released one by one (`PATHLOCK.RELEASE`; `DEL` for SET);
   - expire: the other half are renewed to 1 ms (`PATHLOCK.RENEW`; `PEXPIRE` for SET), and the
     server reclaims them while another client keeps acquiring new paths in the same project (so
-    both the expiry cycle and commands' lazy reclamation run).
+    both the expiry cycle and commands' lazy reclamation run);
+  - lazy: half as many locks again, one owner each, are taken (not measured) with leases that
+    all end at the same moment, and from just before it a client hammers the project with
+    pipelined commands for `LATENCY_LAZY_SECONDS` (default 5): new paths, paths whose lease has
+    just lapsed (taken by another token), and the lapsed owners renewing and releasing. The
+    commands meet the whole mass expiry before the expiry cycle has reclaimed it (SET NX meets
+    keys Redis has not expired yet the same way).
 
 Reported per phase: the worst event of the latency monitor (`LATENCY LATEST`, reset between
 phases) and the worst round trip of a separate client sending `PING` every millisecond. The
@@ -21,6 +27,7 @@ time the operating system did not run it; the latency monitor measures the serve
 Writes bench/latency.csv and bench/latency.png (the pinger's worst round trip per batch, and the
 latency monitor's events, against locks held). `make bench-latency` runs it; knobs:
 `LATENCY_LOCKS` (default 10,000,000), `LATENCY_SYSTEMS` (default `pathlock,set-nx`),
+`LATENCY_PHASES` (default `grow,copy,release,expire,lazy`; `lazy` alone needs no growth),
 `LATENCY_NICE` (default -10: the server and the pinger run ahead of the machine's other
 processes when the user may raise priority).
 """
@@ -38,6 +45,8 @@ from bench import ROOT, Server  # noqa: E402
 
 LOCKS = int(os.environ.get("LATENCY_LOCKS", "10000000"))
 SYSTEMS = os.environ.get("LATENCY_SYSTEMS", "pathlock,set-nx").split(",")
+PHASES = os.environ.get("LATENCY_PHASES", "grow,copy,release,expire,lazy").split(",")
+LAZY_SECONDS = float(os.environ.get("LATENCY_LAZY_SECONDS", "5"))
 BATCH = 100_000
 LONG_TTL = 3_600_000
 # The server and the pinger run at this nice level when allowed, so that what other processes
@@ -92,6 +101,58 @@ def expire_command(system, i):
     if system == "pathlock":
         return command(b"PATHLOCK.RENEW", PROJECT, token(i), b"1")
     return command(b"PEXPIRE", b"lock:" + path(i), b"1")
+
+
+def lazy_command(system, i, ttl):
+    if system == "pathlock":
+        return command(b"PATHLOCK.ACQUIRE", PROJECT, b"TOKEN", token(i), b"TTL", ttl, b"WRITE",
+                       path(i))
+    return command(b"SET", b"lock:" + path(i), token(i), b"NX", b"PX", ttl)
+
+
+def lazy_burst_command(system, kind, k, lapsed):
+    """One command of the lazy phase: a new path, a lapsed lease's path taken by another token,
+    or the lapsed owner renewing or releasing."""
+    new = b"/new/n%d" % k
+    if system == "pathlock":
+        return [command(b"PATHLOCK.ACQUIRE", PROJECT, b"TTL", b"60000", b"WRITE", new),
+                command(b"PATHLOCK.ACQUIRE", PROJECT, b"TTL", b"60000", b"WRITE", path(lapsed)),
+                command(b"PATHLOCK.RENEW", PROJECT, token(lapsed), b"60000"),
+                command(b"PATHLOCK.RELEASE", PROJECT, token(lapsed))][kind]
+    return [command(b"SET", b"lock:" + new, token(k), b"NX", b"PX", b"60000"),
+            command(b"SET", b"lock:" + path(lapsed), token(k), b"NX", b"PX", b"60000"),
+            command(b"PEXPIRE", b"lock:" + path(lapsed), b"60000"),
+            command(b"DEL", b"lock:" + path(lapsed))][kind]
+
+
+class Replies:
+    """Reads whole RESP replies off a socket, to keep a pipelined client in step."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buffer = b""
+
+    def line(self):
+        while b"\r\n" not in self.buffer:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("connection closed")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def read(self):
+        line = self.line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"-":
+            raise RuntimeError(rest.decode(errors="replace"))
+        if kind == b"$" and int(rest) >= 0:
+            while len(self.buffer) < int(rest) + 2:
+                self.buffer += self.sock.recv(65536)
+            self.buffer = self.buffer[int(rest) + 2:]
+        elif kind == b"*":
+            for _ in range(max(0, int(rest))):
+                self.read()
 
 
 def pipe(port, data):
@@ -233,6 +294,46 @@ class Run:
                 break
         sock.close()
 
+    def lazy_setup(self):
+        """Takes LOCKS / 2 locks, one owner each, whose leases all end at one moment, planned
+        from how fast this server takes them; returns that moment (wall time) and the count."""
+        count = LOCKS // 2
+        first = 10 * LOCKS
+        # A probe batch of 1 ms leases (the cycle takes them back) times this server's pace;
+        # the leases then end when the rest should be in, with half again as margin.
+        probe = min(BATCH, count)
+        started = time.time()
+        pipe(self.port, b"".join(lazy_command(self.system, i, b"1")
+                                 for i in range(first - probe, first)))
+        rate = probe / max(time.time() - started, 1e-3)
+        ends = time.time() + 1.5 * count / rate + 3
+        for lo in range(first, first + count, BATCH):
+            hi = min(lo + BATCH, first + count)
+            ttl = b"%d" % max(1, int((ends - time.time()) * 1000))
+            pipe(self.port, b"".join(lazy_command(self.system, i, ttl) for i in range(lo, hi)))
+        return ends, first, count
+
+    def lazy(self, ends, first, count):
+        """From just before the leases end, pipelined bursts of commands on the project."""
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        reader = Replies(sock)
+        time.sleep(max(0.0, ends - time.time() - 0.05))
+        stop = time.time() + LAZY_SECONDS
+        k = 0
+        while time.time() < stop:
+            burst = []
+            for _ in range(100):
+                k += 1
+                lapsed = first + (k * 7919) % count
+                burst.append(lazy_burst_command(self.system, k % 4, k, lapsed))
+            sock.sendall(b"".join(burst))
+            for _ in burst:
+                reader.read()
+            time.sleep(0.002)
+        sock.close()
+        self.memory["lazy_commands"] = k
+
     def held(self):
         if self.system == "pathlock":
             info = self.server.cli("INFO", "pathlock")
@@ -306,11 +407,17 @@ def main():
         print(f"{system}: {LOCKS:,} locks", flush=True)
         run = Run(system)
         try:
-            run.phase("grow", run.grow)
-            if system == "pathlock":
-                run.phase("copy", run.copy)
-            run.phase("release", run.release)
-            run.phase("expire", run.expire)
+            if "grow" in PHASES:
+                run.phase("grow", run.grow)
+                if system == "pathlock" and "copy" in PHASES:
+                    run.phase("copy", run.copy)
+                if "release" in PHASES:
+                    run.phase("release", run.release)
+                if "expire" in PHASES:
+                    run.phase("expire", run.expire)
+            if "lazy" in PHASES:
+                ends, first, count = run.lazy_setup()
+                run.phase("lazy", lambda: run.lazy(ends, first, count))
         finally:
             rows, samples = run.finish()
         all_rows += rows
@@ -333,6 +440,10 @@ def main():
               f"{r['latency_monitor_worst_ms']} | {r['worst_ping_ms']} | "
               f"{r['slowest_command_us'] / 1000:.1f} `{r['slowest_command'][:30]}` |")
     for system, m in memory.items():
+        if "lazy_commands" in m:
+            print(f"{system}: {m['lazy_commands']:,} commands in the lazy phase")
+        if "base" not in m:
+            continue
         at_1m = m.get("at_1m", 0) - m["base"]
         at_end = m.get("at_end", 0) - m["base"]
         print(f"{system}: used memory at 1,000,000 locks: {at_1m / 1e6:.1f} B/lock; at "

@@ -5,11 +5,15 @@
 //! `stats`, `fences`, `eviction`. Called by the writing commands, `waits` and `expiry`.
 //!
 //! Before the change, when this server decides: waiters that gave up are taken out of the
-//! queue (so they are never granted), and expired locks are reclaimed, replicated as an
-//! `EXPIRE` effect ahead of whatever the change replicates; both may grant waiters. After it:
-//! the INFO gauge, the expiry schedule and the server's fence mark (`fences`) follow the
-//! table, whether a grant or an applied effect moved its counter. The expiry cycle's change
-//! (`expire_until`) does the same with its reclamation bounded in time.
+//! queue (so they are never granted), and a bounded share of the expired locks is reclaimed
+//! (`LAZY_OWNERS` owners, earliest first). The change itself reclaims what it needs: the
+//! expired locks in the way of what it acquires (or of a waiter it grants) and its caller's own
+//! expired locks; a mass expiry is otherwise left to the expiry cycle, so no command pays for
+//! all of it. Whatever was reclaimed is replicated as `EXPIRE now token...`, naming the owners,
+//! ahead of whatever the change replicates; it may grant waiters. After it: the INFO gauge, the
+//! expiry schedule and the server's fence mark (`fences`) follow the table, whether a grant or
+//! an applied effect moved its counter. The expiry cycle's change (`expire_until`) does the same
+//! with its reclamation bounded in time.
 
 use std::time::Instant;
 
@@ -31,15 +35,11 @@ pub fn change<R>(
         if decides(ctx) {
             let now = clock::now_ms(ctx);
             purge_cancelled(ctx, key_name, project, now);
-            let (expired, grants) = project.reclaim_expired(now);
-            if !expired.is_empty() {
-                Effect::Expire { now }.replicate(ctx, key_name);
-                stats::count(&stats::EXPIRATIONS, expired.len());
-                notify(ctx, c"pathlock.expired", key_name);
-                grants::deliver(ctx, key_name, grants);
-            }
+            project.reclaim_lazily(now, None, LAZY_OWNERS);
+            publish_lapsed(ctx, key_name, project);
         }
         let result = change(project);
+        publish_lapsed(ctx, key_name, project);
         settle(ctx, key_name, project, before);
         result
     })?;
@@ -71,6 +71,7 @@ pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Inst
             if project.waiting() > 0 {
                 let freed: Vec<Path> = locks.into_iter().map(|lock| lock.path).collect();
                 let grants = project.wake(now, &freed);
+                publish_lapsed(ctx, key_name, project);
                 grants::deliver(ctx, key_name, grants);
             }
         }
@@ -88,6 +89,37 @@ pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Inst
 /// enough that a step of one-lock owners takes some tens of microseconds.
 const OWNERS_PER_STEP: usize = 32;
 
+/// Owners whose due locks every change reclaims besides those it needs, earliest first, so that
+/// traffic on a key helps the expiry cycle along at a small fixed cost per command.
+const LAZY_OWNERS: usize = 2;
+
+/// Owners named in one `EXPIRE now token...` effect at most, so that a request that reclaimed
+/// many in its way does not make one huge effect.
+const OWNERS_PER_EFFECT: usize = 256;
+
+/// Replicates what lazy expiry reclaimed since the last call as `EXPIRE now token...` effects,
+/// in the order it happened, counts and announces it, and answers the waiters it let in.
+fn publish_lapsed(ctx: &Context, key_name: &RedisString, project: &mut Project) {
+    let lapsed = project.take_lapsed();
+    if lapsed.is_empty() {
+        return;
+    }
+    for run in lapsed.owners.chunk_by(|a, b| a.0 == b.0) {
+        for step in run.chunks(OWNERS_PER_EFFECT) {
+            Effect::ExpireOf {
+                now: step[0].0,
+                tokens: step.iter().map(|(_, token)| token.clone()).collect(),
+            }
+            .replicate(ctx, key_name);
+        }
+    }
+    if lapsed.locks > 0 {
+        stats::count(&stats::EXPIRATIONS, lapsed.locks);
+        notify(ctx, c"pathlock.expired", key_name);
+    }
+    grants::deliver(ctx, key_name, lapsed.grants);
+}
+
 /// Takes the waiters that gave up out of the queue before anything else happens to the key, so
 /// they are never granted; their leaving may let later waiters in.
 fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project, now: u64) {
@@ -99,6 +131,8 @@ fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project,
         .into_iter()
         .flat_map(|id| project.cancel(now, id).1)
         .collect();
+    // The expired locks a cancelled waiter's successors had in their way went first.
+    publish_lapsed(ctx, key_name, project);
     grants::deliver(ctx, key_name, grants);
 }
 

@@ -18,8 +18,9 @@
 //!
 //! The active expiry cycle reclaims a mass expiry a few owners at a time, so that no tick stalls
 //! the server; each step names its owners, which makes the step exact whatever order owners
-//! sharing a deadline have on each server. `EXPIRE now` alone is what a command's lazy
-//! reclamation sends, and what older masters and AOF files hold.
+//! sharing a deadline have on each server. A command's lazy reclamation names its owners the
+//! same way. `EXPIRE now` alone (reclaim everything due) is only what older masters and AOF
+//! files hold; it is still applied, at the cost of everything it reclaims at once.
 //!
 //! Level 2: imports `errors`, `propagation`. Used by `change`, `grants`, the writing commands and the harness.
 

@@ -100,20 +100,23 @@ fn run(
             let request = args::acquire(rest)?;
             let token = request.token.unwrap_or_else(Token::generate);
             let project = projects.entry(key).or_default();
-            project.reclaim_expired(now);
-            Ok(
-                match project.acquire(now, &token, request.ttl, &request.items) {
-                    Some(fence) => reply::grant(&token, fence),
-                    None => RedisValue::Null,
-                },
-            )
+            project.reclaim_lazily(now, None, 2);
+            let reply = match project.acquire(now, &token, request.ttl, &request.items) {
+                Some(fence) => reply::grant(&token, fence),
+                None => RedisValue::Null,
+            };
+            // Nobody replicates here: what lazy expiry reclaimed is only dropped.
+            project.take_lapsed();
+            Ok(reply)
         }
         "PATHLOCK.RELEASE" => {
             let token = args::token(rest[0])?;
             let paths = args::paths(&rest[1..])?;
             let freed = projects.get_mut(&key).map_or(0, |project| {
-                project.reclaim_expired(now);
-                project.release(now, &token, paths.as_deref()).0.len()
+                project.reclaim_lazily(now, None, 2);
+                let freed = project.release(now, &token, paths.as_deref()).0.len();
+                project.take_lapsed();
+                freed
             });
             Ok(RedisValue::Integer(freed as i64))
         }
@@ -121,8 +124,10 @@ fn run(
             let token = args::token(rest[0])?;
             let ttl = args::ttl_ms(rest[1])?;
             let renewed = projects.get_mut(&key).map_or(0, |project| {
-                project.reclaim_expired(now);
-                project.locks_mut().renew(&token, now.saturating_add(ttl))
+                project.reclaim_lazily(now, None, 2);
+                let (renewed, _) = project.renew(now, &token, now.saturating_add(ttl));
+                project.take_lapsed();
+                renewed
             });
             Ok(RedisValue::Integer(renewed as i64))
         }

@@ -257,3 +257,102 @@ fn long_effects_replicate_like_short_ones() {
     assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
     resume_writes(&mut m);
 }
+
+/// The replies of the transaction below: INFO, two ACQUIREs, RENEW, RELEASE, LOCKS, INFO.
+type Transaction = (String, Value, Value, i64, i64, Vec<LockEntry>, String);
+
+/// Right after a mass expiry, commands reclaim only what they need (their own token, the lapsed
+/// leases in their way, two more owners each), replicate it naming the owners, and leave the rest
+/// to the expiry cycle; the replica and an AOF replay agree before and after the cycle's work.
+#[test]
+fn lazy_expiry_reclaims_what_commands_need_and_replicates_it_exactly() {
+    const LOCKS: usize = 5000;
+    let master = Server::start_with(&["--appendonly", "yes"]);
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    // Leases of 1.5 s over ten folders; the grants take far less than that.
+    for chunk in (0..LOCKS).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("PATHLOCK.ACQUIRE")
+                .arg(&["p", "TOKEN", &format!("h{i}"), "TTL", "1500", "WRITE"])
+                .arg(format!("/d{}/f{i}", i % 10))
+                .ignore();
+        }
+        let _: () = pipe.query(&mut m).expect("pipelined acquires");
+    }
+    // One write the server reads at once: it sleeps past every deadline, then runs the
+    // transaction before its expiry timer can fire, so the commands meet the whole expiry.
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEBUG").arg(&["SLEEP", "1.6"]).ignore();
+    pipe.cmd("MULTI").ignore();
+    pipe.cmd("INFO").arg("pathlock").ignore();
+    pipe.cmd("PATHLOCK.ACQUIRE")
+        .arg(&["p", "TOKEN", "taker", "TTL", "60000", "WRITE", "/d1/f1"])
+        .ignore();
+    pipe.cmd("PATHLOCK.ACQUIRE")
+        .arg(&["p", "TOKEN", "reader", "TTL", "60000", "READ", "/d2"])
+        .ignore();
+    pipe.cmd("PATHLOCK.RENEW")
+        .arg(&["p", "h3", "60000"])
+        .ignore();
+    pipe.cmd("PATHLOCK.RELEASE").arg(&["p", "h4"]).ignore();
+    pipe.cmd("PATHLOCK.LOCKS").arg("p").ignore();
+    pipe.cmd("INFO").arg("pathlock").ignore();
+    pipe.cmd("EXEC");
+    let (replies,): (Transaction,) = pipe.query(&mut m).expect("the transaction");
+    let (before, taker, reader, renewed, released, listed, after) = replies;
+    let stored = |info: &str| -> i64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix("pathlock_locks:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("pathlock_locks")
+    };
+    assert_eq!(
+        stored(&before),
+        LOCKS as i64,
+        "nothing was reclaimed before"
+    );
+    assert!(
+        matches!(taker, Value::Array(_)),
+        "a lapsed path is free: {taker:?}"
+    );
+    assert!(
+        matches!(reader, Value::Array(_)),
+        "a lapsed folder is free: {reader:?}"
+    );
+    assert_eq!(
+        (renewed, released),
+        (0, 0),
+        "a lapsed lease is neither renewed nor released"
+    );
+    assert_eq!(
+        listed.len(),
+        2,
+        "only the two new locks are listed: {listed:?}"
+    );
+    // Four changing commands: two owners each besides what they need, which is h1, the 500
+    // lapsed writers beneath /d2, h3 and h4.
+    let reclaimed = stored(&before) + 2 - stored(&after);
+    assert!(
+        (503..=511).contains(&reclaimed),
+        "{reclaimed} locks reclaimed by four commands"
+    );
+    // The replica holds exactly what the master holds, lapsed locks included.
+    assert_replica_agrees(&mut m, &mut r);
+    // The expiry cycle takes the rest back.
+    wait_until(Duration::from_secs(10), "the expiry cycle", || {
+        info_number(&mut m, "pathlock", "pathlock_locks") == 2
+    });
+    assert_replica_agrees(&mut m, &mut r);
+    pause_and_sync(&mut m);
+    let digest = dataset_digest(&mut m);
+    let _: () = cmd("DEBUG").arg("LOADAOF").query(&mut m).expect("LOADAOF");
+    assert_eq!(
+        dataset_digest(&mut m),
+        digest,
+        "the AOF replays to the same state"
+    );
+    resume_writes(&mut m);
+}

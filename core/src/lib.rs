@@ -23,6 +23,6 @@ pub mod table;
 
 pub use lock::{LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
 pub use path::{Path, PathError, PathLimits};
-pub use project::{Grant, Project, Waiter};
+pub use project::{Grant, Lapsed, Project, Waiter};
 pub use queue::WaitIndex;
 pub use table::LockTable;

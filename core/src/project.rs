@@ -22,6 +22,13 @@
 //! not O(n). The index ignores owners when it decides who is at the front; a waiter whose
 //! token another waiter also has is therefore always a candidate, and the exact check (which
 //! does know owners) decides. Tokens shared between waiters are rare, so that set is small.
+//!
+//! Expiry here is lazy and bounded: a request reclaims only the expired locks in its way (and
+//! its own token's), a change reclaims a fixed few more, and a waiter that only expired locks
+//! hold up has them reclaimed when it is looked at; the rest of a mass expiry is the expiry
+//! cycle's, in bounded steps. What went is kept as [`Lapsed`] until the caller takes it to
+//! replicate, so a command on a project where millions of locks just expired costs what it
+//! touches, not the millions.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,9 +55,30 @@ pub struct Grant {
     pub items: Vec<(Mode, Path)>,
 }
 
+/// What lazy expiry reclaimed during a change, kept until the caller takes it
+/// ([`Project::take_lapsed`]) to replicate it and answer the waiters it let in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lapsed {
+    /// The owners reclaimed, in order, each with the time it was reclaimed at: all of the
+    /// token's locks due by that time went, which is what a replica applies.
+    pub owners: Vec<(u64, Token)>,
+    /// How many locks went.
+    pub locks: usize,
+    /// The waiters that what went let in.
+    pub grants: Vec<Grant>,
+}
+
+impl Lapsed {
+    pub fn is_empty(&self) -> bool {
+        self.owners.is_empty() && self.grants.is_empty()
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Project {
     locks: LockTable,
+    /// Lazy expiry not yet taken by the caller; empty between changes.
+    lapsed: Lapsed,
     index: WaitIndex,
     waiters: BTreeMap<u64, Waiter>,
     /// The waiters of each token, to know which waiters share theirs. Ordered maps rather than
@@ -121,7 +149,9 @@ impl Project {
         &self.index
     }
 
-    /// Grants `items` to `token` unless a lock or an earlier waiter of another owner conflicts.
+    /// Grants `items` to `token` unless a live lock or an earlier waiter of another owner
+    /// conflicts. Expired locks in the way, and the token's own, are reclaimed first (see
+    /// [`Project::take_lapsed`]), so a lapsed lease is free to take.
     pub fn acquire(
         &mut self,
         now: u64,
@@ -129,10 +159,64 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        if self.behind_a_waiter(token, items, u64::MAX) {
-            return None;
+        if !self.waiters.is_empty() {
+            if self.behind_a_waiter(token, items, u64::MAX) {
+                return None;
+            }
+            // What goes may let waiters in; they are granted before this request is decided,
+            // in the order a replica applies the effects (reclaimed owners, the waiters'
+            // grants, this grant), since a waiter of the same token re-granting a path would
+            // otherwise leave another deadline on it.
+            self.reclaim_own(now, token);
+            let (tokens, locks) = self.locks.reclaim_blockers(now, token, items);
+            self.lapse(now, tokens, locks);
         }
-        self.locks.acquire(now, token, ttl, items)
+        let (fence, tokens, locks) = self.locks.acquire_lapsed(now, token, ttl, items);
+        self.lapse(now, tokens, locks);
+        fence
+    }
+
+    /// The bounded share of expiry a change does before it runs: the locks of `token` that are
+    /// due (a lease that lapsed is gone before its owner renews or releases it), and the due
+    /// locks of at most `others` more owners, earliest first. The rest is left to the expiry
+    /// cycle, or to the requests it gets in the way of. See [`Project::take_lapsed`].
+    pub fn reclaim_lazily(&mut self, now: u64, token: Option<&Token>, others: usize) {
+        if let Some(token) = token {
+            self.reclaim_own(now, token);
+        }
+        if others > 0 && self.locks.next_deadline().is_some_and(|due| due <= now) {
+            let (tokens, locks) = self.locks.reclaim_some_expired(now, others);
+            self.lapse(now, tokens, locks);
+        }
+    }
+
+    /// Takes what lazy expiry reclaimed since it was last taken. Whoever changes a project
+    /// through it takes this after the change, to replicate the reclaimed owners (`EXPIRE now
+    /// token...`) ahead of the change's own effects and to answer the waiters granted.
+    pub fn take_lapsed(&mut self) -> Lapsed {
+        std::mem::take(&mut self.lapsed)
+    }
+
+    /// Reclaims `token`'s own due locks: nothing to do, and no look at its locks, unless the
+    /// earliest of them is due.
+    fn reclaim_own(&mut self, now: u64, token: &Token) {
+        let locks = self.locks.reclaim_expired_of(now, token);
+        if !locks.is_empty() {
+            self.lapse(now, vec![token.clone()], locks);
+        }
+    }
+
+    /// Records what was reclaimed at `now` and grants the waiters it lets in.
+    fn lapse(&mut self, now: u64, tokens: Vec<Token>, locks: Vec<LockInfo>) {
+        if tokens.is_empty() {
+            return;
+        }
+        self.lapsed
+            .owners
+            .extend(tokens.into_iter().map(|t| (now, t)));
+        self.lapsed.locks += locks.len();
+        let grants = self.wake_freed(now, &locks);
+        self.lapsed.grants.extend(grants);
     }
 
     /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`: a look
@@ -147,20 +231,47 @@ impl Project {
             .any(|(mode, path)| self.index.any_earlier(*mode, path, before, other_owner))
     }
 
-    /// Frees `token`'s locks (see [`LockTable::release`]) and grants the waiters that were
-    /// waiting for them.
+    /// Frees `token`'s live locks (see [`LockTable::release`]) and grants the waiters that
+    /// were waiting for them. Its expired ones are reclaimed first, as expired.
     pub fn release(
         &mut self,
         now: u64,
         token: &Token,
         paths: Option<&[Path]>,
     ) -> (Vec<LockInfo>, Vec<Grant>) {
-        let freed = self.locks.release(token, paths);
-        let grants = self.wake_freed(now, &freed);
+        let (freed, lapsed) = self.locks.release_lapsed(now, token, paths);
+        if lapsed.is_empty() {
+            let grants = self.wake_freed(now, &freed);
+            return (freed, grants);
+        }
+        // One pass wakes the waiters near both what lapsed and what was released, and its
+        // grants are replicated after the release, as for `renew`: a waiter of this token may
+        // be among them, and a replica releasing after granting it would free its locks.
+        self.lapsed.owners.push((now, token.clone()));
+        self.lapsed.locks += lapsed.len();
+        let both: Vec<LockInfo> = freed.iter().cloned().chain(lapsed).collect();
+        let grants = self.wake_freed(now, &both);
         (freed, grants)
     }
 
-    /// Reclaims the locks due by `now` and grants the waiters that were waiting for them.
+    /// Moves the deadline of `token`'s live locks to `deadline` (see [`LockTable::renew`]); its
+    /// expired ones are reclaimed first, so a lapsed lease is not brought back. Returns how many
+    /// it moved, and the waiters that the reclaimed locks let in. Those are granted after the
+    /// renewal and must be replicated after it: a waiter of this very token may be among them
+    /// (let in once another owner's lapsed locks in its way went too), and a replica renewing
+    /// after granting it would move its deadline.
+    pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
+        let (renewed, lapsed) = self.locks.renew_lapsed(now, token, deadline);
+        if lapsed.is_empty() {
+            return (renewed, Vec::new());
+        }
+        self.lapsed.owners.push((now, token.clone()));
+        self.lapsed.locks += lapsed.len();
+        (renewed, self.wake_freed(now, &lapsed))
+    }
+
+    /// Reclaims every lock due by `now`, however many, and grants the waiters that were waiting
+    /// for them. Its cost is the whole expiry: commands use [`Project::reclaim_lazily`].
     pub fn reclaim_expired(&mut self, now: u64) -> (Vec<LockInfo>, Vec<Grant>) {
         let expired = self.locks.reclaim_expired(now);
         let grants = self.wake_freed(now, &expired);
@@ -234,42 +345,67 @@ impl Project {
         for (mode, path) in probes {
             self.index.fronts_near(mode, path, after, &mut candidates);
         }
-        if candidates.is_empty() && self.shared.is_empty() {
-            return Vec::new();
-        }
-        candidates.extend(self.shared.range(after.saturating_add(1)..).copied());
-        candidates.sort_unstable();
-        candidates.dedup();
         let mut grants = Vec::new();
-        for id in candidates {
-            let Some(waiter) = self.waiters.get(&id) else {
-                continue;
-            };
-            let blocked = waiter
-                .items
-                .iter()
-                .any(|(mode, path)| self.locks.is_blocked(&waiter.token, *mode, path))
-                || self.behind_a_waiter(&waiter.token, &waiter.items, id);
-            if blocked {
-                continue;
+        let mut after = after;
+        // A waiter whose way only expired locks bar has them reclaimed, as a request's are;
+        // what they free may let in waiters that these probes did not reach, so those paths
+        // are probed in turn (from the front of the queue). Every further round reclaims
+        // locks, so the rounds end.
+        while !candidates.is_empty() || !self.shared.is_empty() {
+            candidates.extend(self.shared.range(after.saturating_add(1)..).copied());
+            candidates.sort_unstable();
+            candidates.dedup();
+            let mut freed = Vec::new();
+            for id in std::mem::take(&mut candidates) {
+                if let Some(grant) = self.try_waiter(now, id, &mut freed) {
+                    grants.push(grant);
+                }
             }
-            let Some(waiter) = self.remove_waiter(id) else {
-                continue;
-            };
-            if let Some(fence) = self
-                .locks
-                .acquire(now, &waiter.token, waiter.ttl, &waiter.items)
-            {
-                grants.push(Grant {
-                    waiter: id,
-                    deadline: now.saturating_add(waiter.ttl),
-                    fence,
-                    token: waiter.token,
-                    items: waiter.items,
-                });
+            if freed.is_empty() {
+                break;
+            }
+            after = 0;
+            for lock in &freed {
+                self.index
+                    .fronts_near(lock.mode, &lock.path, after, &mut candidates);
             }
         }
         grants
+    }
+
+    /// Grants waiter `id` when no live lock and no earlier waiter of another owner blocks it.
+    /// The expired locks in its way, and its own, are reclaimed (recorded as lapsed) and added
+    /// to `freed`; its own go before it is granted, so that nothing reclaimed later in this
+    /// change is its, and the reclaimed owners can replicate ahead of the grants.
+    fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<LockInfo>) -> Option<Grant> {
+        let waiter = self.waiters.get(&id)?;
+        if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
+            return None;
+        }
+        // Out of the map for the moment the table needs it, and back if it is still blocked.
+        let waiter = self.waiters.remove(&id)?;
+        let (fence, tokens, locks) =
+            self.locks
+                .acquire_lapsed(now, &waiter.token, waiter.ttl, &waiter.items);
+        if !tokens.is_empty() {
+            self.lapsed
+                .owners
+                .extend(tokens.into_iter().map(|t| (now, t)));
+            self.lapsed.locks += locks.len();
+            freed.extend(locks);
+        }
+        let Some(fence) = fence else {
+            self.waiters.insert(id, waiter);
+            return None;
+        };
+        self.forget_waiter(id, &waiter);
+        Some(Grant {
+            waiter: id,
+            deadline: now.saturating_add(waiter.ttl),
+            fence,
+            token: waiter.token,
+            items: waiter.items,
+        })
     }
 
     /// Takes every waiter out, oldest first: the key they waited on was deleted or moved, so

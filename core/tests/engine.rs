@@ -1,6 +1,6 @@
 //! Scenario tests of the engine through its public API.
 
-use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+use pathlock_core::{LockTable, Mode, Path, PathLimits, Project, Token, Waiter};
 
 fn p(s: &str) -> Path {
     Path::parse(s.as_bytes(), &PathLimits::default()).expect("valid path")
@@ -325,6 +325,116 @@ fn expiry_in_bounded_steps_reclaims_what_one_call_would_and_replicas_follow_by_t
     // A token with nothing due is left as it is.
     assert!(master.reclaim_expired_of(25, &t("o5")).is_empty());
     master.check_integrity().expect("integrity");
+}
+
+/// A command on a project where a million locks just expired reclaims what it needs and a fixed
+/// few more, not the million: the work is counted in locks reclaimed, which is what costs.
+#[test]
+fn a_command_after_a_mass_expiry_reclaims_only_what_it_needs() {
+    const LOCKS: usize = 1_000_000;
+    let path = |i: usize| p(&format!("/p{}/d{}/f{i}", i % 1000, i / 1000 % 1000));
+    let owner = |i: usize| t(&format!("owner-{i}"));
+    let mut table = LockTable::new();
+    for i in 0..LOCKS {
+        table.acquire(0, &owner(i), 1000, &[(Write, path(i))]);
+    }
+    let mut project = Project::from_locks(table);
+    let now = 1000;
+    let mut commands = 0;
+    // A command as the Redis layer runs it: two owners besides what it needs, then the change.
+    let mut run = |project: &mut Project, change: &dyn Fn(&mut Project) -> bool, needs: usize| {
+        let before = project.locks().len();
+        project.reclaim_lazily(now, None, 2);
+        assert!(change(project));
+        let lapsed = project.take_lapsed();
+        assert!(lapsed.owners.len() <= 2 + needs, "{:?}", lapsed.owners);
+        assert!(before - project.locks().len() <= 2 + needs + 1);
+        commands += 1;
+    };
+    // A new path elsewhere; a path an expired lease held; the whole folder of one expired lease
+    // (a READ over what lies beneath /p7/d0, a thousand lapsed writers); the expired lease's
+    // owner renewing and releasing it.
+    run(
+        &mut project,
+        &|pr| {
+            pr.acquire(now, &t("new"), 10, &[(Write, p("/elsewhere"))])
+                .is_some()
+        },
+        0,
+    );
+    run(
+        &mut project,
+        &|pr| {
+            pr.acquire(now, &t("taker"), 10, &[(Write, path(77))])
+                .is_some()
+        },
+        1,
+    );
+    run(
+        &mut project,
+        &|pr| pr.renew(now, &owner(5), now + 10).0 == 0,
+        1,
+    );
+    run(
+        &mut project,
+        &|pr| pr.release(now, &owner(6), None).0.is_empty(),
+        1,
+    );
+    run(
+        &mut project,
+        &|pr| {
+            pr.acquire(now, &t("reader"), 10, &[(Read, p("/p7"))])
+                .is_some()
+        },
+        1000,
+    );
+    assert_eq!(commands, 5);
+    // The listing and checks see none of what lingers, and a live lock still blocks.
+    assert_eq!(project.locks().locks(now, &Path::root()).len(), 3);
+    assert!(project
+        .locks()
+        .blockers(now, None, &[(Write, p("/p9"))])
+        .is_empty());
+    assert!(project
+        .acquire(now, &t("other"), 10, &[(Write, path(77))])
+        .is_none());
+    assert!(project.take_lapsed().is_empty());
+    assert!(project.locks().len() > LOCKS - 1100);
+}
+
+#[test]
+fn a_waiter_held_up_only_by_lapsed_leases_is_granted_when_the_live_one_goes() {
+    let mut project = Project::new();
+    let (live, lapsing, waiting) = (t("live"), t("lapsing"), t("waiting"));
+    assert!(project
+        .acquire(0, &live, 100, &[(Write, p("/a/x"))])
+        .is_some());
+    assert!(project
+        .acquire(0, &lapsing, 10, &[(Write, p("/a/y"))])
+        .is_some());
+    assert!(project
+        .acquire(5, &waiting, 50, &[(Write, p("/a"))])
+        .is_none());
+    project.enqueue(
+        1,
+        Waiter {
+            token: waiting.clone(),
+            ttl: 50,
+            items: vec![(Write, p("/a"))],
+        },
+    );
+    // At 20 the lease on /a/y lapsed but nobody reclaimed it; releasing /a/x lets the waiter in
+    // and reclaims /a/y on the way, for the caller to replicate.
+    let (freed, grants) = project.release(20, &live, None);
+    assert_eq!(freed.len(), 1);
+    assert_eq!(grants.len(), 1);
+    assert_eq!(grants[0].token, waiting);
+    let lapsed = project.take_lapsed();
+    assert_eq!(lapsed.owners, vec![(20, lapsing)]);
+    assert_eq!(lapsed.locks, 1);
+    assert_eq!(project.waiting(), 0);
+    assert_eq!(project.locks().len(), 1);
+    project.locks().check_integrity().expect("integrity");
 }
 
 /// Listing, conflicts beneath a path and persistence walk the tree without recursing, so a path

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 mod reference;
 
-use pathlock_core::{LockInfo, LockTable, Mode, Path, PathLimits, Token};
+use pathlock_core::{Lapsed, LockInfo, LockTable, Mode, Path, PathLimits, Project, Token};
 use proptest::prelude::*;
 use reference::{conflicts, segments, Reference};
 
@@ -257,6 +257,84 @@ proptest! {
         }
         original.empty()?;
         copy.empty()?;
+    }
+
+    #[test]
+    fn lazy_expiry_leaves_lapsed_leases_free_and_replicas_follow(
+        ops in prop::collection::vec(op(), 1..80),
+        others in prop::collection::vec(0..3usize, 80),
+    ) {
+        // Expired locks linger here: only what a command needs is reclaimed (its own token, the
+        // lapsed leases in its way, and 0 to 2 more owners), never everything that is due. The
+        // reference forgets expired locks at once, so every answer must match one that holds
+        // only live locks. A replica applies the effects the Redis layer would replicate and
+        // must end with the same stored locks, expired ones included.
+        let mut project = Project::new();
+        let mut replica = LockTable::new();
+        let mut model = Reference::new();
+        let mut now = 1_000u64;
+        let mut last_fence = 0;
+        let apply = |replica: &mut LockTable, lapsed: &Lapsed| {
+            for (at, token) in &lapsed.owners {
+                replica.reclaim_expired_of(*at, token);
+            }
+        };
+        for (op, others) in ops.iter().zip(&others) {
+            model.reclaim(now);
+            let stored = project.locks().len();
+            project.reclaim_lazily(now, None, *others);
+            let lapsed = project.take_lapsed();
+            prop_assert!(lapsed.owners.len() <= *others);
+            prop_assert_eq!(project.locks().len() + lapsed.locks, stored);
+            apply(&mut replica, &lapsed);
+            match op {
+                Op::Acquire { token: t, ttl, items } => {
+                    let items = resolve(items);
+                    let got = project.acquire(now, &token(*t), *ttl, &items);
+                    prop_assert_eq!(got, model.acquire(now, &token(*t), *ttl, &items));
+                    apply(&mut replica, &project.take_lapsed());
+                    if let Some(fence) = got {
+                        prop_assert!(fence > last_fence, "fence {} after {}", fence, last_fence);
+                        last_fence = fence;
+                        replica.grant(&token(*t), now + ttl, fence, &items);
+                    }
+                }
+                Op::Release { token: t, paths } => {
+                    let paths: Option<Vec<Path>> =
+                        paths.as_ref().map(|ps| ps.iter().map(|&i| path(i)).collect());
+                    let mut unique = paths.clone();
+                    if let Some(ps) = unique.as_mut() {
+                        ps.sort();
+                        ps.dedup();
+                    }
+                    let (freed, _) = project.release(now, &token(*t), paths.as_deref());
+                    prop_assert_eq!(freed.len(), model.release(&token(*t), unique.as_deref()));
+                    prop_assert!(freed.iter().all(|l| l.deadline > now), "released a lapsed lease");
+                    apply(&mut replica, &project.take_lapsed());
+                    replica.release(&token(*t), paths.as_deref());
+                }
+                Op::Renew { token: t, ttl } => {
+                    let (got, _) = project.renew(now, &token(*t), now + ttl);
+                    prop_assert_eq!(got, model.renew(&token(*t), now + ttl));
+                    apply(&mut replica, &project.take_lapsed());
+                    replica.renew(&token(*t), now + ttl);
+                }
+                Op::Check { token: t, items } => {
+                    let items = resolve(items);
+                    let who = t.map(token);
+                    let got: BTreeSet<LockInfo> =
+                        project.locks().blockers(now, who.as_ref(), &items).into_iter().collect();
+                    prop_assert_eq!(got, model.blockers(now, who.as_ref(), &items));
+                }
+                Op::Advance(ms) => now += ms,
+            }
+            project.locks().check_integrity().map_err(TestCaseError::fail)?;
+            let live: Vec<LockInfo> = project.locks().locks(now, &Path::root());
+            prop_assert_eq!(live.iter().cloned().collect::<BTreeSet<_>>(), model.live(now));
+            assert_no_conflicting_grants(&live);
+            prop_assert!(replica.iter().eq(project.locks().iter()), "the replica differs");
+            prop_assert_eq!(replica.next_fence(), project.locks().next_fence());
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use crate::change::change;
 use crate::clock::now_ms;
 use crate::context::notify;
 use crate::effects::Effect;
-use crate::{args, stats};
+use crate::{args, grants, stats};
 
 /// PATHLOCK.RENEW key token ms
 pub fn renew(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
@@ -13,15 +13,18 @@ pub fn renew(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
     }
     let token = args::token(words[2])?;
     let ttl = args::ttl_ms(words[3])?;
-    let deadline = now_ms(ctx).saturating_add(ttl);
-    let renewed = change(ctx, key, false, |project| {
-        project.locks_mut().renew(&token, deadline)
+    let now = now_ms(ctx);
+    let deadline = now.saturating_add(ttl);
+    let (renewed, grants) = change(ctx, key, false, |project| {
+        project.renew(now, &token, deadline)
     })?
-    .unwrap_or(0);
+    .unwrap_or_default();
     if renewed > 0 {
         stats::count(&stats::RENEWALS, renewed);
         Effect::Renew { token, deadline }.replicate(ctx, key);
         notify(ctx, c"pathlock.renew", key);
     }
+    // The waiters that the caller's own lapsed locks let in, after the renewal.
+    grants::deliver(ctx, key, grants);
     Ok(RedisValue::Integer(renewed as i64))
 }

@@ -19,7 +19,7 @@ pub(super) fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
 
 impl LockTable {
     /// Whether another owner's lock blocks `token` from taking `mode` on `path`. Expired locks
-    /// count, so reclaim them first.
+    /// count, so reclaim those in the way first ([`LockTable::reclaim_blockers`]).
     pub fn is_blocked(&self, token: &Token, mode: Mode, path: &Path) -> bool {
         self.is_blocked_for(self.find_owner(&PackedToken::new(token)), mode, path)
     }
@@ -52,6 +52,61 @@ impl LockTable {
         }
         let beneath = blocking_count(mode, self.nodes[node as usize].below);
         beneath > 0 && beneath > blocking_count(mode, self.own_beneath(me, node))
+    }
+
+    /// The owners of the expired locks that block `mode` on `path` for the owner `me` (for a
+    /// token that holds nothing when `None`), added to `owners`, up to the first live blocker
+    /// met; returns whether it met one. Ancestors come first, then what lies beneath, found
+    /// through the intention marks as `collect_beneath` finds it, so a request that nothing
+    /// expired blocks costs what `is_blocked_for` costs plus the blockers it meets.
+    pub(super) fn expired_blockers(
+        &self,
+        now: u64,
+        me: Option<OwnerId>,
+        mode: Mode,
+        path: &Path,
+        owners: &mut Vec<OwnerId>,
+    ) -> bool {
+        // Whether one node's locks hold a live blocker; the expired ones' owners are noted.
+        let meet = |node: NodeId, owners: &mut Vec<OwnerId>| {
+            for held in self.held(node) {
+                if !held.mode().conflicts_with(mode) || Some(held.owner()) == me {
+                    continue;
+                }
+                if held.deadline > now {
+                    return true;
+                }
+                owners.push(held.owner());
+            }
+            false
+        };
+        let mut node = ROOT;
+        let mut segments = path.escaped_segments();
+        loop {
+            if meet(node, owners) {
+                return true;
+            }
+            match segments.next() {
+                Some(segment) => match self.child(node, segment) {
+                    Some(next) => node = next,
+                    None => return false,
+                },
+                None => break,
+            }
+        }
+        let mut stack: Vec<NodeId> = Vec::new();
+        if blocking_count(mode, self.nodes[node as usize].below) > 0 {
+            stack.extend(self.children(node));
+        }
+        while let Some(child) = stack.pop() {
+            if meet(child, owners) {
+                return true;
+            }
+            if blocking_count(mode, self.nodes[child as usize].below) > 0 {
+                stack.extend(self.children(child));
+            }
+        }
+        false
     }
 
     /// The live locks that block the request `items` of `token` (of nobody when `None`), each

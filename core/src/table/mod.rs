@@ -25,10 +25,11 @@
 //! and owners with several locks keep them in side maps.
 //!
 //! Time never comes from inside: every method that needs it takes `now` in milliseconds. A lock
-//! whose deadline is not after `now` is expired. The mutating methods assume the caller ran
-//! [`LockTable::reclaim_expired`] first, as the Redis layer does when it opens a key for
-//! writing; the reading methods filter expired locks themselves, because a replica must hide
-//! expired locks without reclaiming them.
+//! whose deadline is not after `now` is expired. Expired locks linger until something reclaims
+//! them, a few owners at a time, so that no call pays for a mass expiry: the reading methods
+//! filter them by `now` (a replica must hide them without reclaiming them), and the deciding
+//! methods count them, so a caller first reclaims what is in the way of its request
+//! ([`LockTable::reclaim_blockers`]) and its own token's due locks, as [`crate::Project`] does.
 //!
 //! Each part owns its state, one file each:
 //!
@@ -263,9 +264,13 @@ impl LockTable {
     /// Frees `token`'s locks at `paths` (every mode held there), or all of its locks when
     /// `paths` is `None`. Returns the locks freed.
     pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> Vec<LockInfo> {
-        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
-            return Vec::new();
-        };
+        match self.find_owner(&PackedToken::new(token)) {
+            Some(owner) => self.release_owner(owner, paths),
+            None => Vec::new(),
+        }
+    }
+
+    fn release_owner(&mut self, owner: OwnerId, paths: Option<&[Path]>) -> Vec<LockInfo> {
         let mut freed = Vec::new();
         match paths {
             None => {
@@ -290,9 +295,13 @@ impl LockTable {
 
     /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.
     pub fn renew(&mut self, token: &Token, deadline: u64) -> usize {
-        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
-            return 0;
-        };
+        match self.find_owner(&PackedToken::new(token)) {
+            Some(owner) => self.renew_owner(owner, deadline),
+            None => 0,
+        }
+    }
+
+    fn renew_owner(&mut self, owner: OwnerId, deadline: u64) -> usize {
         let locks = self.locks_of(owner).to_vec();
         for lock in &locks {
             if let Some(held) = self
