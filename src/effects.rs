@@ -262,7 +262,7 @@ impl Effect {
             }
             Effect::Release { token, paths } => Applied {
                 event: c"pathlock.release",
-                count: table.release(token, paths.as_deref()).len(),
+                count: table.release_count(token, paths.as_deref()),
             },
             Effect::Renew { token, deadline } => Applied {
                 event: c"pathlock.renew",

@@ -114,7 +114,7 @@ fn run(
             let paths = args::paths(&rest[1..])?;
             let freed = projects.get_mut(&key).map_or(0, |project| {
                 project.reclaim_lazily(now, None, 2);
-                let freed = project.release(now, &token, paths.as_deref()).0.len();
+                let freed = project.release(now, &token, paths.as_deref()).0;
                 project.take_lapsed();
                 freed
             });

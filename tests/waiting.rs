@@ -641,3 +641,46 @@ fn a_waiter_that_gives_up_lets_the_waiter_behind_it_in_and_replicas_see_the_gran
     );
     resume_writes(&mut con);
 }
+
+/// A holder whose lease lapsed releases before the expiry cycle reaches its lock: the release
+/// reclaims it (answering 0, nothing live was released), and the waiter it held up is granted
+/// and answered then, not left granted in the table with its client still blocked.
+#[test]
+fn a_waiter_let_in_by_a_lapsed_holders_release_is_answered() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // Inside one transaction every command sees one time, so the mass shares one deadline and
+    // the holder's is 1 ms later: the expiry cycle, earliest first, reaches the holder last.
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for i in 0..300_000 {
+        pipe.cmd("PATHLOCK.ACQUIRE")
+            .arg(&["p", "TOKEN", &format!("m{i}"), "TTL", "1500", "WRITE"])
+            .arg(format!("/m/{i}"))
+            .ignore();
+    }
+    pipe.cmd("PATHLOCK.ACQUIRE")
+        .arg(&["p", "TOKEN", "holder", "TTL", "1501", "WRITE", "/a"])
+        .ignore();
+    let _: () = pipe.query(&mut con).expect("the transaction");
+    // Its time was taken when EXEC began, before this reply.
+    let started = Instant::now();
+    let waiter = spawn_acquire(
+        &server,
+        "p",
+        &["TOKEN", "w", "TTL", "60000", "WAIT", "10000", "WRITE", "/a"],
+    );
+    wait_for_blocked(&mut con, 1);
+    let lapse = Duration::from_millis(1530);
+    sleep(lapse.saturating_sub(started.elapsed()));
+    let still_stored = info_number(&mut con, "pathlock", "pathlock_locks");
+    assert_eq!(
+        release(&mut con, "p", "holder", &[]),
+        0,
+        "the lease had lapsed"
+    );
+    let (reply, took) = waiter.join().expect("waiter");
+    eprintln!("waiting: {still_stored} locks still stored when the holder released; the waiter took {took:?}");
+    assert_eq!(reply.map(|g| g.0), Some("w".into()));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}

@@ -232,26 +232,29 @@ impl Project {
     }
 
     /// Frees `token`'s live locks (see [`LockTable::release`]) and grants the waiters that
-    /// were waiting for them. Its expired ones are reclaimed first, as expired.
+    /// were waiting for them. Its expired ones are reclaimed first, as expired. Returns how many
+    /// locks it freed, and the grants.
     pub fn release(
         &mut self,
         now: u64,
         token: &Token,
         paths: Option<&[Path]>,
-    ) -> (Vec<LockInfo>, Vec<Grant>) {
-        let (freed, lapsed) = self.locks.release_lapsed(now, token, paths);
+    ) -> (usize, Vec<Grant>) {
+        // The freed locks are described only for the waiters they may let in.
+        let describe = !self.waiters.is_empty();
+        let (released, freed, lapsed) = self.locks.release_lapsed(now, token, paths, describe);
         if lapsed.is_empty() {
             let grants = self.wake_freed(now, &freed);
-            return (freed, grants);
+            return (released, grants);
         }
         // One pass wakes the waiters near both what lapsed and what was released, and its
         // grants are replicated after the release, as for `renew`: a waiter of this token may
         // be among them, and a replica releasing after granting it would free its locks.
         self.lapsed.owners.push((now, token.clone()));
         self.lapsed.locks += lapsed.len();
-        let both: Vec<LockInfo> = freed.iter().cloned().chain(lapsed).collect();
+        let both: Vec<LockInfo> = freed.into_iter().chain(lapsed).collect();
         let grants = self.wake_freed(now, &both);
-        (freed, grants)
+        (released, grants)
     }
 
     /// Moves the deadline of `token`'s live locks to `deadline` (see [`LockTable::renew`]); its

@@ -18,11 +18,13 @@ pub fn release(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
         project.release(now, &token, paths.as_deref())
     })?
     .unwrap_or_default();
-    if !freed.is_empty() {
-        stats::count(&stats::RELEASES, freed.len());
+    if freed > 0 {
+        stats::count(&stats::RELEASES, freed);
         Effect::Release { token, paths }.replicate(ctx, key);
         notify(ctx, c"pathlock.release", key);
-        grants::deliver(ctx, key, grants);
     }
-    Ok(RedisValue::Integer(freed.len() as i64))
+    // The waiters let in, by the release or by the caller's own lapsed locks (which leave even
+    // when nothing live is released), after the release.
+    grants::deliver(ctx, key, grants);
+    Ok(RedisValue::Integer(freed as i64))
 }

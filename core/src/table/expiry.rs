@@ -121,22 +121,25 @@ impl LockTable {
     }
 
     /// [`LockTable::release`] where expired locks linger: `token`'s due locks are reclaimed
-    /// first, then its live ones at `paths` (or all) are released. Returns the released locks
-    /// and the reclaimed ones, with one owner look-up for both.
+    /// first, then its live ones at `paths` (or all) are released. Returns how many it released,
+    /// their descriptions when `describe` is set, and the reclaimed locks, with one owner
+    /// look-up for all.
     pub fn release_lapsed(
         &mut self,
         now: u64,
         token: &Token,
         paths: Option<&[Path]>,
-    ) -> (Vec<LockInfo>, Vec<LockInfo>) {
+        describe: bool,
+    ) -> (usize, Vec<LockInfo>, Vec<LockInfo>) {
         let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
-            return (Vec::new(), Vec::new());
+            return (0, Vec::new(), Vec::new());
         };
         let reclaimed = self.reclaim_owner(owner, now);
         if self.owners[owner as usize].is_none() {
-            return (Vec::new(), reclaimed);
+            return (0, Vec::new(), reclaimed);
         }
-        (self.release_owner(owner, paths), reclaimed)
+        let (count, freed) = self.release_owner(owner, paths, describe);
+        (count, freed, reclaimed)
     }
 
     /// [`LockTable::renew`] where expired locks linger: `token`'s due locks are reclaimed first,

@@ -265,32 +265,58 @@ impl LockTable {
     /// `paths` is `None`. Returns the locks freed.
     pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> Vec<LockInfo> {
         match self.find_owner(&PackedToken::new(token)) {
-            Some(owner) => self.release_owner(owner, paths),
+            Some(owner) => self.release_owner(owner, paths, true).1,
             None => Vec::new(),
         }
     }
 
-    fn release_owner(&mut self, owner: OwnerId, paths: Option<&[Path]>) -> Vec<LockInfo> {
+    /// [`LockTable::release`] that only counts what it freed, for callers that need no more
+    /// (a replica applying a `RELEASE`, a release nobody waits behind).
+    pub fn release_count(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {
+        match self.find_owner(&PackedToken::new(token)) {
+            Some(owner) => self.release_owner(owner, paths, false).0,
+            None => 0,
+        }
+    }
+
+    /// Frees `owner`'s locks at `paths`, or all of them: how many, and their descriptions when
+    /// `describe` is set.
+    fn release_owner(
+        &mut self,
+        owner: OwnerId,
+        paths: Option<&[Path]>,
+        describe: bool,
+    ) -> (usize, Vec<LockInfo>) {
+        let mut count = 0;
         let mut freed = Vec::new();
+        let mut take = |table: &mut LockTable, node: NodeId, mode: Mode| {
+            if describe {
+                let info = table.remove(node, owner, mode);
+                count += usize::from(info.is_some());
+                freed.extend(info);
+            } else {
+                count += usize::from(table.remove_silently(node, owner, mode));
+            }
+        };
         match paths {
             None => {
                 // Each removal takes the lock off the owner's list, so this ends.
                 while let Some(&lock) = self.locks_of(owner).last() {
-                    freed.extend(self.remove(lock.id(), owner, lock.mode()));
+                    take(self, lock.id(), lock.mode());
                 }
             }
             Some(paths) => {
                 for path in paths {
                     if let Some(node) = self.locate(path) {
                         for mode in Mode::ALL {
-                            freed.extend(self.remove(node, owner, mode));
+                            take(self, node, mode);
                         }
                     }
                 }
             }
         }
         self.refile(owner);
-        freed
+        (count, freed)
     }
 
     /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.

@@ -305,10 +305,28 @@ impl LockTable {
 
     /// Removes one lock and every node that only it needed. The caller refiles the owner.
     pub(super) fn remove(&mut self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<LockInfo> {
+        self.take_lock(node, owner, mode, true).flatten()
+    }
+
+    /// Removes a lock like `remove`, without describing it: whether there was one.
+    pub(super) fn remove_silently(&mut self, node: NodeId, owner: OwnerId, mode: Mode) -> bool {
+        self.take_lock(node, owner, mode, false).is_some()
+    }
+
+    /// Removes `owner`'s lock of `mode` at `node`, and the nodes it alone kept. `None` when
+    /// there was no such lock; otherwise its description when `describe` is set. Building one
+    /// rebuilds the path and the token, which a release with nobody waiting never reads.
+    fn take_lock(
+        &mut self,
+        node: NodeId,
+        owner: OwnerId,
+        mode: Mode,
+        describe: bool,
+    ) -> Option<Option<LockInfo>> {
         let wanted = Tagged::new(owner, mode);
         let at = self.held(node).iter().position(|h| h.owner == wanted)?;
         let held = self.remove_held(node, at)?;
-        let info = self.info_owned(self.key_of(node), &held);
+        let info = describe.then(|| self.info_owned(self.key_of(node), &held));
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
