@@ -308,8 +308,9 @@ proptest! {
                         ps.dedup();
                     }
                     let (freed, _) = project.release(now, &token(*t), paths.as_deref());
-                    prop_assert_eq!(freed.len(), model.release(&token(*t), unique.as_deref()));
-                    prop_assert!(freed.iter().all(|l| l.deadline > now), "released a lapsed lease");
+                    // The reference releases live locks only, so the counts agreeing means that
+                    // no lapsed lease was released.
+                    prop_assert_eq!(freed, model.release(&token(*t), unique.as_deref()));
                     apply(&mut replica, &project.take_lapsed());
                     replica.release(&token(*t), paths.as_deref());
                 }

@@ -155,7 +155,7 @@ fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
                 model.held.locks.retain(|l| {
                     l.token != token(*t) || paths.as_ref().is_some_and(|ps| !ps.contains(&l.path))
                 });
-                prop_assert_eq!(freed.len(), before - model.held.locks.len());
+                prop_assert_eq!(freed, before - model.held.locks.len());
                 prop_assert_eq!(granted(&grants), model.settle(now), "after release");
             }
             Op::Cancel(i) => {
@@ -291,12 +291,8 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
                     .as_ref()
                     .map(|ps| ps.iter().map(|&i| path(i)).collect());
                 let (freed, grants) = project.release(now, &token(*t), paths.as_deref());
-                prop_assert!(
-                    freed.iter().all(|l| l.deadline > now),
-                    "released a lapsed lease"
-                );
                 publish(&mut replica, project.take_lapsed());
-                if !freed.is_empty() {
+                if freed > 0 {
                     replica.release(&token(*t), paths.as_deref());
                 }
                 apply_grants(&mut replica, &grants);
