@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::ids::{NodeId, OwnerId, ROOT};
-use super::tree::push_segment;
+use super::tree::{push_segment, Walk};
 use super::LockTable;
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
@@ -31,25 +31,17 @@ impl LockTable {
 
     /// `is_blocked` for the owner `me`, or for a token that holds nothing when `None`.
     pub(super) fn is_blocked_for(&self, me: Option<OwnerId>, mode: Mode, path: &Path) -> bool {
-        let mut node = ROOT;
-        let mut segments = path.escaped_segments();
-        loop {
-            let blocks = self
-                .held(node)
+        let walk = self.walk_down(path, |node, _| {
+            self.held(node)
                 .iter()
                 .take_while(|h| h.mode().conflicts_with(mode))
-                .any(|h| Some(h.owner()) != me);
-            if blocks {
-                return true;
-            }
-            match segments.next() {
-                Some(segment) => match self.child(node, segment) {
-                    Some(next) => node = next,
-                    None => return false,
-                },
-                None => break,
-            }
-        }
+                .any(|h| Some(h.owner()) != me)
+        });
+        let node = match walk {
+            Walk::Stopped => return true,
+            Walk::Left => return false,
+            Walk::Reached(node) => node,
+        };
         let beneath = blocking_count(mode, self.nodes[node as usize].below);
         beneath > 0 && beneath > blocking_count(mode, self.own_beneath(me, node))
     }
@@ -80,20 +72,11 @@ impl LockTable {
             }
             false
         };
-        let mut node = ROOT;
-        let mut segments = path.escaped_segments();
-        loop {
-            if meet(node, owners) {
-                return true;
-            }
-            match segments.next() {
-                Some(segment) => match self.child(node, segment) {
-                    Some(next) => node = next,
-                    None => return false,
-                },
-                None => break,
-            }
-        }
+        let node = match self.walk_down(path, |node, _| meet(node, owners)) {
+            Walk::Stopped => return true,
+            Walk::Left => return false,
+            Walk::Reached(node) => node,
+        };
         let mut stack: Vec<NodeId> = Vec::new();
         if blocking_count(mode, self.nodes[node as usize].below) > 0 {
             stack.extend(self.children(node));
@@ -121,10 +104,11 @@ impl LockTable {
         let excluded = |owner: OwnerId| token.is_some() && Some(owner) == me;
         let mut found = BTreeSet::new();
         for (mode, path) in items {
-            let mut node = ROOT;
             let mut key = Vec::with_capacity(path.key().len());
-            let mut segments = path.escaped_segments();
-            let reached = loop {
+            let walk = self.walk_down(path, |node, segment| {
+                if node != ROOT {
+                    push_segment(&mut key, segment);
+                }
                 for held in self.held(node) {
                     if held.mode().conflicts_with(*mode)
                         && !excluded(held.owner())
@@ -133,18 +117,9 @@ impl LockTable {
                         found.insert(self.info(&key, held));
                     }
                 }
-                match segments.next() {
-                    Some(segment) => match self.child(node, segment) {
-                        Some(next) => {
-                            push_segment(&mut key, segment);
-                            node = next;
-                        }
-                        None => break false,
-                    },
-                    None => break true,
-                }
-            };
-            if reached {
+                false
+            });
+            if let Walk::Reached(node) = walk {
                 self.collect_beneath(node, &mut key, now, &excluded, *mode, &mut found);
             }
         }

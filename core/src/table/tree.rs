@@ -83,6 +83,16 @@ impl Node {
     }
 }
 
+/// How `walk_down` ended.
+pub(super) enum Walk {
+    /// `visit` answered true.
+    Stopped,
+    /// The path leaves the tree: nothing is at or beneath it.
+    Left,
+    /// The path's own node.
+    Reached(NodeId),
+}
+
 impl LockTable {
     /// The locks on `node`'s exact path, in canonical order.
     pub(super) fn held(&self, node: NodeId) -> &[Held] {
@@ -170,6 +180,30 @@ impl LockTable {
         self.tables[node.table as usize]
             .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
             .copied()
+    }
+
+    /// Visits the root, then each node down `path` while the tree has it, with the segment that
+    /// led there (empty for the root); stops as soon as `visit` answers true. The one walk of
+    /// the conflict checks: O(depth), whatever the project holds.
+    pub(super) fn walk_down(
+        &self,
+        path: &Path,
+        mut visit: impl FnMut(NodeId, &[u8]) -> bool,
+    ) -> Walk {
+        if visit(ROOT, &[]) {
+            return Walk::Stopped;
+        }
+        let mut node = ROOT;
+        for segment in path.escaped_segments() {
+            match self.child(node, segment) {
+                Some(next) => node = next,
+                None => return Walk::Left,
+            }
+            if visit(node, segment) {
+                return Walk::Stopped;
+            }
+        }
+        Walk::Reached(node)
     }
 
     /// The node of `path`, when it exists.
