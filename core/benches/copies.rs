@@ -10,29 +10,13 @@
 //! and an acquire of a new path. Every call is timed by the thread's CPU clock (page faults
 //! included), which other processes of a shared machine do not disturb.
 
+mod common;
+
 use std::time::Instant;
 
-use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+use common::{cpu_nanos, path, token};
 
-/// The CPU time this thread has used, in nanoseconds.
-fn cpu_nanos() -> u128 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    now.tv_sec as u128 * 1_000_000_000 + now.tv_nsec as u128
-}
-
-fn path(i: usize) -> Path {
-    let raw = format!("/p{}/d{}/f{i}", i % 1000, i / 1000 % 1000);
-    Path::parse(raw.as_bytes(), &PathLimits::default()).expect("path")
-}
-
-fn token(i: usize) -> Token {
-    Token::new(format!("{:08x}-0000-4000-8000-{:012x}", i, i * 7919).as_bytes()).expect("token")
-}
+use pathlock_core::{LockTable, Mode, Path, PathLimits};
 
 fn ms(nanos: u128) -> f64 {
     nanos as f64 / 1e6

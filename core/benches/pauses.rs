@@ -12,29 +12,13 @@
 //! Each call is timed by the thread's CPU clock (user and kernel time, page faults included):
 //! on a shared machine the wall clock mostly shows when the scheduler ran someone else.
 
+mod common;
+
 use std::time::Instant;
 
-/// The CPU time this thread has used, in nanoseconds.
-fn cpu_nanos() -> u128 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    now.tv_sec as u128 * 1_000_000_000 + now.tv_nsec as u128
-}
+use common::{cpu_nanos, path, token};
 
-use pathlock_core::{LockTable, Mode, Path, PathLimits, Project, Token};
-
-fn path(i: usize) -> Path {
-    let raw = format!("/p{}/d{}/f{i}", i % 1000, i / 1000 % 1000);
-    Path::parse(raw.as_bytes(), &PathLimits::default()).expect("path")
-}
-
-fn token(i: usize) -> Token {
-    Token::new(format!("{:08x}-0000-4000-8000-{:012x}", i, i * 7919).as_bytes()).expect("token")
-}
+use pathlock_core::{LockTable, Mode, Path, PathLimits, Project};
 
 /// The worst time of one call per band of sizes, the bands doubling from 1,000.
 struct Worst {
