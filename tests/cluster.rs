@@ -606,24 +606,8 @@ fn load_client(
         let token = format!("c{id}-{seq}");
         let ttl = 200 + rng.below(600);
         let wait = if rng.below(2) == 0 { rng.below(800) } else { 0 };
-        let items: Vec<(String, String)> = (0..=rng.below(2))
-            .map(|_| {
-                let mode = if rng.below(2) == 0 { "READ" } else { "WRITE" };
-                (mode.to_string(), rng.pick(&RESHARD_PATHS[..6]).to_string())
-            })
-            .collect();
-        let mut command = cmd("PATHLOCK.ACQUIRE");
-        command.arg(&key).arg(&[
-            "TOKEN",
-            &token,
-            "TTL",
-            &ttl.to_string(),
-            "WAIT",
-            &wait.to_string(),
-        ]);
-        for (mode, path) in &items {
-            command.arg(mode).arg(path);
-        }
+        let items = random_items(&mut rng, &RESHARD_PATHS[..6]);
+        let command = acquire_command(&key, &token, ttl, wait, &items);
         let sent = Instant::now();
         let fence = match command.query::<Option<(String, i64)>>(c) {
             Ok(Some((_, fence))) => fence,

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{check, Hold};
+use common::{acquire_command, check, random_items, Hold};
 use common::{cmd, info_field, module_path, server_binary, Connection, Rng};
 
 const KEY: &str = "partition";
@@ -399,20 +399,8 @@ fn client(id: usize, ns: String, far: bool, shared: Arc<Shared>) {
         let token = format!("{}{id}-{seq}", if far { "far" } else { "near" });
         let ttl = 50 + rng.below(350);
         let wait = if rng.below(3) == 0 { rng.below(100) } else { 0 };
-        let items: Vec<(String, String)> = (0..=rng.below(2))
-            .map(|_| {
-                let mode = if rng.below(2) == 0 { "READ" } else { "WRITE" };
-                (mode.to_string(), rng.pick(WORK_PATHS).to_string())
-            })
-            .collect();
-        let mut acquire = cmd("PATHLOCK.ACQUIRE");
-        acquire
-            .arg(KEY)
-            .arg(&["TOKEN", &token, "TTL", &ttl.to_string()]);
-        acquire.arg(&["WAIT", &wait.to_string()]);
-        for (mode, path) in &items {
-            acquire.arg(mode).arg(path);
-        }
+        let items = random_items(&mut rng, WORK_PATHS);
+        let acquire = acquire_command(KEY, &token, ttl, wait, &items);
         let sent = Instant::now();
         let fence = match acquire.query::<Option<(String, i64)>>(c) {
             Ok(Some((_, fence))) => fence,

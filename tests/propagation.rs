@@ -6,9 +6,6 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -150,73 +147,10 @@ fn the_aof_switched_on_at_run_time_records_every_later_change() {
     assert_eq!(digest_of(&mut m, KEY), digest);
 }
 
-/// A redis-server without the module, allowed to load it at run time.
-struct Bare {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Bare {
-    fn start() -> Bare {
-        let dir = std::env::temp_dir().join(format!("pathlock-bare-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("test directory");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(server_binary())
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .args([
-                "--enable-module-command",
-                "yes",
-                "--enable-debug-command",
-                "yes",
-            ])
-            .args(["--repl-diskless-sync-delay", "0"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        let bare = Bare { child, port, dir };
-        let started = Instant::now();
-        while bare.try_conn().is_none() {
-            assert!(started.elapsed() < Duration::from_secs(20), "server start");
-            sleep(Duration::from_millis(20));
-        }
-        bare
-    }
-
-    fn try_conn(&self) -> Option<Connection> {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .and_then(|c| c.get_connection())
-            .ok()?;
-        cmd("PING").query::<String>(&mut con).ok()?;
-        Some(con)
-    }
-}
-
-impl Drop for Bare {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[test]
 fn a_module_loaded_beside_a_connected_replica_sends_its_effects() {
-    let bare = Bare::start();
-    let mut m = bare.try_conn().expect("connection");
+    let bare = Server::start_without_module(&["--enable-module-command", "yes"]);
+    let mut m = bare.conn();
     let port = bare.port.to_string();
     let replica = Server::start_with(&["--replicaof", "127.0.0.1", port.as_str()]);
     let mut r = replica.conn();

@@ -56,24 +56,8 @@ fn client(
         let token = format!("c{id}-{seq}");
         let ttl = 30 + rng.below(300);
         let wait = if rng.below(3) == 0 { rng.below(150) } else { 0 };
-        let items: Vec<(String, String)> = (0..=rng.below(2))
-            .map(|_| {
-                let mode = if rng.below(2) == 0 { "READ" } else { "WRITE" };
-                (mode.to_string(), rng.pick(PATHS).to_string())
-            })
-            .collect();
-        let mut command = cmd("PATHLOCK.ACQUIRE");
-        command.arg(KEY).arg(&[
-            "TOKEN",
-            &token,
-            "TTL",
-            &ttl.to_string(),
-            "WAIT",
-            &wait.to_string(),
-        ]);
-        for (mode, path) in &items {
-            command.arg(mode).arg(path);
-        }
+        let items = random_items(&mut rng, PATHS);
+        let command = acquire_command(KEY, &token, ttl, wait, &items);
         let sent = Instant::now();
         let reply: Result<Option<(String, i64)>, _> = command.query(c);
         let fence = match reply {

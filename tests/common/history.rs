@@ -11,6 +11,8 @@
 
 use std::time::Instant;
 
+use super::Rng;
+
 /// One certain hold of one owner's locks in one project.
 #[derive(Clone, Debug)]
 pub struct Hold {
@@ -85,4 +87,37 @@ pub fn check(history: &[Hold]) -> (usize, usize) {
         }
     }
     (overlaps, fence_errors)
+}
+
+/// One to three random `(mode, path)` items over `paths`, as the checked workloads request.
+pub fn random_items(rng: &mut Rng, paths: &[&str]) -> Vec<(String, String)> {
+    (0..=rng.below(2))
+        .map(|_| {
+            let mode = if rng.below(2) == 0 { "READ" } else { "WRITE" };
+            (mode.to_string(), rng.pick(paths).to_string())
+        })
+        .collect()
+}
+
+/// `PATHLOCK.ACQUIRE key TOKEN token TTL ttl WAIT wait mode path ...`.
+pub fn acquire_command(
+    key: &str,
+    token: &str,
+    ttl: u64,
+    wait: u64,
+    items: &[(String, String)],
+) -> redis::Cmd {
+    let mut command = redis::cmd("PATHLOCK.ACQUIRE");
+    command.arg(key).arg(&[
+        "TOKEN",
+        token,
+        "TTL",
+        &ttl.to_string(),
+        "WAIT",
+        &wait.to_string(),
+    ]);
+    for (mode, path) in items {
+        command.arg(mode).arg(path);
+    }
+    command
 }

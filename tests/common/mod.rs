@@ -65,6 +65,8 @@ pub struct Server {
     pub port: u16,
     pub dir: PathBuf,
     args: Vec<String>,
+    /// Whether the module is loaded at start.
+    module: bool,
 }
 
 fn free_port() -> u16 {
@@ -93,14 +95,25 @@ impl Server {
 
     /// A server with extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::launch(extra, true)
+    }
+
+    /// A server without the module (which `MODULE LOAD` may load later, with
+    /// `--enable-module-command yes`).
+    pub fn start_without_module(extra: &[&str]) -> Server {
+        Server::launch(extra, false)
+    }
+
+    fn launch(extra: &[&str], module: bool) -> Server {
         let dir = fresh_dir();
         let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, port) = spawn(&dir, &args, None);
+        let (child, port) = spawn(&dir, &args, None, module);
         Server {
             child,
             port,
             dir,
             args,
+            module,
         }
     }
 
@@ -115,7 +128,7 @@ impl Server {
     pub fn crash_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, port) = spawn(&self.dir, &self.args, Some(self.port));
+        let (child, port) = spawn(&self.dir, &self.args, Some(self.port), self.module);
         self.child = child;
         self.port = port;
     }
@@ -126,8 +139,8 @@ impl Server {
     }
 }
 
-fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u16) {
-    let module = module_path();
+fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>, module: bool) -> (Child, u16) {
+    let module_file = module_path();
     // A leading `*.conf` argument is a configuration file, which redis-server wants first.
     let (config, extra) = match extra.split_first() {
         Some((first, rest)) if first.ends_with(".conf") => (Some(first.as_str()), rest),
@@ -151,8 +164,8 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>) -> (Child, u1
             .args(["--logfile", "redis.log"])
             // Full syncs start at once instead of waiting for more replicas.
             .args(["--repl-diskless-sync-delay", "0"])
-            .arg("--loadmodule")
-            .arg(&module)
+            .args(module.then_some("--loadmodule"))
+            .args(module.then_some(&module_file))
             .args(extra)
             .current_dir(dir)
             .stdout(Stdio::null())
