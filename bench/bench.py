@@ -6,7 +6,7 @@ measures with redis-benchmark (same connections and pipelining for all systems):
   - PATHLOCK.ACQUIRE of new, non-conflicting paths, and PATHLOCK.RELEASE of held tokens;
     ACQUIRE and SET NX alternate for BENCH_ROUNDS pairs and the pair with the median ratio is
     reported, because the shared machine makes single runs swing by 20%;
-  - the old getFileLock.lua (../shared/seed) acquiring the same kind of paths;
+  - the old getFileLock.lua (bench/seed) acquiring the same kind of paths;
   - SET lock:<path> <token> NX PX <ttl>;
 
 and the used memory per held lock after loading the N locks. It writes bench/results.csv and
@@ -27,7 +27,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.environ.get("PATHLOCK_MODULE", os.path.join(ROOT, "target/release/libpathlock.so"))
-SEED = os.environ.get("PATHLOCK_SEED_DIR", os.path.join(ROOT, "..", "shared", "seed"))
+SEED = os.environ.get("PATHLOCK_SEED_DIR", os.path.join(ROOT, "bench", "seed"))
 SIZES = [int(n) for n in os.environ.get("BENCH_SIZES", "0,1000,10000,100000,1000000").split(",")]
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "100000"))
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "50"))
