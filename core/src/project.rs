@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lock::{LockInfo, Mode, Token};
+use crate::lock::{Items, LockInfo, Mode, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
 use crate::table::LockTable;
@@ -42,7 +42,7 @@ use crate::table::LockTable;
 pub struct Waiter {
     pub token: Token,
     pub ttl: u64,
-    pub items: Vec<(Mode, Path)>,
+    pub items: Items,
 }
 
 /// A waiter granted by [`Project::wake`].
@@ -52,7 +52,7 @@ pub struct Grant {
     pub token: Token,
     pub deadline: u64,
     pub fence: u64,
-    pub items: Vec<(Mode, Path)>,
+    pub items: Items,
 }
 
 /// What lazy expiry reclaimed during a change, kept until the caller takes it
@@ -159,6 +159,30 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
+        self.acquire_for(now, token, false, ttl, items)
+    }
+
+    /// [`Project::acquire`] for a token [`Token::generate`] has just made: 122 random bits that
+    /// nobody holds yet, so the owners' index is not searched for it. At a million owners that
+    /// search is a cache miss or two, a tenth of the command.
+    pub fn acquire_generated(
+        &mut self,
+        now: u64,
+        token: &Token,
+        ttl: u64,
+        items: &[(Mode, Path)],
+    ) -> Option<u64> {
+        self.acquire_for(now, token, true, ttl, items)
+    }
+
+    fn acquire_for(
+        &mut self,
+        now: u64,
+        token: &Token,
+        generated: bool,
+        ttl: u64,
+        items: &[(Mode, Path)],
+    ) -> Option<u64> {
         if !self.waiters.is_empty() {
             if self.behind_a_waiter(token, items, u64::MAX) {
                 return None;
@@ -171,7 +195,7 @@ impl Project {
             let (tokens, locks) = self.locks.reclaim_blockers(now, token, items);
             self.lapse(now, tokens, locks);
         }
-        let (fence, tokens, locks) = self.locks.acquire_lapsed(now, token, ttl, items);
+        let (fence, tokens, locks) = self.locks.acquire_lapsed(now, token, generated, ttl, items);
         self.lapse(now, tokens, locks);
         fence
     }
@@ -389,7 +413,7 @@ impl Project {
         let waiter = self.waiters.remove(&id)?;
         let (fence, tokens, locks) =
             self.locks
-                .acquire_lapsed(now, &waiter.token, waiter.ttl, &waiter.items);
+                .acquire_lapsed(now, &waiter.token, false, waiter.ttl, &waiter.items);
         if !tokens.is_empty() {
             self.lapsed
                 .owners

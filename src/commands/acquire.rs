@@ -23,6 +23,7 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
         return Err(RedisError::String(refusal));
     }
     let request = args::acquire(&words[2..])?;
+    let generated = request.token.is_none();
     let token = request.token.unwrap_or_else(Token::generate);
     let now = now_ms(ctx);
     let wait = if may_block(ctx) { request.wait } else { 0 };
@@ -30,7 +31,12 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
         if project.locks().next_fence() >= fences::LIMIT {
             return Outcome::Exhausted;
         }
-        match project.acquire(now, &token, request.ttl, &request.items) {
+        let granted = if generated {
+            project.acquire_generated(now, &token, request.ttl, &request.items)
+        } else {
+            project.acquire(now, &token, request.ttl, &request.items)
+        };
+        match granted {
             Some(fence) => Outcome::Granted(fence),
             None if wait > 0 => {
                 let waiter = Waiter {

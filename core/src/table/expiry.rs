@@ -87,11 +87,17 @@ impl LockTable {
         &mut self,
         now: u64,
         token: &Token,
+        generated: bool,
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> (Option<u64>, Vec<Token>, Vec<LockInfo>) {
         let packed = PackedToken::new(token);
-        let mut me = self.find_owner(&packed);
+        // A token just generated is held by nobody (see `Project::acquire_generated`).
+        let mut me = if generated {
+            None
+        } else {
+            self.find_owner(&packed)
+        };
         let (mut tokens, mut reclaimed) = (Vec::new(), Vec::new());
         if let Some(owner) = me {
             reclaimed = self.reclaim_owner(owner, now);
@@ -255,12 +261,7 @@ impl LockTable {
             Some(earliest) => self.file(id, earliest),
             None => {
                 let hash = owner_hash(&self.owners, &self.hasher, id);
-                let (owners, hasher) = (&self.owners, &self.hasher);
-                self.owner_index.remove(
-                    hash,
-                    |&other| other == id,
-                    |&other| owner_hash(owners, hasher, other),
-                );
+                self.owner_index.remove_id(hash, id);
                 let Some(owner) = self.owners[id as usize].take() else {
                     return;
                 };

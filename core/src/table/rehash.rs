@@ -15,7 +15,10 @@
 //! release gives the memory back without one call freeing thousands of segments.
 //!
 //! The table holds no hasher; the caller passes the hash of each entry, because the entries are
-//! ids whose keys (segments, tokens) live elsewhere.
+//! ids whose keys (segments, tokens) live elsewhere. An id whose key lives elsewhere is kept as a
+//! [`HashedId`], with 32 bits of its key's hash beside it: growing a segment or splitting one
+//! re-hashes each entry it moves, and reading the key's node or owner for that was a cache miss
+//! per entry, the largest single cost of an insertion at a million locks.
 //!
 //! Segments are shared between copies of a table: a clone copies one pointer per segment, and
 //! the first write to a segment that another copy still holds copies that segment alone, a few
@@ -54,6 +57,39 @@ impl<T> Default for LinearTable<T> {
             len: 0,
         }
     }
+}
+
+/// An id kept with 32 bits of its key's hash, from which [`HashedId::table_hash`] rebuilds the
+/// hash the table files it under, without looking its key up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct HashedId {
+    pub(super) id: u32,
+    hash: u32,
+}
+
+impl HashedId {
+    /// The hash a key of hash `key_hash` is filed and found under: only 32 bits are kept, so they
+    /// are spread again over 64, as the segment choice, the place in a segment and hashbrown's
+    /// tag each read different bits.
+    pub(super) fn table_hash(key_hash: u64) -> u64 {
+        spread(key_hash as u32)
+    }
+
+    fn new(key_hash: u64, id: u32) -> HashedId {
+        HashedId {
+            id,
+            hash: key_hash as u32,
+        }
+    }
+
+    fn rehash(&self) -> u64 {
+        spread(self.hash)
+    }
+}
+
+fn spread(bits: u32) -> u64 {
+    let product = u64::from(bits).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    product ^ (product >> 29)
 }
 
 /// The hash bits that choose a segment: the upper half, as hashbrown uses the lower bits to
@@ -154,8 +190,10 @@ impl<T: Clone> LinearTable<T> {
     fn split_one(&mut self, hasher: &impl Fn(&T) -> u64) {
         let from = self.split as usize;
         let bit = 1usize << self.level;
-        let mut moved = HashTable::new();
         let source = Arc::make_mut(&mut self.segments[from]);
+        // About half the entries move: sized for them at once, the new segment does not grow
+        // (and re-hash what it holds) several times on the way.
+        let mut moved = HashTable::with_capacity(source.len() / 2 + source.len() / 8);
         for value in source.extract_if(|v| segment_bits(hasher(v)) & bit != 0) {
             moved.insert_unique(hasher(&value), value, hasher);
         }
@@ -165,6 +203,40 @@ impl<T: Clone> LinearTable<T> {
             self.level += 1;
             self.split = 0;
         }
+    }
+}
+
+/// The tables of ids whose keys live elsewhere: `key_hash` is the full hash of the key, and `eq`
+/// is asked only about ids whose 32 kept bits match it.
+impl LinearTable<HashedId> {
+    pub(super) fn find_id(&self, key_hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        let kept = key_hash as u32;
+        self.find(HashedId::table_hash(key_hash), |e| {
+            e.hash == kept && eq(e.id)
+        })
+        .map(|e| e.id)
+    }
+
+    /// Inserts an id known to be absent.
+    pub(super) fn insert_id(&mut self, key_hash: u64, id: u32) {
+        self.insert_unique(
+            HashedId::table_hash(key_hash),
+            HashedId::new(key_hash, id),
+            HashedId::rehash,
+        );
+    }
+
+    pub(super) fn remove_id(&mut self, key_hash: u64, id: u32) -> bool {
+        self.remove(
+            HashedId::table_hash(key_hash),
+            |e| e.id == id,
+            HashedId::rehash,
+        )
+        .is_some()
+    }
+
+    pub(super) fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.iter().map(|e| e.id)
     }
 }
 

@@ -164,7 +164,7 @@ impl LockTable {
     pub(super) fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         let node = &self.nodes[node as usize];
         let only = (node.child != NONE).then_some(node.child);
-        let table = (node.table != NONE).then(|| self.tables[node.table as usize].iter().copied());
+        let table = (node.table != NONE).then(|| self.tables[node.table as usize].ids());
         only.into_iter().chain(table.into_iter().flatten())
     }
 
@@ -178,8 +178,7 @@ impl LockTable {
         }
         let hash = self.hasher.hash_one(segment);
         self.tables[node.table as usize]
-            .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
-            .copied()
+            .find_id(hash, |c| *self.nodes[c as usize].segment == *segment)
     }
 
     /// Visits the root, then each node down `path` while the tree has it, with the segment that
@@ -258,10 +257,9 @@ impl LockTable {
             moved = Some(std::mem::replace(&mut p.child, NONE));
         }
         let slot = p.table as usize;
-        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
-        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
         for c in moved.into_iter().chain([child]) {
-            tables[slot].insert_unique(hash_of(&c), c, hash_of);
+            let hash = self.hasher.hash_one(&*self.nodes[c as usize].segment);
+            self.tables[slot].insert_id(hash, c);
         }
     }
 
@@ -275,10 +273,9 @@ impl LockTable {
             return;
         }
         let slot = p.table;
-        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
-        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
-        let table = &mut tables[slot as usize];
-        table.remove(hash_of(&child), |&c| c == child, hash_of);
+        let hash = self.hasher.hash_one(&*self.nodes[child as usize].segment);
+        let table = &mut self.tables[slot as usize];
+        table.remove_id(hash, child);
         // A table lives until its node has no child left; converting back at one child would
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
@@ -360,7 +357,7 @@ impl LockTable {
         let wanted = Tagged::new(owner, mode);
         let at = self.held(node).iter().position(|h| h.owner == wanted)?;
         let held = self.remove_held(node, at)?;
-        let info = describe.then(|| self.info_owned(self.key_of(node), &held));
+        let info = describe.then(|| self.info(&self.key_of(node), &held));
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
@@ -403,10 +400,6 @@ impl LockTable {
     }
 
     pub(super) fn info(&self, key: &[u8], held: &Held) -> LockInfo {
-        self.info_owned(key.to_vec(), held)
-    }
-
-    pub(super) fn info_owned(&self, key: Vec<u8>, held: &Held) -> LockInfo {
         LockInfo {
             path: Path::from_trusted_key(key),
             mode: held.mode(),
