@@ -3,7 +3,7 @@
 //!
 //! Level 1: imports `config` and `errors`. Called by the command handlers and the harness.
 
-use pathlock_core::{Mode, Path, Token};
+use pathlock_core::{Items, Mode, Path, Token};
 
 use crate::config;
 use crate::errors::{shown, Error, ERR_MISSING_PATH, ERR_NO_PATHS};
@@ -16,7 +16,7 @@ pub struct Acquire {
     pub ttl: u64,
     /// How long to block for the locks; 0 does not block.
     pub wait: u64,
-    pub items: Vec<(Mode, Path)>,
+    pub items: Items,
 }
 
 pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
@@ -64,7 +64,7 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
 #[derive(Debug)]
 pub struct Check {
     pub token: Option<Token>,
-    pub items: Vec<(Mode, Path)>,
+    pub items: Items,
 }
 
 pub fn check(words: &[&[u8]]) -> Result<Check, Error> {
@@ -81,7 +81,7 @@ pub fn check(words: &[&[u8]]) -> Result<Check, Error> {
 }
 
 /// `mode path [mode path ...]`, at least one pair and at most `max-paths-per-call`.
-pub fn mode_paths(words: &[&[u8]]) -> Result<Vec<(Mode, Path)>, Error> {
+pub fn mode_paths(words: &[&[u8]]) -> Result<Items, Error> {
     if words.is_empty() {
         return Err(ERR_NO_PATHS.into());
     }

@@ -24,7 +24,7 @@
 //!
 //! Level 2: imports `errors`, `propagation`. Used by `change`, `grants`, the writing commands and the harness.
 
-use pathlock_core::{Mode, Path, PathLimits, Project, Token};
+use pathlock_core::{Items, Mode, Path, PathLimits, Project, Token};
 use redis_module::{raw, Context, RedisString};
 
 use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
@@ -38,7 +38,7 @@ pub enum Effect {
         token: Token,
         deadline: u64,
         fence: u64,
-        items: Vec<(Mode, Path)>,
+        items: Items,
     },
     Release {
         token: Token,

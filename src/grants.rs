@@ -4,7 +4,7 @@
 //! Level 3: imports `effects`, `context`, `registry`, `blocked`, `stats`. Called by the ACQUIRE
 //! handler, `change` (grants made when expired locks or cancelled waiters leave) and `waits`.
 
-use pathlock_core::{Grant, Mode, Path, Token};
+use pathlock_core::{Grant, Items, Token};
 use redis_module::{Context, RedisString};
 
 use crate::blocked::Answer;
@@ -18,7 +18,7 @@ pub fn granted(
     token: Token,
     deadline: u64,
     fence: u64,
-    items: Vec<(Mode, Path)>,
+    items: Items,
 ) {
     announce(
         ctx,

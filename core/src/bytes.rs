@@ -1,30 +1,36 @@
 //! Short byte strings kept without an allocation.
 
-/// Bytes kept inline when they fit in 22 (most folder and file names, short tokens), on the
-/// heap otherwise. With its tag it takes 24 bytes, the size of the `Vec` it replaces, and a
-/// million of them spare a million allocations.
+/// Bytes kept inline when they fit in `N` (22 by default: most folder and file names, short
+/// tokens), on the heap otherwise. With its tag the default takes 24 bytes, the size of the `Vec`
+/// it replaces, and a million of them spare a million allocations. Tokens and request paths
+/// keep up to 38 inline (40 bytes in all), which holds a generated UUID and most paths, so that
+/// a command's arguments cost no allocation. One length has one form, so the derived equality
+/// is the bytes' equality; order and hashing, where needed, go through the bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum SmallBytes {
-    Inline {
-        len: u8,
-        bytes: [u8; SmallBytes::INLINE],
-    },
+pub(crate) enum SmallBytes<const N: usize = 22> {
+    Inline { len: u8, bytes: [u8; N] },
     Heap(Box<[u8]>),
 }
 
-impl SmallBytes {
-    pub(crate) const INLINE: usize = 22;
+impl<const N: usize> SmallBytes<N> {
+    pub(crate) fn new(bytes: &[u8]) -> SmallBytes<N> {
+        SmallBytes::build(bytes.len(), |out| out.copy_from_slice(bytes))
+    }
 
-    pub(crate) fn new(bytes: &[u8]) -> SmallBytes {
-        if bytes.len() <= SmallBytes::INLINE {
-            let mut inline = [0; SmallBytes::INLINE];
-            inline[..bytes.len()].copy_from_slice(bytes);
+    /// Bytes of a known length, written in place by `fill` (given exactly `len` bytes).
+    pub(crate) fn build(len: usize, fill: impl FnOnce(&mut [u8])) -> SmallBytes<N> {
+        const { assert!(N < 256) };
+        if len <= N {
+            let mut bytes = [0; N];
+            fill(&mut bytes[..len]);
             SmallBytes::Inline {
-                len: bytes.len() as u8,
-                bytes: inline,
+                len: len as u8,
+                bytes,
             }
         } else {
-            SmallBytes::Heap(bytes.into())
+            let mut heap = vec![0; len].into_boxed_slice();
+            fill(&mut heap);
+            SmallBytes::Heap(heap)
         }
     }
 
@@ -37,13 +43,13 @@ impl SmallBytes {
     }
 }
 
-impl Default for SmallBytes {
+impl<const N: usize> Default for SmallBytes<N> {
     fn default() -> Self {
         SmallBytes::new(&[])
     }
 }
 
-impl std::ops::Deref for SmallBytes {
+impl<const N: usize> std::ops::Deref for SmallBytes<N> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {

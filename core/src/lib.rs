@@ -21,7 +21,7 @@ pub mod project;
 pub mod queue;
 pub mod table;
 
-pub use lock::{LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
+pub use lock::{Items, LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
 pub use path::{Path, PathError, PathLimits};
 pub use project::{Grant, Lapsed, Project, Waiter};
 pub use queue::WaitIndex;

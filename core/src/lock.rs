@@ -52,12 +52,34 @@ impl fmt::Display for Mode {
     }
 }
 
+/// The mode-path pairs of one request. Nearly every request names one path, kept inline.
+pub type Items = smallvec::SmallVec<[(Mode, Path); 1]>;
+
 /// The longest token a client may supply.
 pub const MAX_TOKEN_BYTES: usize = 128;
 
-/// An owner's identity: 1 to 128 arbitrary bytes.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Token(Box<[u8]>);
+/// An owner's identity: 1 to 128 arbitrary bytes. Up to 38 are kept inline, so a generated
+/// token (36) or a client's usual one costs no allocation per command.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(SmallBytes<38>);
+
+impl PartialOrd for Token {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Token {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl std::hash::Hash for Token {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenError;
@@ -73,7 +95,7 @@ impl Token {
         if bytes.is_empty() || bytes.len() > MAX_TOKEN_BYTES {
             return Err(TokenError);
         }
-        Ok(Token(bytes.into()))
+        Ok(Token(SmallBytes::new(bytes)))
     }
 
     /// A fresh random token: a UUID v4, 36 characters, lowercase and hyphenated, from the
@@ -83,7 +105,7 @@ impl Token {
         let uuid = random_uuid();
         uuid.hyphenated().encode_lower(&mut text);
         LAST_GENERATED.set(Some((text, *uuid.as_bytes())));
-        Token(Box::from(&text[..]))
+        Token(SmallBytes::new(&text))
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -188,18 +210,19 @@ impl PackedToken {
 
     pub(crate) fn to_token(&self) -> Token {
         match self {
-            PackedToken::Uuid(uuid) => {
-                let mut text = Vec::with_capacity(UUID_TEXT);
+            PackedToken::Uuid(uuid) => Token(SmallBytes::build(UUID_TEXT, |text| {
+                let mut at = 0;
                 for (i, byte) in uuid.iter().enumerate() {
                     if [4, 6, 8, 10].contains(&i) {
-                        text.push(b'-');
+                        text[at] = b'-';
+                        at += 1;
                     }
-                    text.push(HEX[usize::from(byte >> 4)]);
-                    text.push(HEX[usize::from(byte & 0xf)]);
+                    text[at] = HEX[usize::from(byte >> 4)];
+                    text[at + 1] = HEX[usize::from(byte & 0xf)];
+                    at += 2;
                 }
-                Token(text.into())
-            }
-            other => Token(other.stored().into()),
+            })),
+            other => Token(SmallBytes::new(other.stored())),
         }
     }
 

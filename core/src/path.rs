@@ -19,6 +19,8 @@
 
 use std::fmt;
 
+use crate::bytes::SmallBytes;
+
 const TERMINATOR: u8 = 0x00;
 const ESCAPE: u8 = 0x01;
 
@@ -69,16 +71,37 @@ impl fmt::Display for PathError {
     }
 }
 
-/// A normalised path, held as its trie key.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A normalised path, held as its trie key: inline up to 38 bytes, so that parsing most paths
+/// costs no allocation. Paths compare and hash as their keys.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Path {
-    key: Vec<u8>,
+    key: SmallBytes<KEY_INLINE>,
+}
+
+impl PartialOrd for Path {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Path {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(other.key())
+    }
+}
+
+impl std::hash::Hash for Path {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
 }
 
 impl Path {
     /// The project root: a lock here covers the whole project.
     pub fn root() -> Path {
-        Path { key: Vec::new() }
+        Path {
+            key: SmallBytes::default(),
+        }
     }
 
     /// Parses a client's path. Empty segments and `.` are dropped, so `/A//C/`, `A/C` and
@@ -89,9 +112,22 @@ impl Path {
                 max: limits.max_bytes,
             });
         }
-        let mut key = Vec::with_capacity(raw.len() + 1);
+        let mut key = KeyWriter::default();
         let mut depth = 0;
-        for segment in raw.split(|&b| b == b'/') {
+        // One pass over the bytes: a segment ends at each `/` and at the end, and notes on the
+        // way whether it holds a byte to escape.
+        let (mut start, mut escapes) = (0, false);
+        for at in 0..=raw.len() {
+            match raw.get(at) {
+                Some(&b'/') | None => {}
+                Some(&b) => {
+                    escapes |= b <= 0x01;
+                    continue;
+                }
+            }
+            let segment = &raw[start..at];
+            let escaped = std::mem::take(&mut escapes);
+            start = at + 1;
             match segment {
                 b"" | b"." => continue,
                 b".." => return Err(PathError::DotDot),
@@ -103,8 +139,9 @@ impl Path {
                     max: limits.max_depth,
                 });
             }
-            push_segment(&mut key, segment);
+            key.push_segment(segment, escaped);
         }
+        let key = key.finish();
         Ok(Path { key })
     }
 
@@ -134,7 +171,9 @@ impl Path {
         if escaped || segment_len != 0 {
             return None;
         }
-        let path = Path { key };
+        let path = Path {
+            key: SmallBytes::new(&key),
+        };
         // `.` and `..` never survive parsing, so a stored key holding one is corrupt.
         if path.segments().any(|s| s == b"." || s == b"..") {
             return None;
@@ -143,8 +182,10 @@ impl Path {
     }
 
     /// Wraps a key that came out of the engine's own index, so is known to be well formed.
-    pub(crate) fn from_trusted_key(key: Vec<u8>) -> Path {
-        Path { key }
+    pub(crate) fn from_trusted_key(key: &[u8]) -> Path {
+        Path {
+            key: SmallBytes::new(key),
+        }
     }
 
     /// The trie key.
@@ -209,21 +250,66 @@ impl Path {
     }
 }
 
-fn push_segment(key: &mut Vec<u8>, segment: &[u8]) {
-    // Nearly every segment has neither byte to escape, and is copied whole.
-    if !segment.iter().any(|&b| b <= 0x01) {
-        key.extend_from_slice(segment);
-        key.push(TERMINATOR);
-        return;
-    }
-    for &b in segment {
-        match b {
-            0x00 => key.extend_from_slice(&[ESCAPE, 0x01]),
-            0x01 => key.extend_from_slice(&[ESCAPE, 0x02]),
-            _ => key.push(b),
+/// A key being written: inline until it outgrows the inline bytes of a path, then on the heap,
+/// so that parsing a usual path allocates nothing.
+struct KeyWriter {
+    inline: [u8; KEY_INLINE],
+    len: usize,
+    heap: Vec<u8>,
+}
+
+const KEY_INLINE: usize = 38;
+
+impl Default for KeyWriter {
+    fn default() -> Self {
+        KeyWriter {
+            inline: [0; KEY_INLINE],
+            len: 0,
+            heap: Vec::new(),
         }
     }
-    key.push(TERMINATOR);
+}
+
+impl KeyWriter {
+    fn push(&mut self, bytes: &[u8]) {
+        if self.heap.is_empty() && self.len + bytes.len() <= KEY_INLINE {
+            self.inline[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+            self.len += bytes.len();
+            return;
+        }
+        if self.heap.is_empty() {
+            self.heap.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.heap.extend_from_slice(bytes);
+    }
+
+    /// Writes a segment and its terminator; `escapes` says whether it holds a byte to escape.
+    fn push_segment(&mut self, segment: &[u8], escapes: bool) {
+        // Nearly every segment has neither byte to escape, and is copied whole.
+        if !escapes {
+            self.push(segment);
+        } else {
+            for &b in segment {
+                match b {
+                    0x00 => self.push(&[ESCAPE, 0x01]),
+                    0x01 => self.push(&[ESCAPE, 0x02]),
+                    _ => self.push(&[b]),
+                }
+            }
+        }
+        self.push(&[TERMINATOR]);
+    }
+
+    fn finish(self) -> SmallBytes<KEY_INLINE> {
+        if self.heap.is_empty() {
+            SmallBytes::Inline {
+                len: self.len as u8,
+                bytes: self.inline,
+            }
+        } else {
+            SmallBytes::Heap(self.heap.into_boxed_slice())
+        }
+    }
 }
 
 fn unescape(escaped: &[u8]) -> Vec<u8> {

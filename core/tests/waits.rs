@@ -139,7 +139,7 @@ fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
                     let waiter = Waiter {
                         token: token(*t),
                         ttl: *ttl,
-                        items,
+                        items: items.into(),
                     };
                     project.enqueue(next_id, waiter.clone());
                     model.waiters.push((next_id, waiter));
@@ -276,7 +276,7 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
                     let waiter = Waiter {
                         token: token(*t),
                         ttl: *ttl,
-                        items: items.clone(),
+                        items: items.clone().into(),
                     };
                     project.enqueue(next_id, waiter);
                     next_id += 1;
@@ -377,7 +377,7 @@ fn a_writer_is_not_starved_by_readers_that_arrive_after_it() {
         Waiter {
             token: t("w"),
             ttl: 100,
-            items: vec![(Mode::Write, a("/A"))],
+            items: vec![(Mode::Write, a("/A"))].into(),
         },
     );
     // A reader arriving after the writer would share with r1, but must not overtake the writer.
@@ -514,7 +514,7 @@ fn a_long_line_on_one_path_hands_over_in_order() {
             Waiter {
                 token: t(id),
                 ttl: 100,
-                items: write.clone(),
+                items: write.clone().into(),
             },
         );
     }
