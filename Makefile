@@ -77,9 +77,13 @@ bench-waits: build
 
 # The longest pause while one project grows to 10,000,000 locks and empties again, beside SET NX
 # (not in CI: about 15 minutes and 2 GB). LATENCY_FIFO=1 runs the server ahead of other processes.
+# It reads the slow log with redis-py, in a virtualenv that also sees the system's matplotlib.
+BENCH_VENV := $(CURDIR)/.venv-bench
 bench-latency: build
 	@scripts/deps.sh bench
-	python3 bench/latency.py
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv --system-site-packages $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check redis
+	$(BENCH_VENV)/bin/python bench/latency.py
 
 # Coverage-guided fuzzing of the byte-facing surfaces, FUZZ_SECONDS per target (not in CI; `make
 # test` replays the corpus). Needs cargo-fuzz and a nightly toolchain; see fuzz/README.md.
