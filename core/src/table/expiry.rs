@@ -261,7 +261,12 @@ impl LockTable {
             Some(earliest) => self.file(id, earliest),
             None => {
                 let hash = owner_hash(&self.owners, &self.hasher, id);
-                self.owner_index.remove_id(hash, id);
+                let (owners, hasher) = (&self.owners, &self.hasher);
+                self.owner_index.remove(
+                    hash,
+                    |&other| other == id,
+                    |&other| owner_hash(owners, hasher, other),
+                );
                 let Some(owner) = self.owners[id as usize].take() else {
                     return;
                 };

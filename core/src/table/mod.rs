@@ -73,7 +73,7 @@ use chunks::Chunks;
 use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
 use owners::Owner;
-use rehash::{HashedId, LinearTable};
+use rehash::LinearTable;
 use sorted::SortedRuns;
 use tree::{Held, Node};
 
@@ -84,7 +84,7 @@ pub struct LockTable {
     nodes: Chunks<Node>,
     free_nodes: Chunks<NodeId>,
     /// The children's tables of nodes with two or more children, found by `Node::table`.
-    tables: Chunks<LinearTable<HashedId>>,
+    tables: Chunks<LinearTable<NodeId>>,
     free_tables: Chunks<u32>,
     /// The locks of paths that hold several (readers sharing a path), by node.
     crowded: IdMap<Vec<Held>>,
@@ -93,7 +93,7 @@ pub struct LockTable {
     /// The locks of owners that hold several, by owner.
     owner_locks: IdMap<Vec<Tagged>>,
     /// Owner ids, found by hashing the owner's token.
-    owner_index: LinearTable<HashedId>,
+    owner_index: LinearTable<OwnerId>,
     hasher: DefaultHashBuilder,
     /// The first owner of each earliest deadline; the others follow through `Owner::next`.
     /// Grants made together share a deadline, so a million locks take few entries, and

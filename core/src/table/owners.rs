@@ -39,11 +39,13 @@ impl LockTable {
 
     pub(super) fn find_owner(&self, token: &PackedToken) -> Option<OwnerId> {
         let hash = self.hasher.hash_one(token.stored());
-        self.owner_index.find_id(hash, |id| {
-            self.owners[id as usize]
-                .as_ref()
-                .is_some_and(|o| o.token == *token)
-        })
+        self.owner_index
+            .find(hash, |&id| {
+                self.owners[id as usize]
+                    .as_ref()
+                    .is_some_and(|o| o.token == *token)
+            })
+            .copied()
     }
 
     /// The owner id of `token`, created when it holds nothing yet.
@@ -78,7 +80,9 @@ impl LockTable {
                 id
             }
         };
-        self.owner_index.insert_id(hash, id);
+        let (owners, hasher) = (&self.owners, &self.hasher);
+        self.owner_index
+            .insert_unique(hash, id, |&other| owner_hash(owners, hasher, other));
         id
     }
 
@@ -133,7 +137,8 @@ impl LockTable {
     }
 }
 
-/// The hash an owner is indexed under: its token's.
+/// The hash an owner is indexed under: its token's. Entries of the index are ids, so moving one
+/// between tables looks the token up by id.
 pub(super) fn owner_hash(
     owners: &Chunks<Option<Owner>>,
     hasher: &DefaultHashBuilder,

@@ -15,10 +15,12 @@
 //! release gives the memory back without one call freeing thousands of segments.
 //!
 //! The table holds no hasher; the caller passes the hash of each entry, because the entries are
-//! ids whose keys (segments, tokens) live elsewhere. An id whose key lives elsewhere is kept as a
-//! [`HashedId`], with 32 bits of its key's hash beside it: growing a segment or splitting one
-//! re-hashes each entry it moves, and reading the key's node or owner for that was a cache miss
-//! per entry, the largest single cost of an insertion at a million locks.
+//! ids whose keys (segments, tokens) live elsewhere.
+//!
+//! Growing or splitting a segment re-hashes each entry it moves, and for an id that reads the
+//! key's node or owner, a cache miss per entry at a million locks. Keeping 32 bits of the hash
+//! beside each id would spare those reads, but it was measured at 158 bytes per lock at
+//! 1,000,000 (140.6 without), past the 150 the project allows, so the tables keep ids alone.
 //!
 //! Segments are shared between copies of a table: a clone copies one pointer per segment, and
 //! the first write to a segment that another copy still holds copies that segment alone, a few
@@ -57,39 +59,6 @@ impl<T> Default for LinearTable<T> {
             len: 0,
         }
     }
-}
-
-/// An id kept with 32 bits of its key's hash, from which [`HashedId::table_hash`] rebuilds the
-/// hash the table files it under, without looking its key up.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct HashedId {
-    pub(super) id: u32,
-    hash: u32,
-}
-
-impl HashedId {
-    /// The hash a key of hash `key_hash` is filed and found under: only 32 bits are kept, so they
-    /// are spread again over 64, as the segment choice, the place in a segment and hashbrown's
-    /// tag each read different bits.
-    pub(super) fn table_hash(key_hash: u64) -> u64 {
-        spread(key_hash as u32)
-    }
-
-    fn new(key_hash: u64, id: u32) -> HashedId {
-        HashedId {
-            id,
-            hash: key_hash as u32,
-        }
-    }
-
-    fn rehash(&self) -> u64 {
-        spread(self.hash)
-    }
-}
-
-fn spread(bits: u32) -> u64 {
-    let product = u64::from(bits).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    product ^ (product >> 29)
 }
 
 /// The hash bits that choose a segment: the upper half, as hashbrown uses the lower bits to
@@ -203,40 +172,6 @@ impl<T: Clone> LinearTable<T> {
             self.level += 1;
             self.split = 0;
         }
-    }
-}
-
-/// The tables of ids whose keys live elsewhere: `key_hash` is the full hash of the key, and `eq`
-/// is asked only about ids whose 32 kept bits match it.
-impl LinearTable<HashedId> {
-    pub(super) fn find_id(&self, key_hash: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        let kept = key_hash as u32;
-        self.find(HashedId::table_hash(key_hash), |e| {
-            e.hash == kept && eq(e.id)
-        })
-        .map(|e| e.id)
-    }
-
-    /// Inserts an id known to be absent.
-    pub(super) fn insert_id(&mut self, key_hash: u64, id: u32) {
-        self.insert_unique(
-            HashedId::table_hash(key_hash),
-            HashedId::new(key_hash, id),
-            HashedId::rehash,
-        );
-    }
-
-    pub(super) fn remove_id(&mut self, key_hash: u64, id: u32) -> bool {
-        self.remove(
-            HashedId::table_hash(key_hash),
-            |e| e.id == id,
-            HashedId::rehash,
-        )
-        .is_some()
-    }
-
-    pub(super) fn ids(&self) -> impl Iterator<Item = u32> + '_ {
-        self.iter().map(|e| e.id)
     }
 }
 

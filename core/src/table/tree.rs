@@ -164,7 +164,7 @@ impl LockTable {
     pub(super) fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         let node = &self.nodes[node as usize];
         let only = (node.child != NONE).then_some(node.child);
-        let table = (node.table != NONE).then(|| self.tables[node.table as usize].ids());
+        let table = (node.table != NONE).then(|| self.tables[node.table as usize].iter().copied());
         only.into_iter().chain(table.into_iter().flatten())
     }
 
@@ -178,7 +178,8 @@ impl LockTable {
         }
         let hash = self.hasher.hash_one(segment);
         self.tables[node.table as usize]
-            .find_id(hash, |c| *self.nodes[c as usize].segment == *segment)
+            .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
+            .copied()
     }
 
     /// Visits the root, then each node down `path` while the tree has it, with the segment that
@@ -257,9 +258,10 @@ impl LockTable {
             moved = Some(std::mem::replace(&mut p.child, NONE));
         }
         let slot = p.table as usize;
+        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
+        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
         for c in moved.into_iter().chain([child]) {
-            let hash = self.hasher.hash_one(&*self.nodes[c as usize].segment);
-            self.tables[slot].insert_id(hash, c);
+            tables[slot].insert_unique(hash_of(&c), c, hash_of);
         }
     }
 
@@ -273,9 +275,10 @@ impl LockTable {
             return;
         }
         let slot = p.table;
-        let hash = self.hasher.hash_one(&*self.nodes[child as usize].segment);
-        let table = &mut self.tables[slot as usize];
-        table.remove_id(hash, child);
+        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
+        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
+        let table = &mut tables[slot as usize];
+        table.remove(hash_of(&child), |&c| c == child, hash_of);
         // A table lives until its node has no child left; converting back at one child would
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
