@@ -441,4 +441,34 @@ mod tests {
         assert_eq!(Path::from_key(b"..\x00".to_vec()), None);
         assert!(Path::from_key(Vec::new()).is_some());
     }
+
+    #[test]
+    fn hostile_bytes_round_trip_on_both_sides_of_the_inline_limit() {
+        // The one-pass parser writes a key inline up to 38 bytes and spills to the heap after:
+        // segments of NUL, 0x01 (each escaped to two bytes) and U+0100's UTF-8 bytes, at every
+        // length across that limit, must give back exactly their segments, reload through
+        // `from_key`, and order alike whichever side of the limit a key falls.
+        let pieces: [&[u8]; 4] = [b"\x00", b"\x01", "\u{100}".as_bytes(), b"a"];
+        let mut parsed = Vec::new();
+        for len in 0..100 {
+            for (k, piece) in pieces.iter().enumerate() {
+                let segment: Vec<u8> = piece.iter().copied().cycle().take(len + 1).collect();
+                let raw = [b"/x/".as_slice(), &segment, b"//./y".as_slice()].concat();
+                let path = Path::parse(&raw, &PathLimits::CEILING).expect("valid path");
+                let segments: Vec<Vec<u8>> = path.segments().collect();
+                assert_eq!(
+                    segments,
+                    vec![b"x".to_vec(), segment.clone(), b"y".to_vec()],
+                    "{k} {len}"
+                );
+                assert!(path.key().len() > len, "{k} {len}");
+                assert!(Path::from_key(path.key().to_vec()) == Some(path.clone()));
+                parsed.push(path);
+            }
+        }
+        let mut by_path = parsed.clone();
+        by_path.sort();
+        parsed.sort_by(|a, b| a.key().cmp(b.key()));
+        assert!(by_path == parsed);
+    }
 }
