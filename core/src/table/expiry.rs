@@ -1,7 +1,8 @@
 //! The expiry index: owners filed by the earliest deadline among their locks.
 
 use super::ids::{OwnerId, Tagged, NONE};
-use super::owners::owner_hash;
+use super::owners::OwnerKeys;
+use super::rehash::Rehasher;
 use super::LockTable;
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
@@ -260,13 +261,12 @@ impl LockTable {
         match earliest {
             Some(earliest) => self.file(id, earliest),
             None => {
-                let hash = owner_hash(&self.owners, &self.hasher, id);
-                let (owners, hasher) = (&self.owners, &self.hasher);
-                self.owner_index.remove(
-                    hash,
-                    |&other| other == id,
-                    |&other| owner_hash(owners, hasher, other),
-                );
+                let keys = OwnerKeys {
+                    owners: &self.owners,
+                    hasher: &self.hasher,
+                };
+                let hash = keys.hash(&id);
+                self.owner_index.remove(hash, |&other| other == id, keys);
                 let Some(owner) = self.owners[id as usize].take() else {
                     return;
                 };

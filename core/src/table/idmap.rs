@@ -42,12 +42,16 @@ impl<V: Clone> IdMap<V> {
     /// Inserts the value of an id that has none.
     pub(super) fn insert_new(&mut self, id: u32, value: V) {
         self.entries
-            .insert_unique(hash(id), (id, value), |entry| hash(entry.0));
+            .insert_unique(hash(id), (id, value), |entry: &(u32, V)| hash(entry.0));
     }
 
     pub(super) fn remove(&mut self, id: u32) -> Option<V> {
         self.entries
-            .remove(hash(id), |entry| entry.0 == id, |entry| hash(entry.0))
+            .remove(
+                hash(id),
+                |entry| entry.0 == id,
+                |entry: &(u32, V)| hash(entry.0),
+            )
             .map(|entry| entry.1)
     }
 

@@ -6,6 +6,7 @@ use hashbrown::DefaultHashBuilder;
 
 use super::chunks::Chunks;
 use super::ids::{OwnerId, Tagged, MAX_ID, NONE, SPILLED};
+use super::rehash::{prefetch, Rehasher};
 use super::tree::reserve_for_one;
 use super::LockTable;
 use crate::lock::PackedToken;
@@ -80,9 +81,11 @@ impl LockTable {
                 id
             }
         };
-        let (owners, hasher) = (&self.owners, &self.hasher);
-        self.owner_index
-            .insert_unique(hash, id, |&other| owner_hash(owners, hasher, other));
+        let keys = OwnerKeys {
+            owners: &self.owners,
+            hasher: &self.hasher,
+        };
+        self.owner_index.insert_unique(hash, id, keys);
         id
     }
 
@@ -137,16 +140,27 @@ impl LockTable {
     }
 }
 
-/// The hash an owner is indexed under: its token's. Entries of the index are ids, so moving one
-/// between tables looks the token up by id.
-pub(super) fn owner_hash(
-    owners: &Chunks<Option<Owner>>,
-    hasher: &DefaultHashBuilder,
-    id: OwnerId,
-) -> u64 {
-    let token = owners
-        .get(id as usize)
-        .and_then(Option::as_ref)
-        .map(|o| o.token.stored());
-    hasher.hash_one(token.unwrap_or_default())
+/// The owners' index's view of its entries: an owner is indexed under its token's hash, and as
+/// the entries are ids, re-hashing one looks its token up by id.
+#[derive(Clone, Copy)]
+pub(super) struct OwnerKeys<'a> {
+    pub(super) owners: &'a Chunks<Option<Owner>>,
+    pub(super) hasher: &'a DefaultHashBuilder,
+}
+
+impl Rehasher<OwnerId> for OwnerKeys<'_> {
+    fn hash(&self, &id: &OwnerId) -> u64 {
+        let token = self
+            .owners
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .map(|o| o.token.stored());
+        self.hasher.hash_one(token.unwrap_or_default())
+    }
+
+    fn prefetch(&self, &id: &OwnerId) {
+        if let Some(owner) = self.owners.get(id as usize) {
+            prefetch(owner);
+        }
+    }
 }

@@ -3,8 +3,11 @@
 
 use std::hash::BuildHasher;
 
+use hashbrown::DefaultHashBuilder;
+
+use super::chunks::Chunks;
 use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT, SPILLED};
-use super::rehash::LinearTable;
+use super::rehash::{prefetch, LinearTable, Rehasher};
 use super::LockTable;
 use crate::bytes::SmallBytes;
 use crate::lock::{LockInfo, Mode};
@@ -91,6 +94,24 @@ pub(super) enum Walk {
     Left,
     /// The path's own node.
     Reached(NodeId),
+}
+
+/// The children's tables' view of their entries: a child is filed under its segment's hash,
+/// and as the entries are ids, re-hashing one reads its node.
+#[derive(Clone, Copy)]
+struct NodeKeys<'a> {
+    nodes: &'a Chunks<Node>,
+    hasher: &'a DefaultHashBuilder,
+}
+
+impl Rehasher<NodeId> for NodeKeys<'_> {
+    fn hash(&self, &child: &NodeId) -> u64 {
+        self.hasher.hash_one(&*self.nodes[child as usize].segment)
+    }
+
+    fn prefetch(&self, &child: &NodeId) {
+        prefetch(&self.nodes[child as usize]);
+    }
 }
 
 impl LockTable {
@@ -258,10 +279,12 @@ impl LockTable {
             moved = Some(std::mem::replace(&mut p.child, NONE));
         }
         let slot = p.table as usize;
-        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
-        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
+        let keys = NodeKeys {
+            nodes: &self.nodes,
+            hasher: &self.hasher,
+        };
         for c in moved.into_iter().chain([child]) {
-            tables[slot].insert_unique(hash_of(&c), c, hash_of);
+            self.tables[slot].insert_unique(keys.hash(&c), c, keys);
         }
     }
 
@@ -275,10 +298,12 @@ impl LockTable {
             return;
         }
         let slot = p.table;
-        let (nodes, hasher, tables) = (&self.nodes, &self.hasher, &mut self.tables);
-        let hash_of = |&c: &NodeId| hasher.hash_one(&*nodes[c as usize].segment);
-        let table = &mut tables[slot as usize];
-        table.remove(hash_of(&child), |&c| c == child, hash_of);
+        let keys = NodeKeys {
+            nodes: &self.nodes,
+            hasher: &self.hasher,
+        };
+        let table = &mut self.tables[slot as usize];
+        table.remove(keys.hash(&child), |&c| c == child, keys);
         // A table lives until its node has no child left; converting back at one child would
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
