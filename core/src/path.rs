@@ -114,22 +114,30 @@ impl Path {
         }
         let mut key = KeyWriter::default();
         let mut depth = 0;
-        // One pass over the bytes: a segment ends at each `/` and at the end, and notes on the
-        // way whether it holds a byte to escape.
-        let (mut start, mut escapes) = (0, false);
+        // One pass over the bytes, each written to the key as it is read (escaped if need be);
+        // at each `/` and at the end, the segment just written is checked, and ended, dropped
+        // (empty or `.`) or refused (`..`). An escaped byte is never a dot, so the written
+        // segment is `.` or `..` exactly when the client's was.
+        let mut start = 0;
         for at in 0..=raw.len() {
             match raw.get(at) {
                 Some(&b'/') | None => {}
+                Some(&b) if b <= 0x01 => {
+                    key.push(ESCAPE);
+                    key.push(b + 1);
+                    continue;
+                }
                 Some(&b) => {
-                    escapes |= b <= 0x01;
+                    key.push(b);
                     continue;
                 }
             }
-            let segment = &raw[start..at];
-            let escaped = std::mem::take(&mut escapes);
-            start = at + 1;
-            match segment {
-                b"" | b"." => continue,
+            match key.since(start) {
+                b"" => continue,
+                b"." => {
+                    key.truncate(start);
+                    continue;
+                }
                 b".." => return Err(PathError::DotDot),
                 _ => {}
             }
@@ -139,7 +147,8 @@ impl Path {
                     max: limits.max_depth,
                 });
             }
-            key.push_segment(segment, escaped);
+            key.push(TERMINATOR);
+            start = key.len();
         }
         let key = key.finish();
         Ok(Path { key })
@@ -255,7 +264,9 @@ impl Path {
 struct KeyWriter {
     inline: [u8; KEY_INLINE],
     len: usize,
+    /// Every byte written, once there were more than `KEY_INLINE`.
     heap: Vec<u8>,
+    spilled: bool,
 }
 
 const KEY_INLINE: usize = 38;
@@ -266,48 +277,63 @@ impl Default for KeyWriter {
             inline: [0; KEY_INLINE],
             len: 0,
             heap: Vec::new(),
+            spilled: false,
         }
     }
 }
 
 impl KeyWriter {
-    fn push(&mut self, bytes: &[u8]) {
-        if self.heap.is_empty() && self.len + bytes.len() <= KEY_INLINE {
-            self.inline[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
+    fn push(&mut self, byte: u8) {
+        if !self.spilled && self.len < KEY_INLINE {
+            self.inline[self.len] = byte;
+            self.len += 1;
             return;
         }
-        if self.heap.is_empty() {
+        if !self.spilled {
             self.heap.extend_from_slice(&self.inline[..self.len]);
+            self.spilled = true;
         }
-        self.heap.extend_from_slice(bytes);
+        self.heap.push(byte);
     }
 
-    /// Writes a segment and its terminator; `escapes` says whether it holds a byte to escape.
-    fn push_segment(&mut self, segment: &[u8], escapes: bool) {
-        // Nearly every segment has neither byte to escape, and is copied whole.
-        if !escapes {
-            self.push(segment);
+    fn len(&self) -> usize {
+        if self.spilled {
+            self.heap.len()
         } else {
-            for &b in segment {
-                match b {
-                    0x00 => self.push(&[ESCAPE, 0x01]),
-                    0x01 => self.push(&[ESCAPE, 0x02]),
-                    _ => self.push(&[b]),
-                }
-            }
+            self.len
         }
-        self.push(&[TERMINATOR]);
+    }
+
+    /// The bytes written from `start` on.
+    fn since(&self, start: usize) -> &[u8] {
+        if self.spilled {
+            &self.heap[start..]
+        } else {
+            &self.inline[start..self.len]
+        }
+    }
+
+    /// Forgets the bytes written from `start` on. Inline, they are zeroed: an inline key's
+    /// unused bytes are zero, as `SmallBytes`'s equality compares them.
+    fn truncate(&mut self, start: usize) {
+        if self.spilled {
+            self.heap.truncate(start);
+        } else {
+            self.inline[start..self.len].fill(0);
+            self.len = start;
+        }
     }
 
     fn finish(self) -> SmallBytes<KEY_INLINE> {
-        if self.heap.is_empty() {
+        if self.spilled {
+            // A key that shrank back to `KEY_INLINE` bytes or fewer is kept inline like any
+            // other of its length: one length has one form.
+            SmallBytes::new(&self.heap)
+        } else {
             SmallBytes::Inline {
                 len: self.len as u8,
                 bytes: self.inline,
             }
-        } else {
-            SmallBytes::Heap(self.heap.into_boxed_slice())
         }
     }
 }
@@ -470,5 +496,67 @@ mod tests {
         by_path.sort();
         parsed.sort_by(|a, b| a.key().cmp(b.key()));
         assert!(by_path == parsed);
+    }
+
+    /// The parser as the README states it, written the slow and obvious way: split at `/`, drop
+    /// empty and `.` segments, refuse `..`, count the depth, escape NUL and 0x01.
+    fn reference(raw: &[u8], limits: &PathLimits) -> Result<Vec<u8>, PathError> {
+        if raw.len() > limits.max_bytes {
+            return Err(PathError::TooLong {
+                max: limits.max_bytes,
+            });
+        }
+        let mut key = Vec::new();
+        let mut depth = 0;
+        for segment in raw.split(|&b| b == b'/') {
+            match segment {
+                b"" | b"." => continue,
+                b".." => return Err(PathError::DotDot),
+                _ => {}
+            }
+            depth += 1;
+            if depth > limits.max_depth {
+                return Err(PathError::TooDeep {
+                    max: limits.max_depth,
+                });
+            }
+            for &b in segment {
+                match b {
+                    0x00 => key.extend([ESCAPE, 0x01]),
+                    0x01 => key.extend([ESCAPE, 0x02]),
+                    _ => key.push(b),
+                }
+            }
+            key.push(TERMINATOR);
+        }
+        Ok(key)
+    }
+
+    proptest::proptest! {
+        /// Dots, separators and bytes to escape in any mix and length, on both sides of the
+        /// inline limit: the one-pass parser agrees with the reference, and the path it gives
+        /// equals the one rebuilt from the reference's key (so a dropped `.` leaves no trace).
+        #[test]
+        fn the_one_pass_parser_agrees_with_the_reference(
+            raw in proptest::collection::vec(
+                proptest::sample::select(vec![b'/', b'.', b'a', b'b', 0x00, 0x01, 0xff]),
+                0..100,
+            ),
+            max_depth in 1usize..40,
+        ) {
+            let limits = PathLimits { max_bytes: 90, max_depth };
+            match (Path::parse(&raw, &limits), reference(&raw, &limits)) {
+                (Ok(path), Ok(key)) => {
+                    proptest::prop_assert_eq!(path.key(), &key[..]);
+                    proptest::prop_assert!(Some(path) == Path::from_key(key));
+                }
+                (Err(got), Err(want)) => {
+                    proptest::prop_assert_eq!(got.to_string(), want.to_string());
+                }
+                (got, want) => {
+                    proptest::prop_assert!(false, "parse {:?} but reference {:?}", got.map(|p| p.key().to_vec()), want);
+                }
+            }
+        }
     }
 }
