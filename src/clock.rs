@@ -1,11 +1,12 @@
 //! The time every decision uses, in milliseconds.
 //!
-//! A command sees the time Redis cached when it started. Redis 7.0 refreshes that cache before
-//! each command even inside `MULTI`/`EXEC` and scripts, so a transaction that granted a 1 ms
-//! lease could see it expire before its own next command. Within a transaction or a script, the
-//! first pathlock command therefore takes a snapshot that the rest of it reuses; the snapshot is
-//! forgotten before Redis next sleeps, so it never outlives the event-loop iteration that ran
-//! the transaction.
+//! A command sees one time for its whole run: on Redis 7.2 and later the time Redis cached when
+//! it started, and on 7.0 the time of its first reading (`context::remembered_ms`). Redis 7.0
+//! refreshes its cache before each command even inside `MULTI`/`EXEC` and scripts, so a
+//! transaction that granted a 1 ms lease could see it expire before its own next command.
+//! Within a transaction or a script, the first pathlock command therefore takes a snapshot that
+//! the rest of it reuses; the snapshot is forgotten before Redis next sleeps, so it never
+//! outlives the event-loop iteration that ran the transaction.
 //!
 //! Level 1: imports `contain`, `context`. Used by every file that decides.
 
@@ -32,7 +33,7 @@ fn cached_ms() -> u64 {
 }
 
 pub fn now_ms(ctx: &Context) -> u64 {
-    let now = cached_ms();
+    let now = context::remembered_ms(ctx, cached_ms);
     if !context::flags(ctx).intersects(ContextFlags::MULTI | ContextFlags::LUA) {
         return now;
     }

@@ -4,24 +4,34 @@
 //!
 //! Level 0: imports nothing of the crate. Used by every file that opens keys or answers clients.
 
-use std::cell::Cell;
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use redis_module::{raw, Context, ContextFlags, RedisString};
 
-thread_local! {
-    /// The flags of the command running on this thread, with its context's address, read once
-    /// when the command starts: a command asks several times (its clock, whether it decides,
-    /// whether it may block) and each `RM_GetContextFlags` computes all of them anew.
-    static CURRENT: Cell<(usize, i32)> = const { Cell::new((0, 0)) };
-}
+// What the command running now asked once, for it to ask again for free. Commands run on the
+// server's main thread only, one at a time, so plain statics serve; they are atomics (relaxed,
+// plain loads and stores on x86) rather than thread-locals because a thread-local in a loaded
+// library costs a call to `__tls_get_addr` at each use. Another thread that asks (the signal
+// worker) has a context of its own, so never matches `CURRENT_CTX` and reads the server's.
+
+/// The address of the running command's context, 0 between commands.
+static CURRENT_CTX: AtomicUsize = AtomicUsize::new(0);
+/// Its flags, read once when it starts: a command asks several times (its clock, whether it
+/// decides, whether it may block) and each `RM_GetContextFlags` computes all of them anew.
+static CURRENT_FLAGS: AtomicI32 = AtomicI32::new(0);
+/// The server's time as the running command first read it (`UNREAD` before), for the same
+/// reason: on Redis 7.0 each reading is a `gettimeofday`, and a command reads it several times.
+/// Redis 7.2 and later likewise give a command one time for its whole run.
+static NOW_MS: AtomicU64 = AtomicU64::new(UNREAD);
+
+const UNREAD: u64 = u64::MAX;
 
 /// The context's flags: those remembered for the running command when `ctx` is its context,
 /// else read from the server.
 pub fn flags(ctx: &Context) -> ContextFlags {
-    let (current, bits) = CURRENT.with(Cell::get);
-    if current == ctx.ctx as usize {
-        return ContextFlags::from_bits_truncate(bits);
+    if CURRENT_CTX.load(Relaxed) == ctx.ctx as usize {
+        return ContextFlags::from_bits_truncate(CURRENT_FLAGS.load(Relaxed));
     }
     ctx.get_flags()
 }
@@ -30,10 +40,38 @@ pub fn flags(ctx: &Context) -> ContextFlags {
 /// command that calls another through `RM_Call` gets the outer ones back). `work` must not
 /// unwind, or the outer ones would not come back.
 pub fn remembering_flags<R>(ctx: &Context, work: impl FnOnce() -> R) -> R {
-    let outer = CURRENT.with(|current| current.replace((ctx.ctx as usize, ctx.get_flags().bits())));
+    let bits = ctx.get_flags().bits();
+    // Loads and stores rather than swaps: only the main thread writes these, and a swap is a
+    // locked instruction.
+    let outer = (
+        CURRENT_CTX.load(Relaxed),
+        CURRENT_FLAGS.load(Relaxed),
+        NOW_MS.load(Relaxed),
+    );
+    CURRENT_CTX.store(ctx.ctx as usize, Relaxed);
+    CURRENT_FLAGS.store(bits, Relaxed);
+    NOW_MS.store(UNREAD, Relaxed);
     let result = work();
-    CURRENT.with(|current| current.set(outer));
+    CURRENT_CTX.store(outer.0, Relaxed);
+    CURRENT_FLAGS.store(outer.1, Relaxed);
+    NOW_MS.store(outer.2, Relaxed);
     result
+}
+
+/// The time in milliseconds for a command on `ctx`: `read` once per running command, the same
+/// value after; outside a command, `read` each time.
+pub fn remembered_ms(ctx: &Context, read: impl FnOnce() -> u64) -> u64 {
+    if CURRENT_CTX.load(Relaxed) != ctx.ctx as usize {
+        return read();
+    }
+    match NOW_MS.load(Relaxed) {
+        UNREAD => {
+            let now = read();
+            NOW_MS.store(now, Relaxed);
+            now
+        }
+        now => now,
+    }
 }
 
 pub fn selected_db(ctx: &Context) -> i32 {
