@@ -100,10 +100,10 @@ const OWNERS_PER_EFFECT: usize = 256;
 /// Replicates what lazy expiry reclaimed since the last call as `EXPIRE now token...` effects,
 /// in the order it happened, counts and announces it, and answers the waiters it let in.
 fn publish_lapsed(ctx: &Context, key_name: &RedisString, project: &mut Project) {
-    let lapsed = project.take_lapsed();
-    if lapsed.is_empty() {
+    if !project.has_lapsed() {
         return;
     }
+    let lapsed = project.take_lapsed();
     for run in lapsed.owners.chunk_by(|a, b| a.0 == b.0) {
         for step in run.chunks(OWNERS_PER_EFFECT) {
             Effect::ExpireOf {
@@ -123,6 +123,11 @@ fn publish_lapsed(ctx: &Context, key_name: &RedisString, project: &mut Project) 
 /// Takes the waiters that gave up out of the queue before anything else happens to the key, so
 /// they are never granted; their leaving may let later waiters in.
 fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project, now: u64) {
+    // Nearly always nobody gave up: then this costs one load, not the registry's lock and the
+    // key's database and name.
+    if !registry::any_cancelled() {
+        return;
+    }
     let cancelled = registry::take_cancelled(selected_db(ctx), key_name.as_slice());
     if cancelled.is_empty() {
         return;

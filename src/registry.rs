@@ -115,7 +115,20 @@ static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
 
 fn with_registry<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     let mut guard = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    f(guard.get_or_insert_with(Registry::default))
+    let registry = guard.get_or_insert_with(Registry::default);
+    let result = f(registry);
+    // Whatever `f` did to the queue of cancellations, the flag says so before the lock goes.
+    ANY_CANCELLED.store(!registry.signals.cancelled.is_empty(), Ordering::Release);
+    result
+}
+
+/// Whether any waiter that gave up is still queued for its key's next change: every change
+/// asks, and nearly always nobody did, so the answer is kept beside the registry's lock.
+static ANY_CANCELLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a change must look for waiters that gave up ([`take_cancelled`]) before it runs.
+pub fn any_cancelled() -> bool {
+    ANY_CANCELLED.load(Ordering::Acquire)
 }
 
 /// Records a waiter that times out at `deadline` ([`monotonic_us`]) and returns its id. Ids

@@ -180,16 +180,18 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 impl PackedToken {
     pub(crate) fn new(token: &Token) -> PackedToken {
         let bytes = token.as_bytes();
-        if let Some((text, uuid)) = LAST_GENERATED.get() {
-            if bytes == text {
+        // Only a token of a UUID's length can be one: any other skips the thread-local.
+        if bytes.len() == UUID_TEXT {
+            if let Some((text, uuid)) = LAST_GENERATED.get() {
+                if bytes == text {
+                    return PackedToken::Uuid(uuid);
+                }
+            }
+            if let Some(uuid) = parse_uuid(bytes) {
                 return PackedToken::Uuid(uuid);
             }
         }
-        if let Some(uuid) = parse_uuid(bytes) {
-            PackedToken::Uuid(uuid)
-        } else {
-            PackedToken::Plain(SmallBytes::new(bytes))
-        }
+        PackedToken::Plain(SmallBytes::new(bytes))
     }
 
     /// The stored bytes, which identify the token (for hashing): not its text for a UUID.

@@ -221,6 +221,12 @@ impl Project {
         std::mem::take(&mut self.lapsed)
     }
 
+    /// Whether lazy expiry reclaimed anything not yet taken: a look before `take_lapsed`,
+    /// which every change calls and which nearly always finds nothing.
+    pub fn has_lapsed(&self) -> bool {
+        !self.lapsed.is_empty()
+    }
+
     /// Reclaims `token`'s own due locks: nothing to do, and no look at its locks, unless the
     /// earliest of them is due.
     fn reclaim_own(&mut self, now: u64, token: &Token) {
