@@ -5,7 +5,10 @@ measures with redis-benchmark (same connections and pipelining for all systems):
 
   - PATHLOCK.ACQUIRE of new, non-conflicting paths, and PATHLOCK.RELEASE of held tokens;
     ACQUIRE and SET NX alternate for BENCH_ROUNDS pairs and the pair with the median ratio is
-    reported, because the shared machine makes single runs swing by 20%;
+    reported, because the shared machine makes single runs swing by 20%; each pair starts
+    from the N held alone (reloaded), at -P 1 and at -P 16;
+  - at -P 16, RELEASE beside DEL: before each pair REQUESTS more locks and keys are taken
+    beside the N held, and each side frees random ones of those;
   - the old getFileLock.lua (bench/seed) acquiring the same kind of paths;
   - SET lock:<path> <token> NX PX <ttl>;
 
@@ -156,8 +159,16 @@ def measure(server, n, lua_sha):
     set_memory = round((server.used_memory() - base) / n, 1) if n else None
     acquire = ["PATHLOCK.ACQUIRE", PROJECT, "TTL", str(TTL_MS), "WRITE", "/new/__rand_int__"]
     set_nx = ["SET", "lock:/new/__rand_int__", "token", "NX", "PX", str(TTL_MS)]
+    def fresh():
+        # Each pair starts from the N held alone: otherwise every run would add its REQUESTS
+        # new locks and keys, and the last pairs "at 0" would run at 500,000.
+        server.cli("FLUSHALL")
+        load_module(server, n)
+        load_set(server, n)
+
     pairs = []
     for _ in range(ROUNDS):
+        fresh()
         pairs.append((benchmark(server, REQUESTS, acquire), benchmark(server, REQUESTS, set_nx)))
     pairs.sort(key=lambda pair: pair[0][0] / pair[1][0])
     (module_run, set_run) = pairs[len(pairs) // 2]
@@ -169,9 +180,10 @@ def measure(server, n, lua_sha):
               f"p99 {run[2]} ms" + (f"  {memory} B/lock" if memory is not None else "")
               + f"  (run with the median ratio of {ROUNDS} alternating pairs)", flush=True)
     if DEEP_PIPELINE:
-        # The same pairs at -P 16, against the locks taken so far plus N.
+        # The same pairs at -P 16.
         deep = []
         for _ in range(ROUNDS):
+            fresh()
             deep.append((benchmark(server, REQUESTS, acquire, pipeline=DEEP_PIPELINE),
                          benchmark(server, REQUESTS, set_nx, pipeline=DEEP_PIPELINE)))
         deep.sort(key=lambda pair: pair[0][0] / pair[1][0])
@@ -183,26 +195,29 @@ def measure(server, n, lua_sha):
             print(f"  {system:8} acquire -P {DEEP_PIPELINE} N={n:>8} {run[0]:>12.1f} ops/s",
                   flush=True)
     # Random held tokens: most calls free a lock, the rest find it freed already.
+    fresh()
     record("pathlock", "release", min(REQUESTS, max(n, 1000)),
            ["PATHLOCK.RELEASE", PROJECT, "t__rand_int__"], keyspace=max(n, 1))
     if DEEP_PIPELINE:
-        # Releases of held locks one by one, beside DEL of held SET NX keys, at -P 16: each
-        # side frees what it holds (tokens and keys of the N loaded, numbered like __rand_int__).
+        # Releases one by one at -P 16, beside DEL. Before each pair, REQUESTS more locks are
+        # taken (and as many SET NX keys set) beside the N held; each side then frees random
+        # ones of those, so both hold between N and N + REQUESTS throughout (a RELEASE "at 0"
+        # frees from a project that holds at most the 100,000 it releases).
         deep = []
-        release_requests = min(REQUESTS, max(n, 1000))
-        server.pipe(["SET", f"rel:{token(i)}", token(i), "PX", TTL_MS] for i in range(n))
-        for _ in range(ROUNDS):
-            deep.append((benchmark(server, release_requests,
-                                   ["PATHLOCK.RELEASE", PROJECT, "t__rand_int__"],
-                                   keyspace=max(n, 1), pipeline=DEEP_PIPELINE),
-                         benchmark(server, release_requests,
-                                   ["DEL", "rel:t__rand_int__"],
-                                   keyspace=max(n, 1), pipeline=DEEP_PIPELINE)))
+        for k in range(ROUNDS):
+            server.pipe(["PATHLOCK.ACQUIRE", PROJECT, "TOKEN", f"r{k}:{i:012d}", "TTL", TTL_MS,
+                         "WRITE", f"/r{k}/{i % 1000}/f{i}"] for i in range(REQUESTS))
+            server.pipe(["SET", f"rel{k}:{i:012d}", "tok", "PX", TTL_MS] for i in range(REQUESTS))
+            deep.append((benchmark(server, REQUESTS,
+                                   ["PATHLOCK.RELEASE", PROJECT, f"r{k}:__rand_int__"],
+                                   keyspace=REQUESTS, pipeline=DEEP_PIPELINE),
+                         benchmark(server, REQUESTS, ["DEL", f"rel{k}:__rand_int__"],
+                                   keyspace=REQUESTS, pipeline=DEEP_PIPELINE)))
         deep.sort(key=lambda pair: pair[0][0] / pair[1][0])
         for system, run in zip(["pathlock", "set-nx"], deep[len(deep) // 2]):
             results.append({"locks_held": n, "system": system,
                             "operation": f"release-p{DEEP_PIPELINE}",
-                            "requests": release_requests, "ops_per_sec": round(run[0], 1),
+                            "requests": REQUESTS, "ops_per_sec": round(run[0], 1),
                             "p50_ms": run[1], "p99_ms": run[2], "bytes_per_lock": None})
             print(f"  {system:8} release -P {DEEP_PIPELINE} N={n:>8} {run[0]:>12.1f} ops/s",
                   flush=True)
