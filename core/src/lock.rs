@@ -60,26 +60,8 @@ pub const MAX_TOKEN_BYTES: usize = 128;
 
 /// An owner's identity: 1 to 128 arbitrary bytes. Up to 38 are kept inline, so a generated
 /// token (36) or a client's usual one costs no allocation per command.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Token(SmallBytes<38>);
-
-impl PartialOrd for Token {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Token {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.as_bytes().cmp(other.as_bytes())
-    }
-}
-
-impl std::hash::Hash for Token {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state);
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenError;

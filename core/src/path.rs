@@ -73,27 +73,9 @@ impl fmt::Display for PathError {
 
 /// A normalised path, held as its trie key: inline up to 38 bytes, so that parsing most paths
 /// costs no allocation. Paths compare and hash as their keys.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Path {
     key: SmallBytes<KEY_INLINE>,
-}
-
-impl PartialOrd for Path {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Path {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(other.key())
-    }
-}
-
-impl std::hash::Hash for Path {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.key().hash(state);
-    }
 }
 
 impl Path {
