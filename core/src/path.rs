@@ -19,6 +19,8 @@
 
 use std::fmt;
 
+use smallvec::SmallVec;
+
 use crate::bytes::SmallBytes;
 
 const TERMINATOR: u8 = 0x00;
@@ -94,7 +96,8 @@ impl Path {
                 max: limits.max_bytes,
             });
         }
-        let mut key = KeyWriter::default();
+        // Inline until it outgrows a path's inline bytes, so that a usual path allocates nothing.
+        let mut key: SmallVec<[u8; KEY_INLINE]> = SmallVec::new();
         let mut depth = 0;
         // One pass over the bytes, each written to the key as it is read (escaped if need be);
         // at each `/` and at the end, the segment just written is checked, and ended, dropped
@@ -114,7 +117,7 @@ impl Path {
                     continue;
                 }
             }
-            match key.since(start) {
+            match &key[start..] {
                 b"" => continue,
                 b"." => {
                     key.truncate(start);
@@ -132,7 +135,8 @@ impl Path {
             key.push(TERMINATOR);
             start = key.len();
         }
-        let key = key.finish();
+        // Built through `SmallBytes::new`, the key takes the one form of its length.
+        let key = SmallBytes::new(&key);
         Ok(Path { key })
     }
 
@@ -241,84 +245,8 @@ impl Path {
     }
 }
 
-/// A key being written: inline until it outgrows the inline bytes of a path, then on the heap,
-/// so that parsing a usual path allocates nothing.
-struct KeyWriter {
-    inline: [u8; KEY_INLINE],
-    len: usize,
-    /// Every byte written, once there were more than `KEY_INLINE`.
-    heap: Vec<u8>,
-    spilled: bool,
-}
-
+/// How many bytes of a path's key are kept inline, in a parsed path and while parsing one.
 const KEY_INLINE: usize = 38;
-
-impl Default for KeyWriter {
-    fn default() -> Self {
-        KeyWriter {
-            inline: [0; KEY_INLINE],
-            len: 0,
-            heap: Vec::new(),
-            spilled: false,
-        }
-    }
-}
-
-impl KeyWriter {
-    fn push(&mut self, byte: u8) {
-        if !self.spilled && self.len < KEY_INLINE {
-            self.inline[self.len] = byte;
-            self.len += 1;
-            return;
-        }
-        if !self.spilled {
-            self.heap.extend_from_slice(&self.inline[..self.len]);
-            self.spilled = true;
-        }
-        self.heap.push(byte);
-    }
-
-    fn len(&self) -> usize {
-        if self.spilled {
-            self.heap.len()
-        } else {
-            self.len
-        }
-    }
-
-    /// The bytes written from `start` on.
-    fn since(&self, start: usize) -> &[u8] {
-        if self.spilled {
-            &self.heap[start..]
-        } else {
-            &self.inline[start..self.len]
-        }
-    }
-
-    /// Forgets the bytes written from `start` on. Inline, they are zeroed: an inline key's
-    /// unused bytes are zero, as `SmallBytes`'s equality compares them.
-    fn truncate(&mut self, start: usize) {
-        if self.spilled {
-            self.heap.truncate(start);
-        } else {
-            self.inline[start..self.len].fill(0);
-            self.len = start;
-        }
-    }
-
-    fn finish(self) -> SmallBytes<KEY_INLINE> {
-        if self.spilled {
-            // A key that shrank back to `KEY_INLINE` bytes or fewer is kept inline like any
-            // other of its length: one length has one form.
-            SmallBytes::new(&self.heap)
-        } else {
-            SmallBytes::Inline {
-                len: self.len as u8,
-                bytes: self.inline,
-            }
-        }
-    }
-}
 
 fn unescape(escaped: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(escaped.len());
