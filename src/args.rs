@@ -148,11 +148,9 @@ fn integer_in(word: &[u8], min: i64, max: i64) -> Option<u64> {
         value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
     }
     // `min` is not negative, so a negative number passes only as zero.
-    let value = if negative && value != 0 {
+    if negative && value != 0 {
         return None;
-    } else {
-        value
-    };
+    }
     let (min, max) = (u64::try_from(min).ok()?, u64::try_from(max).ok()?);
     (min..=max).contains(&value).then_some(value)
 }
@@ -232,8 +230,8 @@ mod tests {
     }
 
     /// The hand-written parser takes exactly what Rust's `i64` parser takes: every word of up
-    /// to five characters over digits, signs, a space and a letter, and numbers near the
-    /// limits of `u64` and `i64`.
+    /// to five bytes over digits, signs, a space, a letter, NUL and the two bytes of U+0100,
+    /// and numbers near the limits of `u64` and `i64`.
     #[test]
     fn integers_are_read_as_the_standard_parser_reads_them() {
         fn standard(word: &[u8], min: i64, max: i64) -> Option<u64> {
@@ -243,7 +241,7 @@ mod tests {
                 .filter(|n| (min..=max).contains(n))
                 .and_then(|n| u64::try_from(n).ok())
         }
-        let alphabet = b"0159+- a";
+        let alphabet = b"0159+- a\x00\xc4\x80";
         let mut words: Vec<Vec<u8>> = vec![Vec::new()];
         for _ in 0..5 {
             let longer: Vec<Vec<u8>> = words
