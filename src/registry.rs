@@ -423,3 +423,42 @@ fn signal<R>(queue: impl FnOnce(&mut Registry) -> R) -> R {
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pathlock_core::{Items, Mode, Path, PathLimits, Token};
+
+    fn waiter(token: &[u8]) -> Waiter {
+        let path = Path::parse(b"/a", &PathLimits::default()).expect("a path");
+        Waiter {
+            token: Token::new(token).expect("a token"),
+            ttl: 1000,
+            items: Items::from_iter([(Mode::Write, path)]),
+        }
+    }
+
+    /// Every change skips the look for cancelled waiters while the flag is down, so the flag
+    /// must be up from the moment a waiter gives up until each of its keys has taken it.
+    #[test]
+    fn the_cancelled_flag_follows_the_queue_of_waiters_that_gave_up() {
+        let (first, second) = (usize::MAX - 1, usize::MAX - 2);
+        let a = register(first, 3, b"flag:a", waiter(b"one"), u64::MAX);
+        let b = register(second, 3, b"flag:b\x00\xc4\x80", waiter(b"two"), u64::MAX);
+        assert!(!any_cancelled(), "waiting is not giving up");
+        assert!(give_up(first) && give_up(second));
+        assert!(any_cancelled());
+        assert_eq!(take_cancelled(3, b"flag:other"), Vec::<u64>::new());
+        assert_eq!(take_cancelled(4, b"flag:a"), Vec::<u64>::new());
+        assert!(
+            any_cancelled(),
+            "another key's or database's change takes nothing"
+        );
+        assert_eq!(take_cancelled(3, b"flag:a"), vec![a]);
+        assert!(any_cancelled(), "the second key has not taken its own yet");
+        assert_eq!(take_cancelled(3, b"flag:b\x00\xc4\x80"), vec![b]);
+        assert!(!any_cancelled());
+        assert!(!give_up(first), "a waiter gives up once");
+        assert!(!any_cancelled());
+    }
+}
