@@ -320,8 +320,19 @@ fn a_large_copy_and_its_original_stay_independent() {
             .query(con)
             .expect("MEMORY USAGE")
     };
-    // Each copy counts as holding its locks, as after any COPY.
-    assert_eq!(usage(&mut con, "copy"), usage(&mut con, "big"));
+    // Each copy counts as holding its locks, as after any COPY. The server adds its own
+    // allocation for the key, which a libc allocator may round up 16 bytes more for one key than
+    // for the other (Valkey 9.1 built with malloc=libc once reported 2,833,815 against
+    // 2,833,799); the module's share, over a hundred bytes per lock, is the same on both.
+    let (copy_usage, big_usage) = (usage(&mut con, "copy"), usage(&mut con, "big"));
+    assert!(
+        copy_usage.abs_diff(big_usage) <= 64,
+        "copy {copy_usage} against original {big_usage}"
+    );
+    assert!(
+        big_usage > 100 * n as i64,
+        "{big_usage} bytes for {n} locks"
+    );
     assert_eq!(
         info_number(&mut con, "pathlock", "pathlock_locks"),
         2 * (n as i64 + 7)
