@@ -126,6 +126,65 @@ fn release_frees_every_mode_at_a_path_and_only_the_owners() {
     table.check_integrity().expect("integrity");
 }
 
+/// A project's release takes a shorter path when the token holds one lock, alone on its path,
+/// with nothing of it due and nobody waiting. Whichever path a release takes, the project must
+/// end as the table's general release leaves it: the same locks, counts, memory estimate and
+/// sound internals, and the token free to lock again.
+#[test]
+fn a_release_ends_as_the_general_path_does_whichever_path_it_takes() {
+    let now = 10;
+    let setup = |project: &mut Project| {
+        let mut take = |token: &str, ttl: u64, items: &[(Mode, &str)]| {
+            let items: Vec<(Mode, Path)> = items.iter().map(|(m, s)| (*m, p(s))).collect();
+            assert!(project.acquire(0, &t(token), ttl, &items).is_some());
+        };
+        // The shorter path: one lock each, one of them under a folder of many files.
+        take("only", 1000, &[(Write, "/dir/a")]);
+        for i in 0..40 {
+            take(&format!("file{i}"), 1000, &[(Write, &format!("/dir/f{i}"))]);
+        }
+        // The general path: two locks; a path two readers share; a lease already lapsed.
+        take("two", 1000, &[(Write, "/x"), (Read, "/y/z")]);
+        take("reader1", 1000, &[(Read, "/shared")]);
+        take("reader2", 1000, &[(Read, "/shared")]);
+        take("lapsed", 5, &[(Write, "/old")]);
+    };
+    let tokens = ["only", "file7", "two", "reader1", "lapsed", "nobody"];
+    for token in tokens {
+        let mut project = Project::new();
+        setup(&mut project);
+        let mut general = project.locks().clone();
+        general.reclaim_expired(now);
+        let expected = general.release_count(&t(token), None);
+        let (released, grants) = project.release(now, &t(token), None);
+        assert_eq!(released, expected, "{token}");
+        assert!(grants.is_empty());
+        // The lapsed lease of `lapsed` is reclaimed by its own release; the general table
+        // reclaimed every lapsed lease first, so the rest is compared once those are gone too.
+        project.locks_mut().reclaim_expired(now);
+        let table = project.locks();
+        table.check_integrity().expect("integrity");
+        assert_eq!(table.len(), general.len(), "{token}");
+        assert_eq!(table.node_count(), general.node_count(), "{token}");
+        assert_eq!(
+            table.memory_estimate(),
+            general.memory_estimate(),
+            "{token}"
+        );
+        assert_eq!(
+            table.locks(now, &p("/")),
+            general.locks(now, &p("/")),
+            "{token}"
+        );
+        // The token can lock again, and what it held is free to others.
+        let fresh = [(Write, p("/fresh"))];
+        assert!(project.acquire(now, &t(token), 1000, &fresh).is_some());
+        let freed = project.acquire(now, &t("next"), 1000, &[(Write, p("/dir/a"))]);
+        assert_eq!(freed.is_some(), token == "only", "{token}");
+        project.locks().check_integrity().expect("integrity");
+    }
+}
+
 #[test]
 fn expired_locks_block_nobody_and_are_reclaimed_in_deadline_order() {
     let mut table = LockTable::new();
