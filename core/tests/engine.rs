@@ -126,24 +126,25 @@ fn release_frees_every_mode_at_a_path_and_only_the_owners() {
     table.check_integrity().expect("integrity");
 }
 
-/// A project's release takes a shorter path when the token holds one lock, alone on its path,
-/// with nothing of it due and nobody waiting. Whichever path a release takes, the project must
-/// end as the table's general release leaves it: the same locks, counts, memory estimate and
-/// sound internals, and the token free to lock again.
+/// A project's release (which first reclaims the token's own lapsed leases, in one owner
+/// look-up) must end as the table's plain release leaves it once every lapsed lease is gone: the
+/// same locks, counts, memory estimate and sound internals, and the token free to lock again.
+/// The tokens cover each shape of owner and path: one lock, one of many files in a folder, two
+/// locks, a path two readers share, a lapsed lease, and a token that holds nothing.
 #[test]
-fn a_release_ends_as_the_general_path_does_whichever_path_it_takes() {
+fn a_projects_release_ends_as_the_tables_plain_release_does() {
     let now = 10;
     let setup = |project: &mut Project| {
         let mut take = |token: &str, ttl: u64, items: &[(Mode, &str)]| {
             let items: Vec<(Mode, Path)> = items.iter().map(|(m, s)| (*m, p(s))).collect();
             assert!(project.acquire(0, &t(token), ttl, &items).is_some());
         };
-        // The shorter path: one lock each, one of them under a folder of many files.
+        // One lock each, one of them under a folder of many files.
         take("only", 1000, &[(Write, "/dir/a")]);
         for i in 0..40 {
             take(&format!("file{i}"), 1000, &[(Write, &format!("/dir/f{i}"))]);
         }
-        // The general path: two locks; a path two readers share; a lease already lapsed.
+        // Two locks; a path two readers share; a lease already lapsed.
         take("two", 1000, &[(Write, "/x"), (Read, "/y/z")]);
         take("reader1", 1000, &[(Read, "/shared")]);
         take("reader2", 1000, &[(Read, "/shared")]);

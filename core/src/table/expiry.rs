@@ -1,6 +1,8 @@
 //! The expiry index: owners filed by the earliest deadline among their locks.
 
 use super::ids::{OwnerId, Tagged, NONE};
+use super::owners::OwnerKeys;
+use super::rehash::Rehasher;
 use super::LockTable;
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
@@ -136,14 +138,9 @@ impl LockTable {
         paths: Option<&[Path]>,
         describe: bool,
     ) -> (usize, Vec<LockInfo>, Vec<LockInfo>) {
-        let packed = PackedToken::new(token);
-        let hash = self.token_hash(&packed);
-        let Some(owner) = self.find_owner_hashed(&packed, hash) else {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
             return (0, Vec::new(), Vec::new());
         };
-        if paths.is_none() && !describe && self.release_only_lock(owner, now, hash) {
-            return (1, Vec::new(), Vec::new());
-        }
         let reclaimed = self.reclaim_owner(owner, now);
         if self.owners[owner as usize].is_none() {
             return (0, Vec::new(), reclaimed);
@@ -264,8 +261,17 @@ impl LockTable {
         match earliest {
             Some(earliest) => self.file(id, earliest),
             None => {
-                let hash = self.token_hash(&self.owner(id).token);
-                self.forget_owner(id, hash);
+                let keys = OwnerKeys {
+                    owners: &self.owners,
+                    hasher: &self.hasher,
+                };
+                let hash = keys.hash(&id);
+                self.owner_index.remove(hash, |&other| other == id, keys);
+                let Some(owner) = self.owners[id as usize].take() else {
+                    return;
+                };
+                self.token_bytes -= owner.token.heap_bytes();
+                self.free_owners.push(id);
             }
         }
     }

@@ -71,7 +71,7 @@ use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
 use chunks::Chunks;
 use idmap::IdMap;
-use ids::{NodeId, OwnerId, Tagged, ROOT, SPILLED};
+use ids::{NodeId, OwnerId, Tagged, ROOT};
 use owners::Owner;
 use rehash::LinearTable;
 use sorted::SortedRuns;
@@ -317,27 +317,6 @@ impl LockTable {
         }
         self.refile(owner);
         (count, freed)
-    }
-
-    /// The common release in one pass: the owner's only lock, alone on its path, with nothing
-    /// of the owner due (so nothing to reclaim first). Answers false, having changed nothing,
-    /// for any other case, which the general path then takes.
-    pub(super) fn release_only_lock(&mut self, id: OwnerId, now: u64, hash: u64) -> bool {
-        let owner = self.owner(id);
-        // `NONE` and `SPILLED` are the two largest ids: no lock, or a list of them.
-        if !owner.filed || owner.earliest <= now || owner.lock.0 >= SPILLED {
-            return false;
-        }
-        let (node, mode) = (owner.lock.id(), owner.lock.mode());
-        if self.nodes[node as usize].lock.owner != Tagged::new(id, mode) {
-            return false;
-        }
-        self.nodes[node as usize].lock = Held::EMPTY;
-        self.unmark(node, mode);
-        self.len -= 1;
-        self.unfile(id);
-        self.forget_owner(id, hash);
-        true
     }
 
     /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.

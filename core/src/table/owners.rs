@@ -39,11 +39,7 @@ impl LockTable {
     }
 
     pub(super) fn find_owner(&self, token: &PackedToken) -> Option<OwnerId> {
-        self.find_owner_hashed(token, self.token_hash(token))
-    }
-
-    /// `find_owner` for a token whose hash the caller has already computed.
-    pub(super) fn find_owner_hashed(&self, token: &PackedToken, hash: u64) -> Option<OwnerId> {
+        let hash = self.hasher.hash_one(token.stored());
         self.owner_index
             .find(hash, |&id| {
                 self.owners[id as usize]
@@ -51,26 +47,6 @@ impl LockTable {
                     .is_some_and(|o| o.token == *token)
             })
             .copied()
-    }
-
-    /// The hash of a token in the owners' index.
-    pub(super) fn token_hash(&self, token: &PackedToken) -> u64 {
-        self.hasher.hash_one(token.stored())
-    }
-
-    /// Drops an owner that holds nothing any more, whose token hashes to `hash`; it is out of
-    /// the expiry index already.
-    pub(super) fn forget_owner(&mut self, id: OwnerId, hash: u64) {
-        let keys = OwnerKeys {
-            owners: &self.owners,
-            hasher: &self.hasher,
-        };
-        self.owner_index.remove(hash, |&other| other == id, keys);
-        let Some(owner) = self.owners[id as usize].take() else {
-            return;
-        };
-        self.token_bytes -= owner.token.heap_bytes();
-        self.free_owners.push(id);
     }
 
     /// The owner id of `token`, created when it holds nothing yet.

@@ -386,15 +386,6 @@ impl LockTable {
         let at = self.held(node).iter().position(|h| h.owner == wanted)?;
         let held = self.remove_held(node, at)?;
         let info = describe.then(|| self.info(&self.key_of(node), &held));
-        self.unmark(node, mode);
-        self.remove_owner_lock(owner, Tagged::new(node, mode));
-        self.len -= 1;
-        Some(info)
-    }
-
-    /// After a lock of `mode` left `node`: its ancestors' marks count one lock fewer beneath
-    /// them, and the nodes on the way that hold nothing any more are unlinked.
-    pub(super) fn unmark(&mut self, node: NodeId, mode: Mode) {
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
@@ -404,6 +395,9 @@ impl LockTable {
             }
             current = parent;
         }
+        self.remove_owner_lock(owner, Tagged::new(node, mode));
+        self.len -= 1;
+        Some(info)
     }
 
     pub(super) fn unlink_node(&mut self, id: NodeId) {
