@@ -21,8 +21,8 @@ pub mod project;
 pub mod queue;
 pub mod table;
 
-pub use lock::{Items, LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
+pub use lock::{Freed, Items, LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
 pub use path::{Path, PathError, PathLimits};
 pub use project::{Grant, Lapsed, Project, Waiter};
 pub use queue::WaitIndex;
-pub use table::LockTable;
+pub use table::{Acquired, LockTable, Released};

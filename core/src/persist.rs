@@ -81,17 +81,22 @@ fn mode_from_code(code: u64) -> Result<Mode, DecodeError> {
     }
 }
 
-/// Writes `table` in the order and layout above.
-pub fn encode(table: &LockTable, sink: &mut impl Sink) {
+/// Writes `table`'s locks live at `now` in the order and layout above. A lapsed lock is gone for
+/// every client already and is left out, so no two locks of a payload conflict (see
+/// [`LockTable::live`]). Two walks, one to count and one to write, so that no list of every
+/// lock is built.
+pub fn encode(table: &LockTable, now: u64, sink: &mut impl Sink) {
     sink.unsigned(table.next_fence());
-    sink.unsigned(table.len() as u64);
-    for lock in table.iter() {
+    let mut count = 0u64;
+    table.visit_live(now, &mut |_| count += 1);
+    sink.unsigned(count);
+    table.visit_live(now, &mut |lock| {
         sink.buffer(lock.path.key());
         sink.unsigned(mode_code(lock.mode));
         sink.buffer(lock.token.as_bytes());
         sink.unsigned(lock.deadline);
         sink.unsigned(lock.fence);
-    }
+    });
 }
 
 /// Reads a table written by [`encode`], refusing anything `encode` cannot have written.
@@ -124,8 +129,10 @@ pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
         }
         let (path, mode, token) = &order;
         // In tree order a path's descendants come after it, so this check looks at ancestors
-        // and the path itself: O(depth) per lock.
-        if table.is_blocked(token, *mode, path) {
+        // and the path itself: O(depth) per lock. Every lock counts as live (time zero): a
+        // payload holds no lapsed lock, and an owner's locks of an older payload with several
+        // deadlines share the latest of them.
+        if table.is_blocked(0, token, *mode, path) {
             return Err(DecodeError::Conflicting);
         }
         table.grant(token, deadline, fence, &[(*mode, path.clone())]);

@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lock::{Items, LockInfo, Mode, Token};
+use crate::lock::{Freed, Items, Mode, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
 use crate::table::LockTable;
@@ -183,34 +183,42 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        if !self.waiters.is_empty() {
-            if self.behind_a_waiter(token, items, u64::MAX) {
-                return None;
-            }
-            // What goes may let waiters in; they are granted before this request is decided,
-            // in the order a replica applies the effects (reclaimed owners, the waiters'
-            // grants, this grant), since a waiter of the same token re-granting a path would
-            // otherwise leave another deadline on it.
-            self.reclaim_own(now, token);
-            let (tokens, locks) = self.locks.reclaim_blockers(now, token, items);
-            self.lapse(now, tokens, locks);
+        if self.waiters.is_empty() {
+            let acquired = self
+                .locks
+                .acquire_with(now, token, generated, ttl, items, true);
+            self.lapse(now, acquired.lapsed);
+            return acquired.fence;
         }
-        let (fence, tokens, locks) = self.locks.acquire_lapsed(now, token, generated, ttl, items);
-        self.lapse(now, tokens, locks);
-        fence
+        if self.behind_a_waiter(token, items, u64::MAX) {
+            return None;
+        }
+        // What goes may let waiters in; they are granted before this request is decided, in the
+        // order a replica applies the effects (reclaimed owners, the waiters' grants, this
+        // grant), since a waiter of the same token re-granting a path would otherwise leave
+        // another fence on it.
+        let cleared = self.locks.clear_way(now, token, items);
+        self.lapse(now, cleared);
+        let acquired = self
+            .locks
+            .acquire_with(now, token, generated, ttl, items, false);
+        self.lapse(now, acquired.lapsed);
+        acquired.fence
     }
 
-    /// The bounded share of expiry a change does before it runs: the locks of `token` that are
-    /// due (a lease that lapsed is gone before its owner renews or releases it), and the due
-    /// locks of at most `others` more owners, earliest first. The rest is left to the expiry
-    /// cycle, or to the requests it gets in the way of. See [`Project::take_lapsed`].
+    /// The bounded share of expiry a change does before it runs: the locks of `token` when its
+    /// lease lapsed (a lease that lapsed is gone before its owner renews or releases it), and at
+    /// most `others` more lapsed owners, earliest first. The rest is left to the expiry cycle,
+    /// or to the requests it gets in the way of. See [`Project::take_lapsed`].
     pub fn reclaim_lazily(&mut self, now: u64, token: Option<&Token>, others: usize) {
+        let describe = !self.waiters.is_empty();
         if let Some(token) = token {
-            self.reclaim_own(now, token);
+            let freed = self.locks.reclaim_expired_of(now, token, describe);
+            self.lapse(now, freed);
         }
         if others > 0 && self.locks.next_deadline().is_some_and(|due| due <= now) {
-            let (tokens, locks) = self.locks.reclaim_some_expired(now, others);
-            self.lapse(now, tokens, locks);
+            let freed = self.locks.reclaim_some_expired(now, others, describe);
+            self.lapse(now, freed);
         }
     }
 
@@ -227,25 +235,16 @@ impl Project {
         !self.lapsed.is_empty()
     }
 
-    /// Reclaims `token`'s own due locks: nothing to do, and no look at its locks, unless the
-    /// earliest of them is due.
-    fn reclaim_own(&mut self, now: u64, token: &Token) {
-        let locks = self.locks.reclaim_expired_of(now, token);
-        if !locks.is_empty() {
-            self.lapse(now, vec![token.clone()], locks);
-        }
-    }
-
     /// Records what was reclaimed at `now` and grants the waiters it lets in.
-    fn lapse(&mut self, now: u64, tokens: Vec<Token>, locks: Vec<LockInfo>) {
-        if tokens.is_empty() {
+    fn lapse(&mut self, now: u64, freed: Freed) {
+        if freed.tokens.is_empty() {
             return;
         }
         self.lapsed
             .owners
-            .extend(tokens.into_iter().map(|t| (now, t)));
-        self.lapsed.locks += locks.len();
-        let grants = self.wake_freed(now, &locks);
+            .extend(freed.tokens.into_iter().map(|t| (now, t)));
+        self.lapsed.locks += freed.locks;
+        let grants = self.wake_probes(now, &freed.probes);
         self.lapsed.grants.extend(grants);
     }
 
@@ -262,8 +261,8 @@ impl Project {
     }
 
     /// Frees `token`'s live locks (see [`LockTable::release`]) and grants the waiters that
-    /// were waiting for them. Its expired ones are reclaimed first, as expired. Returns how many
-    /// locks it freed, and the grants.
+    /// were waiting for them. A lapsed lease frees nothing and is reclaimed as lapsed. Returns
+    /// how many locks it freed, and the grants.
     pub fn release(
         &mut self,
         now: u64,
@@ -272,47 +271,60 @@ impl Project {
     ) -> (usize, Vec<Grant>) {
         // The freed locks are described only for the waiters they may let in.
         let describe = !self.waiters.is_empty();
-        let (released, freed, lapsed) = self.locks.release_lapsed(now, token, paths, describe);
-        if lapsed.is_empty() {
-            let grants = self.wake_freed(now, &freed);
-            return (released, grants);
+        let released = self.locks.release(now, token, paths, describe);
+        if released.lapsed.tokens.is_empty() {
+            let grants = self.wake_probes(now, &released.freed.probes);
+            return (released.count, grants);
         }
-        // One pass wakes the waiters near both what lapsed and what was released, and its
-        // grants are replicated after the release, as for `renew`: a waiter of this token may
-        // be among them, and a replica releasing after granting it would free its locks.
-        self.lapsed.owners.push((now, token.clone()));
-        self.lapsed.locks += lapsed.len();
-        let both: Vec<LockInfo> = freed.into_iter().chain(lapsed).collect();
-        let grants = self.wake_freed(now, &both);
-        (released, grants)
+        // A lapsed lease: its grants are replicated after the release, as for `renew`, since a
+        // waiter of this token may be among them.
+        self.lapsed
+            .owners
+            .extend(released.lapsed.tokens.iter().map(|t| (now, t.clone())));
+        self.lapsed.locks += released.lapsed.locks;
+        let grants = self.wake_probes(now, &released.lapsed.probes);
+        (released.count, grants)
     }
 
-    /// Moves the deadline of `token`'s live locks to `deadline` (see [`LockTable::renew`]); its
-    /// expired ones are reclaimed first, so a lapsed lease is not brought back. Returns how many
-    /// it moved, and the waiters that the reclaimed locks let in. Those are granted after the
-    /// renewal and must be replicated after it: a waiter of this very token may be among them
-    /// (let in once another owner's lapsed locks in its way went too), and a replica renewing
-    /// after granting it would move its deadline.
+    /// Moves the lease of `token`'s locks to `deadline` (see [`LockTable::renew`]); a lapsed
+    /// lease is reclaimed instead, so it is not brought back. Returns how many locks it renewed,
+    /// and the waiters that the reclaimed locks let in. Those are granted after the renewal and
+    /// must be replicated after it: a waiter of this very token may be among them (let in once
+    /// another owner's lapsed locks in its way went too), and a replica renewing after granting
+    /// it would move its lease.
     pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
-        let (renewed, lapsed) = self.locks.renew_lapsed(now, token, deadline);
-        if lapsed.is_empty() {
+        let (renewed, lapsed) = self.locks.renew(now, token, deadline);
+        if lapsed.tokens.is_empty() {
             return (renewed, Vec::new());
         }
-        self.lapsed.owners.push((now, token.clone()));
-        self.lapsed.locks += lapsed.len();
-        (renewed, self.wake_freed(now, &lapsed))
+        self.lapsed
+            .owners
+            .extend(lapsed.tokens.iter().map(|t| (now, t.clone())));
+        self.lapsed.locks += lapsed.locks;
+        (renewed, self.wake_probes(now, &lapsed.probes))
     }
 
-    /// Reclaims every lock due by `now`, however many, and grants the waiters that were waiting
-    /// for them. Its cost is the whole expiry: commands use [`Project::reclaim_lazily`].
-    pub fn reclaim_expired(&mut self, now: u64) -> (Vec<LockInfo>, Vec<Grant>) {
-        let expired = self.locks.reclaim_expired(now);
-        let grants = self.wake_freed(now, &expired);
-        (expired, grants)
+    /// Reclaims every owner whose lease lapsed by `now`, however many, and grants the waiters
+    /// that were waiting for them. Its cost is the whole expiry: commands use
+    /// [`Project::reclaim_lazily`], the expiry cycle [`Project::expire_some`].
+    pub fn reclaim_expired(&mut self, now: u64) -> (Freed, Vec<Grant>) {
+        let freed = self.locks.reclaim_expired(now, !self.waiters.is_empty());
+        let grants = self.wake_probes(now, &freed.probes);
+        (freed, grants)
     }
 
-    fn wake_freed(&mut self, now: u64, freed: &[LockInfo]) -> Vec<Grant> {
-        self.wake_near(now, freed.iter().map(|l| (l.mode, &l.path)), 0)
+    /// One bounded step of expiry: at most `max_owners` lapsed owners, earliest first, and the
+    /// waiters they let in. The tokens name the step exactly for a replica.
+    pub fn expire_some(&mut self, now: u64, max_owners: usize) -> (Freed, Vec<Grant>) {
+        let freed = self
+            .locks
+            .reclaim_some_expired(now, max_owners, !self.waiters.is_empty());
+        let grants = self.wake_probes(now, &freed.probes);
+        (freed, grants)
+    }
+
+    fn wake_probes(&mut self, now: u64, probes: &[(Mode, Path)]) -> Vec<Grant> {
+        self.wake_near(now, probes.iter().map(|(mode, path)| (*mode, path)), 0)
     }
 
     /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
@@ -398,36 +410,36 @@ impl Project {
                 break;
             }
             after = 0;
-            for lock in &freed {
-                self.index
-                    .fronts_near(lock.mode, &lock.path, after, &mut candidates);
+            for (mode, path) in &freed {
+                self.index.fronts_near(*mode, path, after, &mut candidates);
             }
         }
         grants
     }
 
     /// Grants waiter `id` when no live lock and no earlier waiter of another owner blocks it.
-    /// The expired locks in its way, and its own, are reclaimed (recorded as lapsed) and added
-    /// to `freed`; its own go before it is granted, so that nothing reclaimed later in this
-    /// change is its, and the reclaimed owners can replicate ahead of the grants.
-    fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<LockInfo>) -> Option<Grant> {
+    /// The lapsed owners in its way, and its own, are reclaimed (recorded as lapsed) and their
+    /// paths added to `freed`; its own go before it is granted, so that nothing reclaimed later
+    /// in this change is its, and the reclaimed owners can replicate ahead of the grants.
+    fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<(Mode, Path)>) -> Option<Grant> {
         let waiter = self.waiters.get(&id)?;
         if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
             return None;
         }
         // Out of the map for the moment the table needs it, and back if it is still blocked.
         let waiter = self.waiters.remove(&id)?;
-        let (fence, tokens, locks) =
+        let acquired =
             self.locks
-                .acquire_lapsed(now, &waiter.token, false, waiter.ttl, &waiter.items);
-        if !tokens.is_empty() {
+                .acquire_with(now, &waiter.token, false, waiter.ttl, &waiter.items, true);
+        let lapsed = acquired.lapsed;
+        if !lapsed.tokens.is_empty() {
             self.lapsed
                 .owners
-                .extend(tokens.into_iter().map(|t| (now, t)));
-            self.lapsed.locks += locks.len();
-            freed.extend(locks);
+                .extend(lapsed.tokens.into_iter().map(|t| (now, t)));
+            self.lapsed.locks += lapsed.locks;
+            freed.extend(lapsed.probes);
         }
-        let Some(fence) = fence else {
+        let Some(fence) = acquired.fence else {
             self.waiters.insert(id, waiter);
             return None;
         };

@@ -236,7 +236,7 @@ proptest! {
 /// reclaimed owners by token, then the grants of the waiters it let in.
 fn publish(replica: &mut LockTable, lapsed: Lapsed) {
     for (at, token) in &lapsed.owners {
-        replica.reclaim_expired_of(*at, token);
+        replica.reclaim_expired_of(*at, token, false);
     }
     apply_grants(replica, &lapsed.grants);
 }
@@ -293,7 +293,7 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
                 let (freed, grants) = project.release(now, &token(*t), paths.as_deref());
                 publish(&mut replica, project.take_lapsed());
                 if freed > 0 {
-                    replica.release(&token(*t), paths.as_deref());
+                    replica.release_decided(&token(*t), paths.as_deref());
                 }
                 apply_grants(&mut replica, &grants);
             }
@@ -314,7 +314,7 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
             let (renewed, grants) = project.renew(now, &token(*t), now + ttl);
             publish(&mut replica, project.take_lapsed());
             if renewed > 0 {
-                replica.renew(&token(*t), now + ttl);
+                replica.renew_decided(&token(*t), now + ttl);
             }
             apply_grants(&mut replica, &grants);
         }

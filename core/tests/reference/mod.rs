@@ -66,10 +66,21 @@ impl Reference {
         })
     }
 
-    /// Records a grant with the next fence, refreshing what the token already holds.
+    /// Records a grant with the next fence, refreshing what the token already holds. A token's
+    /// locks are one lease: the grant moves every one of them to the later of their deadline and
+    /// `now + ttl`.
     pub fn grant(&mut self, now: u64, token: &Token, ttl: u64, items: &[(Mode, Path)]) -> u64 {
         let fence = self.next_fence;
         self.next_fence += 1;
+        let deadline = self
+            .locks
+            .iter()
+            .filter(|l| l.token == *token)
+            .map(|l| l.deadline)
+            .fold(now + ttl, u64::max);
+        for lock in self.locks.iter_mut().filter(|l| l.token == *token) {
+            lock.deadline = deadline;
+        }
         for (mode, path) in items {
             self.locks
                 .retain(|l| !(l.token == *token && l.mode == *mode && l.path == *path));
@@ -77,7 +88,7 @@ impl Reference {
                 path: path.clone(),
                 mode: *mode,
                 token: token.clone(),
-                deadline: now + ttl,
+                deadline,
                 fence,
             });
         }
