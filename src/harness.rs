@@ -220,7 +220,8 @@ pub fn rdb(data: &[u8]) {
 
 fn encode(table: &LockTable) -> Vec<u8> {
     let mut sink = ByteSink::default();
-    persist::encode(table, &mut sink);
+    // At time 0 every lock is live but those whose deadline is 0, which a payload may hold.
+    persist::encode(table, 0, &mut sink);
     sink.bytes
 }
 

@@ -14,7 +14,7 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::{eviction, fences, registry, selected_db, stats};
+use crate::{clock, eviction, fences, registry, selected_db, stats};
 
 /// The one encoding version. Raise it when the layout above changes, and keep reading the older
 /// versions; a version newer than this one is refused.
@@ -208,7 +208,10 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             ) else {
                 return;
             };
-            for lock in table.iter() {
+            // The locks live now, as an RDB carries them: a master and a replica hold the same
+            // ones, lapsed ones included, but free a released big owner's locks at their own
+            // pace, and a replica that loaded an RDB never had the lapsed ones.
+            table.visit_live(clock::wall_ms(), &mut |lock| {
                 add_buffer(
                     md,
                     lock.path.key().as_ptr().cast::<c_char>(),
@@ -223,7 +226,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                 add_number(md, lock.deadline as c_longlong);
                 add_number(md, lock.fence as c_longlong);
                 end(md);
-            }
+            });
             add_number(md, table.next_fence() as c_longlong);
             end(md);
         }
@@ -231,7 +234,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 }
 
 /// Rewrites a project as the effects that rebuild it: its fence counter, then one `GRANT` per
-/// lock with its absolute deadline and fence.
+/// live lock with its absolute deadline and fence.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -255,7 +258,7 @@ extern "C" fn aof_rewrite(
                 c"FENCE".as_ptr(),
                 table.next_fence() as c_longlong,
             );
-            for lock in table.iter() {
+            table.visit_live(clock::wall_ms(), &mut |lock| {
                 let token = lock.token.as_bytes();
                 let path = lock.path.to_bytes();
                 let mode = match lock.mode {
@@ -276,7 +279,7 @@ extern "C" fn aof_rewrite(
                     path.as_ptr().cast::<c_char>(),
                     path.len(),
                 );
-            }
+            });
         }
     })
 }
@@ -315,7 +318,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
         if project.waiting() > 0 {
             registry::serialized(value as usize);
         }
-        persist::encode(project.locks(), &mut Rdb(rdb));
+        persist::encode(project.locks(), clock::wall_ms(), &mut Rdb(rdb));
     })
 }
 

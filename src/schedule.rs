@@ -1,8 +1,10 @@
 //! The expiry schedule: when each project key next has a lock due, ordered by that deadline, so
 //! the expiry cycle visits only keys with something due.
 //!
-//! Level 1: imports `context`. Written by `change` after every change and by `expiry` for keys
-//! that arrive without a command; read by `expiry`'s cycle.
+//! Level 1: imports `context`. Written by `change` after every change and by `events` for keys
+//! that arrive without a command; read by `expiry`'s cycle. It also keeps the keys with
+//! background work (a released big owner's locks to free), which the same cycle works off on
+//! every server.
 //!
 //! An entry can go stale (the key was deleted, or `SWAPDB` moved it), and it is left early on
 //! purpose when a key's earliest deadline moves later; the cycle finds no path-lock key, or
@@ -28,6 +30,8 @@ struct Schedule {
     /// command, nearly always with its entry unchanged, and comparing its name is cheaper than
     /// hashing it.
     last: Option<(i32, Vec<u8>, Option<u64>)>,
+    /// Keys with background work (`LockTable::free_some`), on every server, in no order.
+    pending: BTreeSet<KeyId>,
 }
 
 static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
@@ -82,6 +86,30 @@ fn remember(s: &mut Schedule, db: i32, key: &[u8], entry: Option<u64>) {
         Some((d, k, e)) if *d == db && k.as_slice() == key => *e = entry,
         _ => s.last = Some((db, key.to_vec(), entry)),
     }
+}
+
+/// Records that `key`, in the context's database, has background work.
+pub fn pending(ctx: &Context, key: &[u8]) {
+    let db = selected_db(ctx);
+    with_schedule(|s| {
+        if !s.pending.iter().any(|(d, k)| *d == db && k == key) {
+            s.pending.insert((db, key.to_vec()));
+        }
+    });
+}
+
+/// Takes a key with background work out of the set; whoever works on it records it again with
+/// `still_pending` if work is left.
+pub fn pop_pending() -> Option<KeyId> {
+    with_schedule(|s| s.pending.pop_first())
+}
+
+pub fn still_pending(id: KeyId) {
+    with_schedule(|s| s.pending.insert(id));
+}
+
+pub fn has_pending() -> bool {
+    with_schedule(|s| !s.pending.is_empty())
 }
 
 /// Takes out of the schedule the key with the earliest deadline, if that deadline is not after
