@@ -471,7 +471,7 @@ fn a_failed_slot_migration_grants_nothing_while_paused_and_leaves_the_source_as_
     let (key, slot) = key_on(&cluster, source, "failing");
     let mut con = source.conn();
     let _: () = cmd("CONFIG")
-        .arg(&["SET", "cluster-manual-failover-timeout", "3000"])
+        .arg(&["SET", "cluster-manual-failover-timeout", "5000"])
         .query(&mut con)
         .expect("CONFIG SET");
     let held = fence_of(
@@ -481,7 +481,7 @@ fn a_failed_slot_migration_grants_nothing_while_paused_and_leaves_the_source_as_
     );
     // The writer waits behind the reader; the second reader is compatible with the first but
     // not with the writer queued before it, so it waits behind the writer.
-    let writer = wait_on(source, &key, "writer", 2_500, &["WRITE", "/A"]);
+    let writer = wait_on(source, &key, "writer", 5_000, &["WRITE", "/A"]);
     wait_blocked(source, 1);
     let reader = wait_on(source, &key, "reader-2", 60_000, &["READ", "/A/x"]);
     wait_blocked(source, 2);
@@ -492,8 +492,9 @@ fn a_failed_slot_migration_grants_nothing_while_paused_and_leaves_the_source_as_
     let started = Instant::now();
     start_migration(&cluster, source, target, slot);
     wait_for_state(source, "failover-granted");
+    // The pause lasts twice the manual-failover timeout, 10 s.
     assert!(
-        started.elapsed() < Duration::from_millis(2_000),
+        started.elapsed() < Duration::from_millis(4_500),
         "the source paused before the writer's time runs out"
     );
     assert_eq!(
