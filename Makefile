@@ -55,11 +55,11 @@ test-python: build
 test-node: build
 	cd clients/node && npm ci && npm run build && npm test
 
-# Only the Cluster, failover, mutual-exclusion stress and network-partition tests (they also run
-# in `make test`).
+# Only the Cluster (MIGRATE and atomic slot migration), failover, mutual-exclusion stress and
+# network-partition tests (they also run in `make test`).
 test-cluster: build
 	@scripts/deps.sh test
-	$(CARGO) test --release --test cluster --test stress --test partition -- --nocapture
+	$(CARGO) test --release --test cluster --test atomic_migration --test stress --test partition -- --nocapture
 
 # Side by side with the old Lua script and SET NX PX, then the engine alone; see bench/README.md.
 bench: build
