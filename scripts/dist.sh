@@ -62,7 +62,7 @@ build_deb() {
     # Whoever made the commit the package is built from, unless DEB_MAINTAINER names someone.
     maintainer=${DEB_MAINTAINER:-$(git log -1 --format='%an <%ae>' 2>/dev/null || true)}
     [ -n "$maintainer" ] || { echo "pathlock: set DEB_MAINTAINER='Name <address>'" >&2; exit 1; }
-    commit=$(git rev-parse --short HEAD 2>/dev/null || echo "unknown commit")
+    commit=$(git describe --always --dirty 2>/dev/null || echo "unknown commit")
     # The changelog's date, and with it the files' times, are the commit's, so that building the
     # same commit twice gives the same package.
     export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
@@ -161,7 +161,8 @@ build_node() {
 # Verified by `make test-dist`, which builds the crate from the .crate alone outside the
 # repository; --no-verify here saves building it twice.
 build_rust() {
-    cargo package --locked --no-verify -p pathlock-client --quiet
+    # --allow-dirty: a checkout with uncommitted changes packs them, as the other artifacts do.
+    cargo package --locked --no-verify --allow-dirty -p pathlock-client --quiet
     local crate=pathlock-client-$(crate_version pathlock-client).crate
     cp "target/package/$crate" "$out/$crate"
     echo "$out/$crate"
