@@ -53,7 +53,7 @@ EOF
 }
 
 build_deb() {
-    local upstream version arch maintainer stage work so deb date commit
+    local upstream version arch maintainer stage so deb date commit
     upstream=$(crate_version pathlock)
     version=$upstream-1
     arch=$(dpkg --print-architecture)
@@ -69,8 +69,10 @@ build_deb() {
     date=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
 
     work=$(mktemp -d)
-    trap 'rm -rf "$work"' RETURN
-    stage=$work/$package
+    trap 'rm -rf "$work"' EXIT
+    # Staged where dpkg-shlibdeps expects a package's files: debian/<package>/, with DEBIAN/.
+    stage=$work/debian/$package
+    mkdir -p "$stage/DEBIAN"
     # Executable, unlike a plain shared library: Redis 7.0 refuses to load a module file that has
     # no execute bit ("It does not have execute permissions").
     install -D -m 0755 "$so" "$stage$redis_path"
@@ -94,17 +96,16 @@ $package ($version) unstable; urgency=medium
  -- $maintainer  $date
 EOF
     gzip -9n <"$work/changelog" >"$doc/changelog.Debian.gz"
+    chmod 0644 "$doc"/*
 
     # Depends: the libc (and libgcc_s, for unwinding) versions the library's symbols need, as
     # Debian's symbols files tell dpkg-shlibdeps; it reads the package list of debian/control.
-    mkdir -p "$work/debian"
     printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$package" "$package" >"$work/debian/control"
     local depends
-    depends=$(cd "$work" && dpkg-shlibdeps -O "-e$package$redis_path" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+    depends=$(cd "$work" && dpkg-shlibdeps -O "-edebian/$package$redis_path" | sed -n 's/^shlibs:Depends=//p')
     [ -n "$depends" ] || { echo "pathlock: dpkg-shlibdeps found no dependency" >&2; exit 1; }
 
     find "$stage" -type d -exec chmod 0755 {} +
-    mkdir -p "$stage/DEBIAN"
     printf '/etc/redis/pathlock.conf\n/etc/valkey/pathlock.conf\n' >"$stage/DEBIAN/conffiles"
     (cd "$stage" && find . -path ./DEBIAN -prune -o -type f -printf '%P\n' | LC_ALL=C sort |
         xargs md5sum) >"$stage/DEBIAN/md5sums"
