@@ -2,12 +2,14 @@
 //! works off the keys' background work (freeing the locks of a big owner that was released
 //! or lapsed whole, whose locks stopped counting at once; see the engine's `big`).
 //!
-//! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`. Started by `lib.rs`.
+//! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`, `slot`. Started by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. The timer runs on every server, but only a master
 //! acts, and not while clients are paused or a failover is in progress (`AvoidReplicaTraffic`),
-//! so a replica's locks change only through its master's effects.
+//! so a replica's locks change only through its master's effects. Likewise, the projects of a
+//! slot that an atomic slot migration is importing change only through the source's effects:
+//! their keys stay scheduled and are visited once the import is over.
 //!
 //! A tick works for at most `BUDGET` (1 ms), a few owners at a time, and replicates each step as
 //! `EXPIRE now token...` naming the owners it reclaimed. A key with more due than a tick can
@@ -24,7 +26,7 @@ use redis_module::{raw, Context, ContextFlags, RedisString};
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
 use crate::context::in_db;
-use crate::{clock, schedule};
+use crate::{clock, schedule, slot};
 
 const TICK: Duration = Duration::from_millis(100);
 /// The next tick when the last one ran out of time with locks still due.
@@ -82,17 +84,27 @@ fn reclaim_due(ctx: &Context, until: Instant) -> bool {
         return false;
     }
     let now = clock::wall_ms();
+    let mut importing = Vec::new();
+    let mut more = false;
     while Instant::now() < until {
         let Some((db, key)) = schedule::pop_due(now) else {
-            return false;
+            break;
         };
+        if slot::IMPORTING.holds_key(&key) {
+            importing.push((db, key));
+            continue;
+        }
         let done = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
             expire_until(ctx, &name, now, until)
         });
         if !done {
-            return true;
+            more = true;
+            break;
         }
     }
-    false
+    for (db, key) in importing {
+        in_db(ctx, db, || schedule::schedule(ctx, &key, Some(now)));
+    }
+    more
 }
