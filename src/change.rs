@@ -31,7 +31,7 @@ pub fn change<R>(
     change: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
     let result = store::write(ctx, key_name, create, |project| {
-        let before = project.locks().len();
+        let before = Counts::of(project);
         if decides(ctx) {
             let now = clock::now_ms(ctx);
             purge_cancelled(ctx, key_name, project, now);
@@ -54,7 +54,7 @@ pub fn change<R>(
 /// whether nothing due is left; a name that holds no project has nothing due.
 pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Instant) -> bool {
     let done = store::write(ctx, key_name, false, |project| {
-        let before = project.locks().len();
+        let before = Counts::of(project);
         purge_cancelled(ctx, key_name, project, now);
         let mut reclaimed = 0;
         let mut done = false;
@@ -143,12 +143,34 @@ fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project,
 
 /// After every change: the INFO gauge, the expiry schedule, the background work and the fence
 /// mark follow the table.
-fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: usize) {
+fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: Counts) {
     fences::observe(project.locks().next_fence());
-    stats::track(&stats::LOCKS_HELD, before, project.locks().len());
+    before.track(project);
     schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
     if project.locks().has_background_work() {
         schedule::pending(ctx, key_name.as_slice());
+    }
+}
+
+/// A project's counts in the INFO gauges, taken before a change so that the gauges move by what
+/// it changed.
+#[derive(Clone, Copy)]
+struct Counts {
+    locks: usize,
+    freeing: usize,
+}
+
+impl Counts {
+    fn of(project: &Project) -> Counts {
+        Counts {
+            locks: project.locks().len(),
+            freeing: project.locks().freeing(),
+        }
+    }
+
+    fn track(self, project: &Project) {
+        stats::track(&stats::LOCKS_HELD, self.locks, project.locks().len());
+        stats::track(&stats::LOCKS_FREEING, self.freeing, project.locks().freeing());
     }
 }
 
@@ -159,11 +181,13 @@ fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: usiz
 /// has none.
 pub fn free_until(ctx: &Context, key_name: &RedisString, until: Instant) -> bool {
     let more = store::maintain(ctx, key_name, |project| {
+        let before = Counts::of(project);
         while Instant::now() < until {
             if project.locks_mut().free_some(FREED_PER_STEP) == 0 {
                 break;
             }
         }
+        before.track(project);
         project.locks().has_background_work()
     });
     more.ok().flatten().unwrap_or(false)

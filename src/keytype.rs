@@ -63,6 +63,7 @@ fn into_value(project: Project) -> *mut c_void {
     fences::observe(project.locks().next_fence());
     stats::track(&stats::KEYS, 0, 1);
     stats::track(&stats::LOCKS_HELD, 0, project.locks().len());
+    stats::track(&stats::LOCKS_FREEING, 0, project.locks().freeing());
     Box::into_raw(Box::new(project)).cast::<c_void>()
 }
 
@@ -79,6 +80,7 @@ extern "C" fn free(value: *mut c_void) {
             let project = unsafe { Box::from_raw(value.cast::<Project>()) };
             stats::track(&stats::KEYS, 1, 0);
             stats::track(&stats::LOCKS_HELD, project.locks().len(), 0);
+            stats::track(&stats::LOCKS_FREEING, project.locks().freeing(), 0);
         }
     })
 }

@@ -112,6 +112,10 @@ pub fn has_pending() -> bool {
     with_schedule(|s| !s.pending.is_empty())
 }
 
+pub fn pending_count() -> usize {
+    with_schedule(|s| s.pending.len())
+}
+
 /// Takes out of the schedule the key with the earliest deadline, if that deadline is not after
 /// `now`. The change that reclaims it schedules it again.
 pub fn pop_due(now: u64) -> Option<KeyId> {

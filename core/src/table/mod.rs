@@ -259,6 +259,12 @@ impl LockTable {
         self.len == 0
     }
 
+    /// Locks of owners released or reclaimed whole that are still stored, being freed in the
+    /// background (`free_some`); they count for nothing.
+    pub fn freeing(&self) -> usize {
+        self.buried_locks
+    }
+
     /// An estimate of the heap bytes the table uses, for `MEMORY USAGE`. It depends only on what
     /// the table holds, so a released lock takes its bytes back exactly once it is freed.
     pub fn memory_estimate(&self) -> usize {
