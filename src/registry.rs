@@ -435,6 +435,7 @@ mod tests {
             token: Token::new(token).expect("a token"),
             ttl: 1000,
             items: Items::from_iter([(Mode::Write, path)]),
+            note: None,
         }
     }
 
