@@ -206,18 +206,13 @@ fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
             Op::Advance(ms) => now += ms,
         }
         prop_assert_eq!(project.waiting(), model.waiters.len());
-        for under in 0..PATHS.len() {
+        for (i, name) in PATHS.iter().enumerate() {
             let listed: Vec<(u64, Waiter)> = project
-                .waiters_under(&path(under))
+                .waiters_under(&path(i))
                 .into_iter()
                 .map(|(id, w)| (id, w.clone()))
                 .collect();
-            prop_assert_eq!(
-                listed,
-                model.waiters_under(&path(under)),
-                "under {}",
-                PATHS[under]
-            );
+            prop_assert_eq!(listed, model.waiters_under(&path(i)), "under {}", name);
         }
         longest = longest.max(project.waiting());
         prop_assert_eq!(project.wait_index().is_empty(), model.waiters.is_empty());

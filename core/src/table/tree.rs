@@ -452,12 +452,7 @@ impl LockTable {
     /// Each entry is a node still to visit and the length of its parent's key, a prefix of the
     /// key at the time the entry is taken, since everything visited in between lies beneath
     /// that parent.
-    pub(super) fn walk(
-        &self,
-        node: NodeId,
-        key: &mut Vec<u8>,
-        visit: &mut dyn FnMut(&Self, NodeId, &[u8], &Held),
-    ) {
+    pub(super) fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut Visit<'_>) {
         let start = key.len();
         for held in self.held(node) {
             visit(self, node, key, held);
@@ -497,6 +492,9 @@ impl LockTable {
         children
     }
 }
+
+/// What `walk` calls for each lock: the table, the lock's node, the node's trie key, the lock.
+pub(super) type Visit<'a> = dyn FnMut(&LockTable, NodeId, &[u8], &Held) + 'a;
 
 pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
     key.extend_from_slice(escaped);
