@@ -330,6 +330,16 @@ fn notes_replicate_and_digests_cover_them() {
     );
     assert_eq!(digest_of(&mut con, "same"), digest_of(&mut con, "p"));
     assert_ne!(digest_of(&mut con, "patched"), digest_of(&mut con, "p"));
+    // COPY carries the notes too, and the copy and the original change apart.
+    let copied: i64 = cmd("COPY").arg(&["p", "c"]).query(&mut con).expect("COPY");
+    assert_eq!(copied, 1);
+    assert_eq!(locks(&mut con, "c", &[]), expected);
+    assert!(take_noted(&mut con, "c", "a", b"copy's", &["READ", "/B"]));
+    assert_eq!(locks(&mut con, "p", &[]), expected);
+    assert_eq!(
+        locks(&mut con, "c", &[b"/B"])[0],
+        entry("/B", "READ", "a", Some(b"copy's"))
+    );
 }
 
 #[test]
