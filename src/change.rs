@@ -170,7 +170,11 @@ impl Counts {
 
     fn track(self, project: &Project) {
         stats::track(&stats::LOCKS_HELD, self.locks, project.locks().len());
-        stats::track(&stats::LOCKS_FREEING, self.freeing, project.locks().freeing());
+        stats::track(
+            &stats::LOCKS_FREEING,
+            self.freeing,
+            project.locks().freeing(),
+        );
     }
 }
 

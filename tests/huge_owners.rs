@@ -80,11 +80,17 @@ fn a_big_owner_costs_its_commands_nothing_and_its_release_takes_everything_at_on
     let mut r = replica.conn();
     hold_big(&mut m, "p", "big", 600_000);
     assert!(take(&mut m, "p", "small", &["WRITE", "/other"]));
-    assert_eq!(info_number(&mut m, "pathlock", "pathlock_locks"), BIG as i64 + 1);
+    assert_eq!(
+        info_number(&mut m, "pathlock", "pathlock_locks"),
+        BIG as i64 + 1
+    );
     // Its own commands: a new path, a folder over its own locks (they never block it),
     // a release of one path, a renewal of all, its own locks left out of CHECK.
     assert!(take(&mut m, "p", "big", &["WRITE", "/new"]));
-    assert!(take(&mut m, "p", "big", &["WRITE", "/d3"]), "own locks beneath");
+    assert!(
+        take(&mut m, "p", "big", &["WRITE", "/d3"]),
+        "own locks beneath"
+    );
     assert_eq!(release(&mut m, "p", "big", &["/d3/f3"]), 1);
     assert_eq!(renew(&mut m, "p", "big", 600_000), BIG as i64 + 1);
     let own: Vec<Value> = cmd("PATHLOCK.CHECK")
@@ -107,7 +113,11 @@ fn a_big_owner_costs_its_commands_nothing_and_its_release_takes_everything_at_on
     assert!(take(&mut m, "p", "other", &["READ", "/d6"]));
     let granted = waiter.join().expect("the waiter's thread");
     assert!(granted.is_some(), "the waiter behind it is granted");
-    assert_eq!(release(&mut m, "p", "big", &[]), 0, "nothing left to release");
+    assert_eq!(
+        release(&mut m, "p", "big", &[]),
+        0,
+        "nothing left to release"
+    );
     assert_eq!(renew(&mut m, "p", "big", 1000), 0, "nothing left to renew");
     // The token is free to lock again at once, while its old locks are still being freed.
     assert!(take(&mut m, "p", "big", &["WRITE", "/d7/f7"]));
@@ -251,7 +261,10 @@ fn a_request_over_a_mountain_of_lapsed_locks_is_decided_without_reclaiming_them(
     );
     let (replies,): (Replies,) = pipe.query(&mut m).expect("the transaction");
     let (root, released, live, folder, refused, info) = replies;
-    assert!(root.is_some(), "the root over lapsed locks alone is granted");
+    assert!(
+        root.is_some(),
+        "the root over lapsed locks alone is granted"
+    );
     assert_eq!(released, 1);
     assert!(live.is_some() && folder.is_some());
     assert!(refused.is_none(), "a live lock still blocks the root");
@@ -263,7 +276,11 @@ fn a_request_over_a_mountain_of_lapsed_locks_is_decided_without_reclaiming_them(
         .and_then(|v| v.trim().parse().ok())
         .expect("pathlock_locks");
     assert!(stored > LAPSED as i64 - 100, "{stored} stored");
-    assert_eq!(count_locks(&mut m, "p", "/"), 2, "only the live locks are listed");
+    assert_eq!(
+        count_locks(&mut m, "p", "/"),
+        2,
+        "only the live locks are listed"
+    );
     pause_and_sync(&mut m);
     assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
     assert_eq!(

@@ -8,9 +8,15 @@
 //!   buffer    path trie key
 //!   unsigned  mode (0 WRITE, 1 READ)
 //!   buffer    token
-//!   unsigned  deadline, absolute milliseconds
+//!   unsigned  deadline, absolute milliseconds (the owner's lease: equal for its locks)
 //!   unsigned  fence
+//!   buffer    note, empty when the lock has none      (from version 2)
 //! ```
+//!
+//! [`VERSION`] is the version [`encode`] writes; [`decode_version`] reads every version up to
+//! it (version 1 is the layout without notes), and [`decode`] reads the current one. A token's
+//! locks are one lease: a payload of an older engine, whose locks of one token could have
+//! several deadlines, loads with the latest of them for all.
 //!
 //! The Redis layer reads and writes the items through `RedisModule_Load*`/`Save*`; tests and the
 //! fuzz target read them from plain bytes ([`ByteSource`]). Decoding checks every field, the
@@ -20,9 +26,12 @@
 
 use std::fmt;
 
-use crate::lock::{Mode, Token};
+use crate::lock::{Mode, Note, Token, NOTE_CEILING};
 use crate::path::{Path, PathLimits};
 use crate::table::LockTable;
+
+/// The version of the layout [`encode`] writes: 2 added the notes.
+pub const VERSION: u32 = 2;
 
 /// Where an encoded table is read from, item by item.
 pub trait Source {
@@ -48,6 +57,8 @@ pub enum DecodeError {
     FenceOutOfRange { fence: u64, next: u64 },
     OutOfOrder,
     Conflicting,
+    NoteTooLong(usize),
+    UnknownVersion(u32),
 }
 
 impl fmt::Display for DecodeError {
@@ -62,6 +73,18 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::OutOfOrder => f.write_str("locks out of order or repeated"),
             DecodeError::Conflicting => f.write_str("two owners hold conflicting locks"),
+            DecodeError::NoteTooLong(len) => {
+                write!(
+                    f,
+                    "note of {len} bytes, above the {NOTE_CEILING} any server allows"
+                )
+            }
+            DecodeError::UnknownVersion(version) => {
+                write!(
+                    f,
+                    "encoding version {version}, above the {VERSION} this engine reads"
+                )
+            }
         }
     }
 }
@@ -96,11 +119,21 @@ pub fn encode(table: &LockTable, now: u64, sink: &mut impl Sink) {
         sink.buffer(lock.token.as_bytes());
         sink.unsigned(lock.deadline);
         sink.unsigned(lock.fence);
+        sink.buffer(lock.note.as_deref().unwrap_or_default());
     });
 }
 
 /// Reads a table written by [`encode`], refusing anything `encode` cannot have written.
 pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
+    decode_version(source, VERSION)
+}
+
+/// Reads a table written at `version` ([`VERSION`] or an earlier one), refusing anything an
+/// encoder of that version cannot have written.
+pub fn decode_version(source: &mut impl Source, version: u32) -> Result<LockTable, DecodeError> {
+    if version > VERSION {
+        return Err(DecodeError::UnknownVersion(version));
+    }
     let next_fence = source.unsigned().ok_or(DecodeError::Short)?;
     let count = source.unsigned().ok_or(DecodeError::Short)?;
     let mut table = LockTable::new();
@@ -117,6 +150,15 @@ pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
         let token = Token::new(&token).map_err(|_| DecodeError::BadToken)?;
         let deadline = source.unsigned().ok_or(DecodeError::Short)?;
         let fence = source.unsigned().ok_or(DecodeError::Short)?;
+        let note: Option<Note> = if version >= 2 {
+            let note = source.buffer().ok_or(DecodeError::Short)?;
+            if note.len() > NOTE_CEILING {
+                return Err(DecodeError::NoteTooLong(note.len()));
+            }
+            (!note.is_empty()).then(|| Note::from(note))
+        } else {
+            None
+        };
         if fence == 0 || fence >= next_fence {
             return Err(DecodeError::FenceOutOfRange {
                 fence,
@@ -135,7 +177,13 @@ pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
         if table.is_blocked(0, token, *mode, path) {
             return Err(DecodeError::Conflicting);
         }
-        table.grant(token, deadline, fence, &[(*mode, path.clone())]);
+        table.grant_noted(
+            token,
+            deadline,
+            fence,
+            &[(*mode, path.clone())],
+            note.as_ref(),
+        );
         previous = Some(order);
     }
     table.raise_next_fence(next_fence);

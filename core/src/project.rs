@@ -32,10 +32,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lock::{Freed, Items, Mode, Token};
+use crate::lock::{Freed, Items, Mode, Note, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
-use crate::table::LockTable;
+use crate::table::{LockTable, Request};
 
 /// A request waiting for its locks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +43,8 @@ pub struct Waiter {
     pub token: Token,
     pub ttl: u64,
     pub items: Items,
+    /// The request's note, kept until it is granted and then with its locks.
+    pub note: Option<Note>,
 }
 
 /// A waiter granted by [`Project::wake`].
@@ -53,6 +55,8 @@ pub struct Grant {
     pub deadline: u64,
     pub fence: u64,
     pub items: Items,
+    /// The waiter's note, which the grant kept with the locks.
+    pub note: Option<Note>,
 }
 
 /// What lazy expiry reclaimed during a change, kept until the caller takes it
@@ -149,9 +153,20 @@ impl Project {
         &self.index
     }
 
+    /// The waiting requests with an item at or beneath `under`, oldest first, with their ids:
+    /// `WAITERS`. The index keeps the ids waiting in each subtree, so this costs O(depth) plus
+    /// O(log n) per waiter it returns, however long the queue is elsewhere.
+    pub fn waiters_under(&self, under: &Path) -> Vec<(u64, &Waiter)> {
+        self.index
+            .ids_under(under)
+            .into_iter()
+            .filter_map(|id| self.waiters.get(&id).map(|waiter| (id, waiter)))
+            .collect()
+    }
+
     /// Grants `items` to `token` unless a live lock or an earlier waiter of another owner
-    /// conflicts. Expired locks in the way, and the token's own, are reclaimed first (see
-    /// [`Project::take_lapsed`]), so a lapsed lease is free to take.
+    /// conflicts. The token's own lapsed lease, and lapsed owners in the way, are reclaimed
+    /// first (see [`Project::take_lapsed`]), so a lapsed lease is free to take.
     pub fn acquire(
         &mut self,
         now: u64,
@@ -159,12 +174,20 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        self.acquire_for(now, token, false, ttl, items)
+        self.acquire_request(
+            now,
+            &Request {
+                token,
+                generated: false,
+                ttl,
+                items,
+                note: None,
+            },
+        )
     }
 
-    /// [`Project::acquire`] for a token [`Token::generate`] has just made: 122 random bits that
-    /// nobody holds yet, so the owners' index is not searched for it. At a million owners that
-    /// search is a cache miss or two, a tenth of the command.
+    /// [`Project::acquire`] for a token [`Token::generate`] has just made (see
+    /// [`Request::generated`]).
     pub fn acquire_generated(
         &mut self,
         now: u64,
@@ -172,36 +195,36 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        self.acquire_for(now, token, true, ttl, items)
+        self.acquire_request(
+            now,
+            &Request {
+                token,
+                generated: true,
+                ttl,
+                items,
+                note: None,
+            },
+        )
     }
 
-    fn acquire_for(
-        &mut self,
-        now: u64,
-        token: &Token,
-        generated: bool,
-        ttl: u64,
-        items: &[(Mode, Path)],
-    ) -> Option<u64> {
+    /// [`Project::acquire`] of a whole [`Request`]: `ACQUIRE` as the module makes it, with its
+    /// note kept with the locks as [`LockTable::grant_noted`] does.
+    pub fn acquire_request(&mut self, now: u64, request: &Request) -> Option<u64> {
         if self.waiters.is_empty() {
-            let acquired = self
-                .locks
-                .acquire_with(now, token, generated, ttl, items, true);
+            let acquired = self.locks.acquire_with(now, request, true);
             self.lapse(now, acquired.lapsed);
             return acquired.fence;
         }
-        if self.behind_a_waiter(token, items, u64::MAX) {
+        if self.behind_a_waiter(request.token, request.items, u64::MAX) {
             return None;
         }
         // What goes may let waiters in; they are granted before this request is decided, in the
         // order a replica applies the effects (reclaimed owners, the waiters' grants, this
         // grant), since a waiter of the same token re-granting a path would otherwise leave
         // another fence on it.
-        let cleared = self.locks.clear_way(now, token, items);
+        let cleared = self.locks.clear_way(now, request.token, request.items);
         self.lapse(now, cleared);
-        let acquired = self
-            .locks
-            .acquire_with(now, token, generated, ttl, items, false);
+        let acquired = self.locks.acquire_with(now, request, false);
         self.lapse(now, acquired.lapsed);
         acquired.fence
     }
@@ -428,9 +451,14 @@ impl Project {
         }
         // Out of the map for the moment the table needs it, and back if it is still blocked.
         let waiter = self.waiters.remove(&id)?;
-        let acquired =
-            self.locks
-                .acquire_with(now, &waiter.token, false, waiter.ttl, &waiter.items, true);
+        let request = Request {
+            token: &waiter.token,
+            generated: false,
+            ttl: waiter.ttl,
+            items: &waiter.items,
+            note: waiter.note.as_ref(),
+        };
+        let acquired = self.locks.acquire_with(now, &request, true);
         let lapsed = acquired.lapsed;
         if !lapsed.tokens.is_empty() {
             self.lapsed
@@ -450,6 +478,7 @@ impl Project {
             fence,
             token: waiter.token,
             items: waiter.items,
+            note: waiter.note,
         })
     }
 

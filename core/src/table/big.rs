@@ -127,25 +127,12 @@ impl LockTable {
         a
     }
 
-    /// Whether `ancestor` is `node` or above it.
-    fn is_at_or_above(&self, ancestor: NodeId, mut node: NodeId) -> bool {
-        loop {
-            if node == ancestor {
-                return true;
-            }
-            if node == ROOT {
-                return false;
-            }
-            node = self.nodes[node as usize].parent;
-        }
-    }
-
     /// Adds a lock to a big owner's set; its marks were added by `insert`.
     pub(super) fn add_big_lock(&mut self, id: OwnerId, lock: Tagged) {
         let lca = self.bigs.get(id).map_or(NONE, |big| big.lca);
         let lca = if lca == NONE {
             lock.id()
-        } else if self.is_at_or_above(lca, lock.id()) {
+        } else if self.is_at_or_beneath(lock.id(), lca) {
             lca
         } else {
             self.common_ancestor(lca, lock.id())

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeSet;
 
-use super::ids::{NodeId, OwnerId, ROOT};
+use super::ids::{NodeId, OwnerId, Tagged, ROOT};
 use super::tree::{push_segment, Held, Walk};
 use super::LockTable;
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
@@ -239,7 +239,7 @@ impl LockTable {
                         && !excluded(held.owner())
                         && self.is_live(held.owner(), now)
                     {
-                        found.insert(self.info(&key, held));
+                        found.insert(self.info(node, &key, held));
                     }
                 }
                 false
@@ -276,7 +276,7 @@ impl LockTable {
                     && !excluded(held.owner())
                     && self.is_live(held.owner(), now)
                 {
-                    found.insert(self.info(key, held));
+                    found.insert(self.info(child, key, held));
                 }
             }
             if self.may_be_live_beneath(child, now, mode, excluded) {
@@ -297,9 +297,9 @@ impl LockTable {
                 node,
                 &mut key,
                 &self.live_beneath(now),
-                &mut |table, key, held| {
+                &mut |table, node, key, held| {
                     if table.is_live(held.owner(), now) {
-                        out.push(table.info(key, held));
+                        out.push(table.info(node, key, held));
                     }
                 },
             );
@@ -314,12 +314,57 @@ impl LockTable {
         }
     }
 
+    /// The live locks of `token` on `under` and beneath it, in tree order: `LOCKS ... TOKEN`.
+    /// It reads whichever is smaller, the owner's own locks (its list, or a big owner's set) or
+    /// the locks stored at and beneath `under` (its intention marks count them), so listing all
+    /// of an owner's locks costs what it returns, O(depth) each plus sorting them, whatever the
+    /// project holds, and listing a small folder costs the folder, whatever the owner holds.
+    pub fn locks_of_token(&self, now: u64, under: &Path, token: &Token) -> Vec<LockInfo> {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return Vec::new();
+        };
+        let Some(top) = self.locate(under) else {
+            return Vec::new();
+        };
+        if !self.is_live(owner, now) {
+            return Vec::new();
+        }
+        let below = self.nodes[top as usize].below;
+        let stored = self.held(top).len() as u64 + u64::from(below[0]) + u64::from(below[1]);
+        let mut out = Vec::new();
+        if self.lock_count(owner) as u64 <= stored {
+            for lock in self.all_locks(owner) {
+                let node = lock.id();
+                let held = self
+                    .held(node)
+                    .iter()
+                    .find(|h| h.owner == Tagged::new(owner, lock.mode()));
+                if let Some(held) = held {
+                    if self.is_at_or_beneath(node, top) {
+                        out.push(self.info(node, &self.key_of(node), held));
+                    }
+                }
+            }
+            // An owner's locks are in no order; `LockInfo` sorts by path in tree order, then
+            // writers first, as `walk` lists a node's locks.
+            out.sort_unstable();
+        } else {
+            let mut key = under.key().to_vec();
+            self.walk(top, &mut key, &mut |table, node, key, held| {
+                if held.owner() == owner {
+                    out.push(table.info(node, key, held));
+                }
+            });
+        }
+        out
+    }
+
     /// Every stored lock of an owner not being freed, lapsed or not, in tree order.
     pub fn iter(&self) -> impl Iterator<Item = LockInfo> + '_ {
         let mut out = Vec::with_capacity(self.len);
-        self.walk(ROOT, &mut Vec::new(), &mut |table, key, held| {
+        self.walk(ROOT, &mut Vec::new(), &mut |table, node, key, held| {
             if !table.is_buried(held.owner()) {
-                out.push(table.info(key, held));
+                out.push(table.info(node, key, held));
             }
         });
         out.into_iter()
@@ -341,9 +386,9 @@ impl LockTable {
             ROOT,
             &mut Vec::new(),
             &self.live_beneath(now),
-            &mut |table, key, held| {
+            &mut |table, node, key, held| {
                 if table.is_live(held.owner(), now) {
-                    visit(table.info(key, held));
+                    visit(table.info(node, key, held));
                 }
             },
         );

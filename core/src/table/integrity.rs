@@ -11,7 +11,8 @@ impl LockTable {
     /// Recomputes every derived structure from the locks themselves and reports the first
     /// disagreement: intention marks, `latest` bounds, big owners' marks and sets, owners'
     /// lists, the expiry index, the graveyard, the counts, the canonical order, the tree's links,
-    /// the inline and spilled forms, the free slots, and the absence of nodes that nothing needs.
+    /// the inline and spilled forms, the free slots, the absence of nodes that nothing needs, and
+    /// that every note belongs to a lock.
     pub fn check_integrity(&self) -> Result<(), String> {
         let mut owned: BTreeMap<OwnerId, BTreeSet<Tagged>> = BTreeMap::new();
         let mut parents: Vec<(NodeId, NodeId)> = Vec::new();
@@ -93,6 +94,21 @@ impl LockTable {
                 .is_none_or(|n| n.lock.owner.0 != SPILLED)
         }) {
             return Err("a spilled lock list belongs to no node".into());
+        }
+        for (node, owner, note) in self.notes.iter() {
+            let held = self
+                .nodes
+                .get(node as usize)
+                .is_some_and(|n| !n.is_unused())
+                && self.held(node).iter().any(|h| h.owner == owner);
+            if !held || note.is_empty() {
+                return Err(format!(
+                    "a note at node {node} belongs to no lock, or is empty"
+                ));
+            }
+        }
+        if self.notes.recount() != self.notes.bytes() {
+            return Err("the notes' byte count disagrees with the notes".into());
         }
         self.check_owners(owned)
     }
@@ -216,7 +232,7 @@ impl LockTable {
                 }
                 if listed
                     .iter()
-                    .any(|lock| !self.is_at_or_above_for_check(record.lca, lock.id()))
+                    .any(|lock| !self.is_at_or_beneath(lock.id(), record.lca))
                 {
                     return Err(format!("owner {:?}'s lca is below a lock", owner.token));
                 }
@@ -283,17 +299,5 @@ impl LockTable {
             return Err("free table slots disagree with the tables".into());
         }
         Ok(())
-    }
-
-    fn is_at_or_above_for_check(&self, ancestor: NodeId, mut node: NodeId) -> bool {
-        loop {
-            if node == ancestor {
-                return true;
-            }
-            if node == ROOT {
-                return false;
-            }
-            node = self.nodes[node as usize].parent;
-        }
     }
 }

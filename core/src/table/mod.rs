@@ -65,6 +65,7 @@ mod free;
 mod idmap;
 mod ids;
 mod integrity;
+mod notes;
 mod owners;
 mod rehash;
 mod sorted;
@@ -74,7 +75,7 @@ use std::collections::VecDeque;
 
 use hashbrown::DefaultHashBuilder;
 
-use crate::lock::{Mode, PackedToken, Token};
+use crate::lock::{Mode, Note, PackedToken, Token};
 use crate::path::Path;
 use crate::Freed;
 use big::{BigMark, BigOwner};
@@ -83,6 +84,7 @@ use conflicts::{Verdict, SEARCH_BUDGET};
 use free::FreeSlots;
 use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
+use notes::Notes;
 use owners::Owner;
 use rehash::LinearTable;
 use sorted::SortedRuns;
@@ -117,6 +119,8 @@ pub struct LockTable {
     big_mark_count: usize,
     /// Locks in big owners' sets, buried or not, for the memory estimate.
     big_locks: usize,
+    /// The notes of the locks that have one, by lock.
+    notes: Notes,
     /// Buried owners whose locks are still being freed, oldest first.
     graveyard: VecDeque<OwnerId>,
     /// Locks of buried owners still stored; they are not in `len`.
@@ -130,6 +134,20 @@ pub struct LockTable {
     live_nodes: usize,
     segment_bytes: usize,
     token_bytes: usize,
+}
+
+/// One request to acquire: who asks, for how long, what, and the note kept with what it is
+/// granted (see [`LockTable::grant_noted`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub token: &'a Token,
+    /// The token was just made by [`Token::generate`]: 122 random bits that nobody holds yet,
+    /// so the owners' index is not searched for it (at a million owners that search is a cache
+    /// miss or two, a tenth of the command).
+    pub generated: bool,
+    pub ttl: u64,
+    pub items: &'a [(Mode, Path)],
+    pub note: Option<&'a Note>,
 }
 
 /// What an acquire did: the fence of its grant, or `None` when a live lock of another owner
@@ -189,6 +207,7 @@ impl LockTable {
             big_marks: IdMap::default(),
             big_mark_count: 0,
             big_locks: 0,
+            notes: Notes::default(),
             graveyard: VecDeque::new(),
             buried_locks: 0,
             small: owners::SMALL,
@@ -228,6 +247,7 @@ impl LockTable {
             big_marks: self.big_marks.clone(),
             big_mark_count: self.big_mark_count,
             big_locks: self.big_locks,
+            notes: self.notes.clone(),
             graveyard: self.graveyard.clone(),
             buried_locks: self.buried_locks,
             small: self.small,
@@ -277,6 +297,7 @@ impl LockTable {
             + self.big_mark_count * BIG_MARK_OVERHEAD
             + owners * OWNER_OVERHEAD
             + self.token_bytes
+            + self.notes.bytes()
     }
 
     /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
@@ -307,26 +328,22 @@ impl LockTable {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Acquired {
-        self.acquire_with(now, token, false, ttl, items, true)
+        let request = Request {
+            token,
+            generated: false,
+            ttl,
+            items,
+            note: None,
+        };
+        self.acquire_with(now, &request, true)
     }
 
-    /// [`LockTable::acquire`], for a token [`Token::generate`] has just made when `generated`
-    /// is set (122 random bits that nobody holds yet, so the owners' index is not searched for
-    /// it: at a million owners that search is a cache miss or two, a tenth of the command), and
-    /// leaving the lapsed owners in the request's way alone unless `reclaim` is set (a caller
-    /// that cleared the way first, see [`LockTable::clear_way`]). The token's own lapsed lease
-    /// is reclaimed in any case.
-    pub fn acquire_with(
-        &mut self,
-        now: u64,
-        token: &Token,
-        generated: bool,
-        ttl: u64,
-        items: &[(Mode, Path)],
-        reclaim: bool,
-    ) -> Acquired {
-        let packed = PackedToken::new(token);
-        let mut me = if generated {
+    /// [`LockTable::acquire`] of a whole [`Request`], leaving the lapsed owners in its way alone
+    /// unless `reclaim` is set (a caller that cleared the way first, see
+    /// [`LockTable::clear_way`]). The token's own lapsed lease is reclaimed in any case.
+    pub fn acquire_with(&mut self, now: u64, request: &Request, reclaim: bool) -> Acquired {
+        let packed = PackedToken::new(request.token);
+        let mut me = if request.generated {
             None
         } else {
             self.find_owner(&packed)
@@ -338,7 +355,8 @@ impl LockTable {
         }
         let mut dead = Vec::new();
         let mut budget = SEARCH_BUDGET;
-        let verdict = items
+        let verdict = request
+            .items
             .iter()
             .map(|(mode, path)| self.decide(me, *mode, path, now, &mut dead, &mut budget))
             .find(|verdict| *verdict != Verdict::Free)
@@ -353,7 +371,7 @@ impl LockTable {
             };
         }
         let fence = self.next_fence;
-        let deadline = now.saturating_add(ttl);
+        let deadline = now.saturating_add(request.ttl);
         let owner = match me {
             Some(id) => {
                 if deadline > self.owner(id).deadline {
@@ -363,7 +381,7 @@ impl LockTable {
             }
             None => self.add_owner(packed, deadline),
         };
-        self.grant_to(owner, fence, items);
+        self.grant_to(owner, fence, request.items, request.note);
         Acquired {
             fence: Some(fence),
             lapsed,
@@ -423,6 +441,20 @@ impl LockTable {
         fence: u64,
         items: &[(Mode, Path)],
     ) -> usize {
+        self.grant_noted(token, deadline, fence, items, None)
+    }
+
+    /// [`LockTable::grant`] with a note: `Some` keeps it with every lock the grant takes or
+    /// refreshes, in place of the note they had (an empty note takes theirs away); `None` leaves
+    /// the notes of refreshed locks as they were, and new locks without one.
+    pub fn grant_noted(
+        &mut self,
+        token: &Token,
+        deadline: u64,
+        fence: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> usize {
         let packed = PackedToken::new(token);
         let owner = match self.find_owner(&packed) {
             Some(id) => {
@@ -433,19 +465,41 @@ impl LockTable {
             }
             None => self.add_owner(packed, deadline),
         };
-        self.grant_to(owner, fence, items)
+        self.grant_to(owner, fence, items, note)
     }
 
-    fn grant_to(&mut self, owner: OwnerId, fence: u64, items: &[(Mode, Path)]) -> usize {
+    fn grant_to(
+        &mut self,
+        owner: OwnerId,
+        fence: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> usize {
         self.raise_next_fence(fence.saturating_add(1));
-        let added = items
-            .iter()
-            .filter(|(mode, path)| self.insert(path, owner, *mode, fence))
-            .count();
+        let mut added = 0;
+        for (mode, path) in items {
+            added += usize::from(self.insert(path, owner, *mode, fence));
+            if let Some(note) = note {
+                self.note_lock(path, Tagged::new(owner, *mode), note);
+            }
+        }
         // A request that only re-granted what the token holds adds nothing; an owner created for
         // it holds something, since a request names at least one path.
         self.forget_if_empty(owner);
         added
+    }
+
+    /// Keeps `note` with the lock `owner` (tagged with its mode) holds on `path`, or takes its
+    /// note away when `note` is empty. A second walk down the path, paid only by noted grants.
+    fn note_lock(&mut self, path: &Path, owner: Tagged, note: &Note) {
+        let Some(node) = self.locate(path) else {
+            return;
+        };
+        if note.is_empty() {
+            self.notes.remove(node, owner);
+        } else {
+            self.notes.set(node, owner, note);
+        }
     }
 
     /// Frees `token`'s live locks at `paths` (every mode held there), or all of them when `paths`

@@ -229,6 +229,20 @@ impl LockTable {
         Walk::Reached(node)
     }
 
+    /// Whether `node` is `top` or lies beneath it: a walk up, O(depth).
+    pub(super) fn is_at_or_beneath(&self, node: NodeId, top: NodeId) -> bool {
+        let mut up = node;
+        loop {
+            if up == top {
+                return true;
+            }
+            if up == ROOT {
+                return false;
+            }
+            up = self.nodes[up as usize].parent;
+        }
+    }
+
     /// The node of `path`, when it exists.
     pub(super) fn locate(&self, path: &Path) -> Option<NodeId> {
         path.escaped_segments()
@@ -403,7 +417,11 @@ impl LockTable {
         let wanted = Tagged::new(owner, mode);
         let at = self.held(node).iter().position(|h| h.owner == wanted)?;
         let held = self.remove_held(node, at)?;
-        let info = describe.then(|| self.info(&self.key_of(node), &held));
+        let info = describe.then(|| self.info(node, &self.key_of(node), &held));
+        // The note goes with its lock, so that a node or owner id given again finds none.
+        if !self.notes.is_empty() {
+            self.notes.remove(node, wanted);
+        }
         if self.is_big(owner) {
             self.mark_ancestors(node, owner, mode, -1);
         }
@@ -447,7 +465,8 @@ impl LockTable {
         key
     }
 
-    pub(super) fn info(&self, key: &[u8], held: &Held) -> LockInfo {
+    /// The description of the lock `held` on `node`, whose trie key is `key`.
+    pub(super) fn info(&self, node: NodeId, key: &[u8], held: &Held) -> LockInfo {
         let owner = self.owner(held.owner());
         LockInfo {
             path: Path::from_trusted_key(key),
@@ -455,17 +474,13 @@ impl LockTable {
             token: owner.token.to_token(),
             deadline: owner.deadline,
             fence: held.fence,
+            note: self.notes.get(node, held.owner).cloned(),
         }
     }
 
     /// Visits every lock at and beneath `node` in tree order: a node's locks, then its children
     /// in byte order of their segments. `key` is the node's trie key on entry and on return.
-    pub(super) fn walk(
-        &self,
-        node: NodeId,
-        key: &mut Vec<u8>,
-        visit: &mut dyn FnMut(&Self, &[u8], &Held),
-    ) {
+    pub(super) fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut Visit<'_>) {
         self.walk_where(node, key, &|_, _| true, visit);
     }
 
@@ -481,11 +496,11 @@ impl LockTable {
         node: NodeId,
         key: &mut Vec<u8>,
         descend: &dyn Fn(&Self, NodeId) -> bool,
-        visit: &mut dyn FnMut(&Self, &[u8], &Held),
+        visit: &mut Visit<'_>,
     ) {
         let start = key.len();
         for held in self.held(node) {
-            visit(self, key, held);
+            visit(self, node, key, held);
         }
         let mut stack: Vec<(NodeId, usize)> = Vec::new();
         // Children go on the stack last first, so they come off it in byte order.
@@ -501,7 +516,7 @@ impl LockTable {
             key.truncate(parent_length);
             push_segment(key, &self.nodes[child as usize].segment);
             for held in self.held(child) {
-                visit(self, key, held);
+                visit(self, child, key, held);
             }
             if descend(self, child) {
                 let length = key.len();
@@ -526,6 +541,9 @@ impl LockTable {
         children
     }
 }
+
+/// What `walk` calls for each lock: the table, the lock's node, the node's trie key, the lock.
+pub(super) type Visit<'a> = dyn FnMut(&LockTable, NodeId, &[u8], &Held) + 'a;
 
 pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
     key.extend_from_slice(escaped);
