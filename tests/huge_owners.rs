@@ -15,13 +15,13 @@ use common::*;
 /// More locks than a small owner holds (the engine's `SMALL`, 64), so the token is big.
 const BIG: usize = 300;
 
-/// Grants `BIG` locks to `token`, three requests of `BIG / 3` paths each: `WRITE
-/// /d<i % 10>/f<i>`.
+/// Grants `BIG` locks to `token`, requests of 50 paths each (64 is the default limit per call):
+/// `WRITE /d<i % 10>/f<i>`.
 fn hold_big(con: &mut Connection, key: &str, token: &str, ttl: u64) {
-    for part in 0..3 {
+    for part in 0..BIG / 50 {
         let mut command = cmd("PATHLOCK.ACQUIRE");
         command.arg(key).arg("TOKEN").arg(token).arg("TTL").arg(ttl);
-        for i in (part * BIG / 3)..((part + 1) * BIG / 3) {
+        for i in (part * 50)..((part + 1) * 50) {
             command.arg("WRITE").arg(format!("/d{}/f{i}", i % 10));
         }
         let granted: Option<(String, i64)> = command.query(con).expect("ACQUIRE");
