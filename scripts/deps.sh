@@ -173,7 +173,7 @@ debian_source() {
     printf '%s\n' "$@" >"$dir/sources.list"
     local apt=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
         -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache")
-    echo "pathlock: reading Debian's source index ($*)" >&2
+    echo "pathlock: reading the index of Debian's $name source packages" >&2
     apt-get -qq "${apt[@]}" update >&2
     version=$(apt-cache "${apt[@]}" showsrc redis | sed -n 's/^Version: //p' |
         case "$pattern" in =*) grep -Fx -- "${pattern#=}" ;; *) grep -E -- "$pattern" ;; esac |

@@ -42,20 +42,22 @@ for series in 7.0 8.0; do
     log="$root/.deps/redis-$series/suite.log"
     # The suite looks for free ports from its base port up; a base drawn at random keeps two
     # runs on one machine (other worktrees) apart. Ports up to base+8000, and +10000 for the
-    # cluster bus, stay under 65536.
+    # cluster bus, stay under 65536. A test client that hears nothing for 5 minutes (a server
+    # killed from outside) fails the run instead of waiting the suite's default 20.
     base=$((20000 + RANDOM % 27000))
     echo "pathlock: Redis's test suite on $("$tree/src/redis-server" --version | cut -d' ' -f1-3) $what"
     started=$(date +%s)
     status=0
-    (cd "$tree" && ./runtest "${args[@]}" --baseport "$base") >"$log" 2>&1 || status=$?
+    (cd "$tree" && ./runtest "${args[@]}" --baseport "$base" --timeout 300) >"$log" 2>&1 || status=$?
     seconds=$(($(date +%s) - started))
-    # Colours off, then count the outcome lines (with --verbose they may follow other output).
+    # Colours off, then count the outcome lines (with --verbose they may follow other output),
+    # but not the summary that repeats each failure after "*** ".
     plain=$(sed 's/\x1b\[[0-9;]*m//g' "$log")
-    count() { grep -c "\[$1\]:" <<<"$plain" || true; }
+    count() { grep -v '^\*\*\* ' <<<"$plain" | grep -c "\[$1\]:" || true; }
     echo "pathlock:   $(count ok) passed, $(count err) failed, $(count exception) exceptions," \
         "$(count ignore) ignored, $(count skip) skipped, in ${seconds} s"
     if [ "$status" -ne 0 ]; then
-        grep -E "\[(err|exception)\]:" -A 3 <<<"$plain" | head -n 40 >&2 || true
+        grep -E "^\*\*\* \[(err|exception)\]:" -A 1 <<<"$plain" | head -n 40 >&2 || true
         echo "pathlock:   failed; the whole output is $log" >&2
         failed="$failed $series"
     fi
