@@ -215,3 +215,17 @@ fn fire(ctx: &Context, (): ()) {
         tick(ctx);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_waits_just_past_its_time_at_least_a_millisecond_and_at_most_an_hour() {
+        let ms = Duration::from_millis;
+        assert_eq!(delay(1_250, 1_000), ms(251));
+        assert_eq!(delay(1_000, 1_000), ms(1));
+        assert_eq!(delay(900, 1_000), ms(1), "a time already past");
+        assert_eq!(delay(u64::MAX, 0), MAX_DELAY, "a deadline beyond any clock");
+    }
+}
