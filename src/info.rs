@@ -1,7 +1,7 @@
 //! `INFO pathlock`: the section Redis shows for the module. Redis prefixes each field with the
 //! module's name, so `locks` appears as `pathlock_locks`.
 //!
-//! Level 2: imports `stats`, `fences`, `eviction`, `schedule` and `contain`. Called by Redis for `INFO`.
+//! Level 3: imports `stats`, `fences`, `eviction`, `schedule` and `contain`. Called by Redis for `INFO`.
 
 use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
