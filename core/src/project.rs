@@ -260,15 +260,23 @@ impl Project {
 
     /// Records what was reclaimed at `now` and grants the waiters it lets in.
     fn lapse(&mut self, now: u64, freed: Freed) {
+        let probes = self.record_lapsed(now, freed);
+        let grants = self.wake_probes(now, &probes);
+        self.lapsed.grants.extend(grants);
+    }
+
+    /// Records the owners lazy expiry reclaimed at `now`, for the caller to replicate and count
+    /// (see [`Project::take_lapsed`]); the one place that does. Returns where to look for the
+    /// waiters they held up; nothing when nothing was reclaimed.
+    fn record_lapsed(&mut self, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
         if freed.tokens.is_empty() {
-            return;
+            return Vec::new();
         }
         self.lapsed
             .owners
             .extend(freed.tokens.into_iter().map(|t| (now, t)));
         self.lapsed.locks += freed.locks;
-        let grants = self.wake_probes(now, &freed.probes);
-        self.lapsed.grants.extend(grants);
+        freed.probes
     }
 
     /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`: a look
@@ -301,12 +309,8 @@ impl Project {
         }
         // A lapsed lease: its grants are replicated after the release, as for `renew`, since a
         // waiter of this token may be among them.
-        self.lapsed
-            .owners
-            .extend(released.lapsed.tokens.iter().map(|t| (now, t.clone())));
-        self.lapsed.locks += released.lapsed.locks;
-        let grants = self.wake_probes(now, &released.lapsed.probes);
-        (released.count, grants)
+        let probes = self.record_lapsed(now, released.lapsed);
+        (released.count, self.wake_probes(now, &probes))
     }
 
     /// Moves the lease of `token`'s locks to `deadline` (see [`LockTable::renew`]); a lapsed
@@ -317,14 +321,8 @@ impl Project {
     /// it would move its lease.
     pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
         let (renewed, lapsed) = self.locks.renew(now, token, deadline);
-        if lapsed.tokens.is_empty() {
-            return (renewed, Vec::new());
-        }
-        self.lapsed
-            .owners
-            .extend(lapsed.tokens.iter().map(|t| (now, t.clone())));
-        self.lapsed.locks += lapsed.locks;
-        (renewed, self.wake_probes(now, &lapsed.probes))
+        let probes = self.record_lapsed(now, lapsed);
+        (renewed, self.wake_probes(now, &probes))
     }
 
     /// Reclaims every owner whose lease lapsed by `now`, however many, and grants the waiters
@@ -459,14 +457,7 @@ impl Project {
             note: waiter.note.as_ref(),
         };
         let acquired = self.locks.acquire_with(now, &request, true);
-        let lapsed = acquired.lapsed;
-        if !lapsed.tokens.is_empty() {
-            self.lapsed
-                .owners
-                .extend(lapsed.tokens.into_iter().map(|t| (now, t)));
-            self.lapsed.locks += lapsed.locks;
-            freed.extend(lapsed.probes);
-        }
+        freed.extend(self.record_lapsed(now, acquired.lapsed));
         let Some(fence) = acquired.fence else {
             self.waiters.insert(id, waiter);
             return None;
