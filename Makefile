@@ -37,6 +37,7 @@ test: build
 	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-node
+	$(MAKE) --no-print-directory test-java
 
 # The Python client's tests (real servers, a replica, a cluster) and the example that uses it, in a
 # virtualenv of the project's own so that the system Python is left alone. pytest exits non-zero
@@ -54,6 +55,14 @@ test-python: build
 .PHONY: test-node
 test-node: build
 	cd clients/node && npm ci && npm run build && npm test
+
+# The Java client (clients/java) with Maven, offline from Debian's packages (Netty, JUnit 5, the
+# Maven plugins; clients/java/.mvn/ points Maven at /usr/share/maven-repo), against servers its
+# tests start: a single one, a master with a replica, and a 3-master cluster.
+.PHONY: test-java
+test-java: build
+	@scripts/deps.sh test java
+	cd clients/java && mvn -B -ntp test
 
 # Only the Cluster, failover, mutual-exclusion stress and network-partition tests (they also run
 # in `make test`).

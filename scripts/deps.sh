@@ -8,6 +8,7 @@
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
+#   scripts/deps.sh java    JDK 17, Maven, and the Debian packages clients/java builds from offline
 set -euo pipefail
 
 apt_updated=""
@@ -144,6 +145,25 @@ PY
     done
 }
 
+# clients/java builds offline from Debian's Maven repository (/usr/share/maven-repo): Netty and its
+# Redis codec, JUnit 5, and the Maven plugins its pom pins to Debian's versions.
+JAVA_PACKAGES=(openjdk-17-jdk-headless maven libnetty-java junit5 libmaven-clean-plugin-java
+    libmaven-resources-plugin-java libmaven-compiler-plugin-java libsurefire-java
+    libmaven-jar-plugin-java libmaven-install-plugin-java)
+need_java() {
+    local missing=() package
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        echo "pathlock: clients/java builds from Debian's Maven packages (${JAVA_PACKAGES[*]});" \
+            "elsewhere, build it with your own Maven settings (see clients/java/README.md)" >&2
+        exit 1
+    fi
+    for package in "${JAVA_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$package")
+    done
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+}
+
 # `make test-python` keeps redis-py and pytest in a virtualenv; Debian ships venv on its own.
 need_venv() {
     python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
@@ -157,6 +177,7 @@ for what in "$@"; do
     bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
     fuzz) need_fuzz ;;
     valkey) need_valkey ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey ..." >&2; exit 2 ;;
+    java) need_java ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java ..." >&2; exit 2 ;;
     esac
 done

@@ -97,14 +97,16 @@ final class Paths {
 
     /** A duration in milliseconds, or in the unit that shows it when it is under 1 ms. */
     static String describe(Duration duration) {
-        if (duration.isNegative() || duration.compareTo(Duration.ofMillis(1)) < 0) {
-            long nanos = duration.toNanos();
-            return nanos % 1000 == 0 ? nanos / 1000 + " us" : nanos + " ns";
+        String sign = duration.isNegative() ? "-" : "";
+        Duration size = duration.abs();
+        if (size.compareTo(Duration.ofMillis(1)) < 0) {
+            long nanos = size.toNanos();
+            return sign + (nanos % 1000 == 0 ? nanos / 1000 + " us" : nanos + " ns");
         }
-        if (duration.getSeconds() > Long.MAX_VALUE / 1000 - 1) {
-            return duration.getSeconds() + " s";
+        if (size.getSeconds() > Long.MAX_VALUE / 1000 - 1) {
+            return sign + size.getSeconds() + " s";
         }
-        long nanos = duration.getNano() % 1_000_000;
-        return duration.toMillis() + (nanos == 0 ? "" : String.format(".%06d", nanos).replaceAll("0+$", "")) + " ms";
+        long nanos = size.getNano() % 1_000_000;
+        return sign + size.toMillis() + (nanos == 0 ? "" : String.format(".%06d", nanos).replaceAll("0+$", "")) + " ms";
     }
 }
