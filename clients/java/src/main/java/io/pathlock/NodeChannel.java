@@ -99,13 +99,6 @@ final class NodeChannel {
         }
     }
 
-    /** True when a connection is open and ready. */
-    boolean isConnected() {
-        synchronized (lock) {
-            return channel != null && channel.isActive();
-        }
-    }
-
     private void write(Channel ch, Command.Batch batch) {
         ch.writeAndFlush(batch).addListener(f -> {
             if (!f.isSuccess()) {
