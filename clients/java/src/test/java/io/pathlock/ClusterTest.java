@@ -95,7 +95,7 @@ class ClusterTest {
         Lease move = locks.move("/A/C", "/B");
         Busy busy = assertThrows(Busy.class, () -> locks.upload("/B/C/x"));
         assertEquals(List.of(List.of("/B/C", "WRITE", move.token())), Support.shape(busy.blockers()));
-        CompletableFuture<Lease> waiting = CompletableFuture.supplyAsync(
+        CompletableFuture<Lease> waiting = Support.async(
                 () -> locks.upload("/B/C/x", AcquireOptions.with().waitFor(Duration.ofSeconds(2))));
         Servers.sleep(300);
         move.release();

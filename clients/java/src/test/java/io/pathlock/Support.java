@@ -36,6 +36,21 @@ final class Support {
         return PathLocks.of(connection, key).operationNotes(serverHasNotes);
     }
 
+    /** Runs a call that blocks (a waiting acquire) on a thread of its own. */
+    static <T> CompletableFuture<T> async(java.util.function.Supplier<T> call) {
+        CompletableFuture<T> result = new CompletableFuture<>();
+        Thread thread = new Thread(() -> {
+            try {
+                result.complete(call.get());
+            } catch (Throwable e) {
+                result.completeExceptionally(e);
+            }
+        }, "test-async");
+        thread.setDaemon(true);
+        thread.start();
+        return result;
+    }
+
     /** Completes with the time the loss was reported, on {@link Servers#nowMs()}'s clock. */
     static CompletableFuture<Double> lostAt(Lease lease) {
         CompletableFuture<Double> at = new CompletableFuture<>();

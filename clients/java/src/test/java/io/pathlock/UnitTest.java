@@ -81,8 +81,9 @@ class UnitTest {
                 + "1200 ms left, fence 7)", busy.getMessage());
         assertTrue(new Busy("p", List.of(LockRequest.read("/x")), List.of()).getMessage()
                 .contains("an earlier request is waiting for it"));
-        assertEquals("key \"a\\x0ab\" is not a pathlock project: it holds another type of value (WRONGTYPE x); "
-                + "use another key for the project's locks", new WrongType("a\nb", "WRONGTYPE x").getMessage());
+        WrongType wrong = new WrongType("a\nb", "WRONGTYPE x");
+        assertEquals("key \"a\\x0ab\" is not a pathlock project: it holds another type of value", wrong.getMessage());
+        assertEquals("WRONGTYPE x", wrong.reply());
         assertTrue(new LeaseLost("p", "t", LostReason.EXPIRED).getMessage()
                 .startsWith("lease t on \"p\" is lost: no renewal succeeded before the lease's deadline"));
     }

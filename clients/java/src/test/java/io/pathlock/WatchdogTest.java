@@ -259,7 +259,7 @@ class WatchdogTest {
         Lease other = locks.upload("/B");
         // This waits on the server for /A for 1.5 s on a connection of its own; /B's watchdog
         // keeps renewing meanwhile on the shared one.
-        CompletableFuture<Lease> waiting = CompletableFuture.supplyAsync(
+        CompletableFuture<Lease> waiting = Support.async(
                 () -> locks.upload("/A/x", AcquireOptions.with().waitFor(Duration.ofMillis(1500))));
         Servers.sleep(1000);
         assertFalse(other.isLost());
@@ -282,7 +282,7 @@ class WatchdogTest {
         Lease move = locks.move("/A/C", "/B");
         CompletableFuture<Double> moveLost = lostAt(move);
         double[] grantedAt = new double[1];
-        CompletableFuture<Lease> upload = CompletableFuture.supplyAsync(() -> {
+        CompletableFuture<Lease> upload = Support.async(() -> {
             Lease lease = locks.upload("/B/C/new.txt", AcquireOptions.with().waitFor(Duration.ofSeconds(10)));
             grantedAt[0] = Servers.nowMs();
             return lease;
