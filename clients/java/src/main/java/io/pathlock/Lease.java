@@ -378,8 +378,14 @@ public final class Lease implements AutoCloseable {
             } else if (error != null || reply instanceof Reply.Error) {
                 // A connection error, or a cluster in the middle of a change: try again soon. The
                 // lease stays held while its deadline is ahead; wake() reports it when it passes.
-                LOG.log(System.Logger.Level.DEBUG, "pathlock: renewing {0} failed: {1}", token,
-                        error != null ? Futures.unwrap(error).getMessage() : ((Reply.Error) reply).message());
+                // An error reply (an ACL refusal, say) is worth a warning: retrying may not help.
+                if (error != null) {
+                    LOG.log(System.Logger.Level.DEBUG, "pathlock: renewing {0} failed: {1}", token,
+                            Futures.unwrap(error).getMessage());
+                } else {
+                    LOG.log(System.Logger.Level.WARNING, "pathlock: renewing {0} was refused: {1}", token,
+                            ((Reply.Error) reply).message());
+                }
                 nextRenew = System.nanoTime() + Math.max(1, periodNanos / 3);
             } else if (Reply.integer(reply) > 0) {
                 // The server set the new deadline at some moment after sentAt; sentAt + ttl is the
