@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster lint bench bench-latency bench-waits fuzz clean
+.PHONY: all build run test test-python test-cluster lint bench bench-latency bench-waits fuzz clean dist test-dist
 
 # The servers of the README's compatibility table. `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
@@ -38,6 +38,7 @@ test: build
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-node
 	$(MAKE) --no-print-directory test-java
+	$(MAKE) --no-print-directory test-dist
 
 # The Python client's tests (real servers, a replica, a cluster) and the example that uses it, in a
 # virtualenv of the project's own so that the system Python is left alone. pytest exits non-zero
@@ -64,11 +65,23 @@ test-java: build
 	@scripts/deps.sh test java
 	cd clients/java && mvn -B -ntp test
 
-# Only the Cluster, failover, mutual-exclusion stress and network-partition tests (they also run
-# in `make test`).
+# What users install without a Rust toolchain, in dist/: the module's Debian package, the Python
+# client's wheel and sdist, the Node client's npm tarball, the Rust client's .crate (see
+# scripts/dist.sh). `make test-dist` installs each into a clean place and uses it.
+# JAVA CLIENT: its jar joins dist/ here when clients/java lands on main (scripts/dist.sh says how).
+dist: build
+	@scripts/deps.sh dist
+	scripts/dist.sh
+
+test-dist: dist
+	@scripts/deps.sh test dist valkey
+	scripts/test-dist.sh
+
+# Only the Cluster (MIGRATE and atomic slot migration), failover, mutual-exclusion stress and
+# network-partition tests (they also run in `make test`).
 test-cluster: build
 	@scripts/deps.sh test
-	$(CARGO) test --release --test cluster --test stress --test partition -- --nocapture
+	$(CARGO) test --release --test cluster --test atomic_migration --test stress --test partition -- --nocapture
 
 # Side by side with the old Lua script and SET NX PX, then the engine alone; see bench/README.md.
 bench: build

@@ -9,6 +9,7 @@
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
 #   scripts/deps.sh java    JDK 17, Maven, and the Debian packages clients/java builds from offline
+#   scripts/deps.sh dist    dpkg-deb, dpkg-shlibdeps, strip, lintian, python3 -m venv (make dist)
 set -euo pipefail
 
 apt_updated=""
@@ -169,6 +170,17 @@ need_venv() {
     python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
 }
 
+# `make dist` packs the module with Debian's own tools and checks the package with lintian.
+need_dist() {
+    local missing=()
+    command -v dpkg-deb >/dev/null 2>&1 || missing+=(dpkg)
+    command -v dpkg-shlibdeps >/dev/null 2>&1 || missing+=(dpkg-dev)
+    command -v strip >/dev/null 2>&1 || missing+=(binutils)
+    command -v lintian >/dev/null 2>&1 || missing+=(lintian)
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+    need_venv
+}
+
 for what in "$@"; do
     case "$what" in
     build) need_libclang ;;
@@ -178,6 +190,7 @@ for what in "$@"; do
     fuzz) need_fuzz ;;
     valkey) need_valkey ;;
     java) need_java ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java ..." >&2; exit 2 ;;
+    dist) need_dist ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist ..." >&2; exit 2 ;;
     esac
 done

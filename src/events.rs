@@ -1,14 +1,42 @@
 //! Server and keyspace events the module listens to: values that arrive under a name without a
 //! command (loaded, renamed, moved, copied, restored), evictions (`eviction` reports a lost
-//! project), flushes, `SWAPDB`, role changes, and, through a command filter, the start of each
-//! `MIGRATE`.
+//! project), flushes, `SWAPDB`, role changes, atomic slot migrations, and, through a command
+//! filter, the start of each `MIGRATE`.
+//!
+//! **Atomic slot migration.** Valkey 9's `CLUSTER MIGRATESLOTS` moves whole slots: the source
+//! forks and sends a snapshot of the slots in AOF form (the type's `aof_rewrite`: a `FENCE` and
+//! one `GRANT` per lock), then streams what it propagates for those slots (`RM_Replicate`
+//! computes each effect's slot from its key), pauses writes once the target has caught up, and
+//! the target takes the slots over; the source then deletes the slots' keys in the same
+//! event-loop iteration as it learns of the hand-over. The server tells modules each step with
+//! its slot-migration event, and the module opts in only where the server has both the event
+//! and the option (`opts_in_to_slot_migration`). On the event, this file:
+//!
+//! - at an export's start, counts the server as heard (`propagation`), so that every effect is
+//!   built from then on: the migration's stream is a listener the module's own bookkeeping of
+//!   replicas does not see, and an effect not built is a grant the target never learns of;
+//! - on the target, marks the slots importing while the import lasts (`slot::IMPORTING`): the
+//!   moving projects are decided by the source alone;
+//! - when an export completes, marks the slots left (`slot::LEFT`) until the server's trim of
+//!   their keys is over, and has every waiter of those slots redirected (`registry`);
+//! - an export cancelled or failed changes nothing here: the source kept every lock, waiter and
+//!   fence, and the target deletes what it imported.
+//!
+//! Redis 8.4's `CLUSTER MIGRATION` has no opt-in for modules and streams what is propagated
+//! only while it keeps a replication backlog; the module has not been run against it. So on a
+//! server with Redis's slot-migration API, `CLUSTER MIGRATION IMPORT` is refused by the command
+//! filter (renamed to a command that does not exist, whose name says why, so the server answers
+//! its own unknown-command error), and a migration started another way (a cluster manager)
+//! makes every later effect built, as above (see the README).
 //!
 //! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`, `eviction`,
-//! `propagation`. Subscribed by
+//! `propagation`, `slot`. Subscribed by
 //! `lib.rs`. Like the keyspace itself in Redis, it never calls into the waiting machinery: it
 //! schedules expiry and queues signals in `registry`.
 
-use std::os::raw::c_void;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use pathlock_core::Project;
 use redis_module::{raw, Context, NotifyEvent, RedisString};
@@ -16,7 +44,7 @@ use redis_module::{raw, Context, NotifyEvent, RedisString};
 use crate::contain::contained;
 use crate::context::selected_db;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{errors, eviction, propagation, registry, schedule};
+use crate::{errors, eviction, propagation, registry, schedule, slot};
 
 /// Keyspace events that bring a path-lock key under a new name or from outside: it is scheduled
 /// for expiry, and waiters that came with it under a new name are signalled.
@@ -44,8 +72,6 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
 }
 
 pub fn subscribe(ctx: &Context) {
-    type Callback =
-        extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
     let events: [(u64, Callback); 3] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, on_flush),
         (raw::REDISMODULE_EVENT_SWAPDB, on_swapdb),
@@ -72,6 +98,200 @@ pub fn subscribe(ctx: &Context) {
                 Some(on_command),
                 raw::REDISMODULE_CMDFILTER_NOSELF as i32,
             );
+        }
+    }
+}
+
+/// Valkey's atomic slot migration event and its sub-events, from Valkey 9's `valkeymodule.h`
+/// (`VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION`, `VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_*`),
+/// which the redismodule-rs bindings lack. Redis 8.4 gives id 19 to another event (its trim
+/// event), so this one is subscribed to on Valkey only.
+const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const VALKEY_IMPORT_STARTED: u64 = 0;
+const VALKEY_EXPORT_STARTED: u64 = 1;
+const VALKEY_IMPORT_ABORTED: u64 = 2;
+const VALKEY_IMPORT_COMPLETED: u64 = 4;
+const VALKEY_EXPORT_COMPLETED: u64 = 5;
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9's `valkeymodule.h`): the module
+/// declares that it handles `CLUSTER MIGRATESLOTS`; without it the server refuses the command.
+pub const VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// `ValkeyModuleSlotRange` (Valkey 9's `valkeymodule.h`).
+#[repr(C)]
+struct SlotRange {
+    start: c_int,
+    end: c_int,
+}
+
+/// `ValkeyModuleAtomicSlotMigrationInfoV1` (Valkey 9's `valkeymodule.h`).
+#[repr(C)]
+struct SlotMigrationInfo {
+    version: u64,
+    job_name: [c_char; 41],
+    slot_ranges: *const SlotRange,
+    num_slot_ranges: u32,
+}
+
+/// Whether the server is Redis with its own atomic slot migration (8.4 and later), which the
+/// command filter refuses.
+static REDIS_SLOT_MIGRATION: AtomicBool = AtomicBool::new(false);
+
+/// Where the server has Valkey's atomic slot migration (the event and the option), subscribes
+/// to its event and returns true: the caller then declares the option. Where the server has
+/// Redis's, subscribes to Redis's event (every effect is built once a migration starts) and
+/// sets the command filter to refuse `CLUSTER MIGRATION IMPORT`. Elsewhere does nothing.
+pub fn opts_in_to_slot_migration(ctx: &Context) -> bool {
+    let info = ctx.server_info("server");
+    let valkey = info
+        .field("server_name")
+        .is_some_and(|name| name.to_string_lossy().eq_ignore_ascii_case("valkey"));
+    // SAFETY: both only read the server's constants.
+    let (options, redis_migration) = unsafe {
+        (
+            raw::RedisModule_GetModuleOptionsAll.map_or(0, |f| f()),
+            raw::RedisModule_ClusterPropagateForSlotMigration
+                .map(|f| f as usize)
+                .is_some(),
+        )
+    };
+    let subscribe = |id: u64, callback: Callback| -> bool {
+        // SAFETY: subscribing with a callback that lives as long as the module.
+        unsafe {
+            raw::RedisModule_SubscribeToServerEvent.is_some_and(|subscribe| {
+                subscribe(
+                    ctx.ctx,
+                    raw::RedisModuleEvent { id, dataver: 1 },
+                    Some(callback),
+                ) == raw::REDISMODULE_OK as c_int
+            })
+        }
+    };
+    if valkey {
+        return options & VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION != 0
+            && subscribe(VALKEY_EVENT_ATOMIC_SLOT_MIGRATION, on_valkey_slot_migration);
+    }
+    if redis_migration {
+        REDIS_SLOT_MIGRATION.store(true, Ordering::Relaxed);
+        subscribe(
+            raw::REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION,
+            on_redis_slot_migration,
+        );
+    }
+    false
+}
+
+type Callback = extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
+
+extern "C" fn on_valkey_slot_migration(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    contained("the slot migration event", (), || {
+        if subevent == VALKEY_EXPORT_STARTED {
+            // From the fork of the snapshot on, the server streams every effect made for the
+            // moving slots to the target.
+            propagation::heard();
+            return;
+        }
+        let ranges = slot_ranges(data);
+        match subevent {
+            VALKEY_IMPORT_STARTED => {
+                for &(start, end) in &ranges {
+                    slot::IMPORTING.set_range(start, end, true);
+                }
+            }
+            VALKEY_IMPORT_COMPLETED | VALKEY_IMPORT_ABORTED => {
+                for &(start, end) in &ranges {
+                    slot::IMPORTING.set_range(start, end, false);
+                }
+            }
+            VALKEY_EXPORT_COMPLETED => {
+                for &(start, end) in &ranges {
+                    slot::LEFT.set_range(start, end, true);
+                }
+                registry::slots_left();
+                // The server trims the slots' keys right after this event, in the same
+                // iteration of its event loop; a key of these slots that leaves later (one
+                // imported back, say) leaves for its own reason.
+                Context::new(ctx).create_timer(
+                    Duration::ZERO,
+                    |_: &Context, ()| slot::LEFT.clear(),
+                    (),
+                );
+            }
+            // An export cancelled or failed: the source kept everything, nothing to undo.
+            _ => {}
+        }
+    });
+}
+
+/// The slot ranges an event's data names, as `(start, end)` slot numbers.
+fn slot_ranges(data: *mut c_void) -> Vec<(usize, usize)> {
+    if data.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: Valkey passes a ValkeyModuleAtomicSlotMigrationInfo with this event, whose array
+    // holds `num_slot_ranges` ranges for the duration of the call.
+    unsafe {
+        let info = &*data.cast::<SlotMigrationInfo>();
+        if info.slot_ranges.is_null() {
+            return Vec::new();
+        }
+        std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
+            .iter()
+            .filter_map(|r| Some((usize::try_from(r.start).ok()?, usize::try_from(r.end).ok()?)))
+            .collect()
+    }
+}
+
+/// Redis's slot-migration event: a migration the command filter did not see start (a cluster
+/// manager's) makes every effect built from now on.
+extern "C" fn on_redis_slot_migration(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if matches!(
+        subevent,
+        raw::REDISMODULE_SUBEVENT_CLUSTER_SLOT_MIGRATION_IMPORT_STARTED
+            | raw::REDISMODULE_SUBEVENT_CLUSTER_SLOT_MIGRATION_MIGRATE_STARTED
+    ) {
+        propagation::heard();
+    }
+}
+
+/// The name `CLUSTER MIGRATION IMPORT` is renamed to on Redis, so that the server refuses it
+/// with its own unknown-command error, which names the reason.
+const REFUSED_MIGRATION: &str = "pathlock-refuses-CLUSTER-MIGRATION-see-its-README";
+
+/// Whether a command's first three words are `CLUSTER MIGRATION IMPORT`.
+fn imports_slots(words: [&[u8]; 3]) -> bool {
+    words[0].eq_ignore_ascii_case(b"CLUSTER")
+        && words[1].eq_ignore_ascii_case(b"MIGRATION")
+        && words[2].eq_ignore_ascii_case(b"IMPORT")
+}
+
+/// Renames the command in `filter` to [`REFUSED_MIGRATION`].
+fn refuse_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
+    // SAFETY: the string is created without a context, so the server owns it once it replaces
+    // the argument, as the filter API requires.
+    unsafe {
+        let (Some(create), Some(replace)) = (
+            raw::RedisModule_CreateString,
+            raw::RedisModule_CommandFilterArgReplace,
+        ) else {
+            return;
+        };
+        let name = create(
+            std::ptr::null_mut(),
+            REFUSED_MIGRATION.as_ptr().cast::<c_char>(),
+            REFUSED_MIGRATION.len(),
+        );
+        if !name.is_null() {
+            replace(filter, 0, name);
         }
     }
 }
@@ -103,6 +323,12 @@ extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
         // Every command of the server passes here, so its name is read once, and only a
         // `MIGRATE` reads more.
         let name = arg(0).unwrap_or_default();
+        if REDIS_SLOT_MIGRATION.load(Ordering::Relaxed)
+            && imports_slots([name, arg(1).unwrap_or_default(), arg(2).unwrap_or_default()])
+        {
+            refuse_command(filter);
+            return;
+        }
         if !name.eq_ignore_ascii_case(b"MIGRATE") {
             if propagation::asks_for_stream(name) {
                 propagation::heard();
@@ -212,6 +438,18 @@ mod tests {
             .into_iter()
             .map(|k| String::from_utf8(k).expect("utf-8"))
             .collect()
+    }
+
+    #[test]
+    fn only_cluster_migration_import_is_taken_for_redis_slot_migration() {
+        use super::imports_slots;
+        assert!(imports_slots([b"cluster", b"Migration", b"IMPORT"]));
+        assert!(!imports_slots([b"CLUSTER", b"MIGRATION", b"STATUS"]));
+        assert!(!imports_slots([b"CLUSTER", b"MIGRATESLOTS", b"SLOTSRANGE"]));
+        assert!(!imports_slots([b"CLUSTER", b"", b""]));
+        assert!(super::REFUSED_MIGRATION
+            .bytes()
+            .all(|b| b.is_ascii_graphic()));
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The active expiry cycle: a timer that reclaims expired locks in keys nobody touches.
 //!
-//! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`. Started by `lib.rs`.
+//! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`, `slot`. Started by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. The timer runs on every server, but only a master
 //! acts, and not while clients are paused or a failover is in progress (`AvoidReplicaTraffic`),
-//! so a replica's locks change only through its master's effects.
+//! so a replica's locks change only through its master's effects. Likewise, the projects of a
+//! slot that an atomic slot migration is importing change only through the source's effects:
+//! their keys stay scheduled and are visited once the import is over.
 //!
 //! A tick works for at most `BUDGET` (1 ms), a few owners at a time, and replicates each step as
 //! `EXPIRE now token...` naming the owners it reclaimed. A key with more due than a tick can
@@ -20,7 +22,7 @@ use redis_module::{raw, Context, ContextFlags, RedisString};
 use crate::change::expire_until;
 use crate::contain::contained;
 use crate::context::in_db;
-use crate::{clock, schedule};
+use crate::{clock, schedule, slot};
 
 const TICK: Duration = Duration::from_millis(100);
 /// The next tick when the last one ran out of time with locks still due.
@@ -47,17 +49,27 @@ fn reclaim_due(ctx: &Context) -> bool {
     }
     let started = Instant::now();
     let now = clock::wall_ms();
+    let mut importing = Vec::new();
+    let mut more = false;
     while started.elapsed() < BUDGET {
         let Some((db, key)) = schedule::pop_due(now) else {
-            return false;
+            break;
         };
+        if slot::IMPORTING.holds_key(&key) {
+            importing.push((db, key));
+            continue;
+        }
         let done = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
             expire_until(ctx, &name, now, started + BUDGET)
         });
         if !done {
-            return true;
+            more = true;
+            break;
         }
     }
-    false
+    for (db, key) in importing {
+        in_db(ctx, db, || schedule::schedule(ctx, &key, Some(now)));
+    }
+    more
 }

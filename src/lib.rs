@@ -53,8 +53,20 @@ use redis_module::{redis_module, Context, RedisString, Status};
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     contain::contained("loading the module", Status::Err, || {
         // Without this option a short read while loading an RDB or a RESTORE payload kills the
-        // server; with it, the loader sees the error and refuses the value.
-        ctx.set_module_options(redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS);
+        // server; with it, the loader sees the error and refuses the value. Where the server
+        // has Valkey's atomic slot migration, the module declares that it handles it too
+        // (without that, `CLUSTER MIGRATESLOTS` is refused while the module is loaded); see
+        // `events` for what it does then, and for Redis's own kind.
+        let mut options = redis_module::raw::ModuleOptions::HANDLE_IO_ERRORS.bits();
+        if events::opts_in_to_slot_migration(ctx) {
+            options |= events::VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION;
+        }
+        // SAFETY: sets this module's options during its load.
+        unsafe {
+            if let Some(set) = redis_module::raw::RedisModule_SetModuleOptions {
+                set(ctx.ctx, options);
+            }
+        }
         if commands::register(ctx) == Status::Err {
             return Status::Err;
         }

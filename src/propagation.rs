@@ -11,14 +11,16 @@
 //! replica may have heard this server it is "heard" for good (until a restart). That happens when
 //! a replica asks for the stream (`SYNC`/`PSYNC`, seen by the command filter before the command
 //! runs, so even an effect made later in the same event-loop iteration goes out), when the role
-//! changes either way, when a replica connects or leaves, and when `INFO replication` shows a
-//! replica, a backlog or a master. The first decision after the module loads asks `INFO`, which
+//! changes either way, when a replica connects or leaves, when an atomic slot migration starts
+//! exporting slots (the server streams what it propagates for them to the target, a listener no
+//! replica count shows; `events`), and when `INFO replication` shows a replica, a backlog or a
+//! master. The first decision after the module loads asks `INFO`, which
 //! also covers a module loaded at run time beside replicas and a master that restored its backlog
 //! from its RDB at start-up. The AOF is read from the context's flags on every call, because it
 //! can be switched on and off at run time.
 //!
-//! Level 1: imports `context`. Used by `effects` (the check), `events` (the filter and
-//! the role change) and `lib.rs`.
+//! Level 1: imports `context`. Used by `effects` (the check), `events` (the filter, the role
+//! change and slot migrations) and `lib.rs`.
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};

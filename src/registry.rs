@@ -1,6 +1,6 @@
 //! The registry of waiting clients and the queue of signals about them.
 //!
-//! Level 1: imports `stats`. Written by `waits` (a client starts waiting), `blocked` (a client
+//! Level 1: imports `stats`, `slot`. Written by `waits` (a client starts waiting), `blocked` (a client
 //! gave up), `keytype` (a value left its key) and `events` (a flush); worked off by `waits`.
 //!
 //! As in Redis's own `db.c`, code that learns that waiters are affected never calls into the
@@ -19,7 +19,16 @@
 //! * **moved**: a value holding waiters arrived under a new name (`RENAME`, `MOVE`); the waiters
 //!   that asked for another key are taken out of it and answered that the project moved;
 //! * **moved away**: waiters to answer that their project left: `MIGRATE` took it to another
-//!   server (known from the command filter in `events`), or `SWAPDB` swapped its database.
+//!   server (known from the command filter in `events`), `SWAPDB` swapped its database, or an
+//!   atomic slot migration handed its slot to another node (`slots_left`; the server's trim of
+//!   the slot's keys that follows is a move too, never a `DEL`).
+//!
+//! While the server pauses replication (`CLIENT PAUSE WRITE`, a manual failover, the last step of
+//! an atomic slot migration), nothing the module does outside a command may change a project:
+//! what it would propagate then is lost to a failover or to the slot's new owner, and the
+//! server refuses it. The worker waits for the pause to end (`retry_later`), and a waiter whose
+//! time runs out meanwhile is answered at once, its leaving the queue put off like a
+//! disconnection's (`cancel_later`).
 //!
 //! Redis runs command filters when a command arrives (from a client, a script or a module's
 //! call), not when `EXEC` runs what `MULTI` queued. So the filter's word alone would take a
@@ -42,7 +51,7 @@ use std::time::{Duration, Instant};
 use pathlock_core::Waiter;
 use redis_module::{raw, Context};
 
-use crate::stats;
+use crate::{slot, stats};
 
 /// What the registry knows of one waiter.
 pub struct Entry {
@@ -64,6 +73,8 @@ pub enum Away {
     Migrated(Option<String>),
     /// This server turned replica.
     Demoted,
+    /// An atomic slot migration handed the project's slot to another node.
+    SlotMoved,
 }
 
 /// The signals queued since the worker last ran.
@@ -236,6 +247,15 @@ pub fn unlinked(waiter_ids: Vec<u64>, value: usize, key: &[u8]) {
     if waiter_ids.is_empty() {
         return;
     }
+    if slot::LEFT.holds_key(key) {
+        // The server is trimming a slot it handed over: the project went with its slot.
+        signal(|r| {
+            r.signals
+                .moved_away
+                .extend(waiter_ids.into_iter().map(|id| (id, Away::SlotMoved)))
+        });
+        return;
+    }
     signal(|r| {
         let serialized = match r.serialized.iter().position(|v| *v == value) {
             Some(at) => {
@@ -326,6 +346,39 @@ pub fn demoted() {
             .moved_away
             .extend(ids.into_iter().map(|id| (id, Away::Demoted)));
     });
+}
+
+/// Signals that the slots in `slot::LEFT` were handed to another node: every waiter of a key
+/// in them is answered with a redirect, and nobody is granted on this node.
+pub fn slots_left() {
+    signal(|r| {
+        let mut ids: Vec<u64> = r
+            .entries
+            .iter()
+            .filter(|(_, e)| slot::LEFT.holds_key(&e.key))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        r.signals
+            .moved_away
+            .extend(ids.into_iter().map(|id| (id, Away::SlotMoved)));
+    });
+}
+
+/// Queues the cancellation of a waiter that was already answered and forgotten, for its key's
+/// next change or the worker.
+pub fn cancel_later(db: i32, key: Vec<u8>, id: u64) {
+    signal(|r| r.signals.cancelled.push((db, key, id)));
+}
+
+/// Runs the worker again after `delay`, leaving the signals queued: called by the worker when it
+/// may not change projects yet. The worker stays armed, so no other timer is set meanwhile.
+pub fn retry_later(delay: Duration) {
+    let ctx = MODULE_CTX.load(Ordering::Relaxed);
+    if let (false, Some(&worker)) = (ctx.is_null(), WORKER.get()) {
+        with_registry(|r| r.timer_armed = true);
+        Context::new(ctx).create_timer(delay, move |ctx: &Context, ()| worker(ctx), ());
+    }
 }
 
 /// Signals `SWAPDB first second`: every waiter of either database is answered that its project

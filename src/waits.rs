@@ -12,9 +12,10 @@
 
 use std::collections::BTreeSet;
 use std::os::raw::c_void;
+use std::time::Duration;
 
 use pathlock_core::{Grant, Project, Waiter};
-use redis_module::{raw, Context, ContextFlags, RedisString};
+use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
 use crate::blocked::Answer;
 use crate::change::change;
@@ -102,13 +103,19 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
 }
 
 /// A waiter's time is up: answer nil, take it out of its queue, and let through the later
-/// waiters it alone held up. Does nothing when the waiter was granted first.
+/// waiters it alone held up. Does nothing when the waiter was granted first. While replication
+/// is paused, leaving the queue (which may grant the waiters behind it) waits for the pause to
+/// end, as a disconnected waiter's does.
 fn time_out(ctx: &Context, id: u64) {
     let Some(entry) = registry::forget(id) else {
         return;
     };
     stats::count(&stats::WAIT_TIMEOUTS, 1);
     blocked::unblock(entry.client, Answer::Nil);
+    if replication_paused() {
+        registry::cancel_later(entry.db, entry.key, id);
+        return;
+    }
     in_db(ctx, entry.db, || {
         let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
         let now = clock::now_ms(ctx);
@@ -118,10 +125,26 @@ fn time_out(ctx: &Context, id: u64) {
     });
 }
 
+/// How long the worker waits before looking again while replication is paused.
+const PAUSED_RETRY: Duration = Duration::from_millis(10);
+
+/// Whether the server pauses replication now (`CLIENT PAUSE WRITE`, a manual failover, the last
+/// step of an atomic slot migration): then nothing outside a command may change a project, since
+/// the server would refuse to propagate it, and a change that the stream did not carry is lost
+/// to the replica or the slot's new owner that takes over.
+fn replication_paused() -> bool {
+    // SAFETY: takes no arguments and only reads server state.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) != 0 }
+}
+
 /// Works off the registry's signals; runs from a zero-delay timer, where keys can be opened and
-/// effects replicated.
+/// effects replicated. While replication is paused it looks again a little later.
 pub fn work_off_signals(ctx: &Context) {
     contained("the waiters' signal worker", (), || {
+        if replication_paused() {
+            registry::retry_later(PAUSED_RETRY);
+            return;
+        }
         let signals = registry::take_signals();
         let mut away = signals.moved_away;
         if !ctx.get_flags().contains(ContextFlags::MASTER) {
@@ -181,9 +204,13 @@ pub fn work_off_signals(ctx: &Context) {
 
 /// Answers the waiters whose project left the key they waited on. In Cluster, a migrated
 /// project's waiters are redirected with `-ASK <slot> <host>:<port>`, as Redis redirects a
-/// client to the node importing the slot, so cluster clients follow the project.
+/// client to the node importing the slot, and those of a slot handed over by an atomic slot
+/// migration with `-MOVED <slot> <host>:<port>` of its new owner, as Redis answers its own
+/// blocked clients (`clusterRedirectBlockedClientIfNeeded`), so cluster clients follow the
+/// project.
 fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
     let cluster = ctx.get_flags().contains(ContextFlags::CLUSTER);
+    let mut owners: Option<Vec<SlotOwner>> = None;
     for (id, why) in away {
         let Some(entry) = registry::forget(id) else {
             continue;
@@ -198,6 +225,14 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
             // Retried, the command is routed by Redis to where the slot is now.
             Away::Migrated(None) if cluster => ERR_TRYAGAIN.to_string(),
             Away::Migrated(to) => moved_migrated(to.as_deref()),
+            Away::SlotMoved => {
+                let slot = key_slot(&entry.key);
+                let owners = owners.get_or_insert_with(|| slot_owners(ctx));
+                match owners.iter().find(|o| (o.start..=o.end).contains(&slot)) {
+                    Some(owner) if cluster => format!("MOVED {slot} {}", owner.address),
+                    _ => ERR_TRYAGAIN.to_string(),
+                }
+            }
             Away::Demoted => {
                 // The queue goes with its waiters; nobody is granted on a replica.
                 in_db(ctx, entry.db, || {
@@ -209,6 +244,46 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
         };
         blocked::answer(&entry, Answer::Error(message));
     }
+}
+
+/// A range of slots and the address of the master that serves it.
+struct SlotOwner {
+    start: u16,
+    end: u16,
+    address: String,
+}
+
+/// The masters of every slot range, from `CLUSTER SLOTS` (`[start, end, [host, port, ...], ...]`);
+/// empty when it cannot be read, and the waiters are then told to retry.
+fn slot_owners(ctx: &Context) -> Vec<SlotOwner> {
+    let Ok(RedisValue::Array(ranges)) = ctx.call("CLUSTER", &["SLOTS"]) else {
+        return Vec::new();
+    };
+    let number = |value: Option<&RedisValue>| match value {
+        Some(RedisValue::Integer(n)) => Some(*n),
+        _ => None,
+    };
+    let text = |value: Option<&RedisValue>| match value {
+        Some(RedisValue::SimpleString(s) | RedisValue::BulkString(s)) => Some(s.clone()),
+        Some(RedisValue::BulkRedisString(s)) => Some(s.to_string_lossy()),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let RedisValue::Array(parts) = range else {
+                return None;
+            };
+            let Some(RedisValue::Array(master)) = parts.get(2) else {
+                return None;
+            };
+            Some(SlotOwner {
+                start: u16::try_from(number(parts.first())?).ok()?,
+                end: u16::try_from(number(parts.get(1))?).ok()?,
+                address: format!("{}:{}", text(master.first())?, number(master.get(1))?),
+            })
+        })
+        .collect()
 }
 
 /// Queues a waiter again on the key name it asked for (or grants it, if nothing there blocks it
