@@ -67,10 +67,10 @@ test-java: build
 
 # What users install without a Rust toolchain, in dist/: the module's Debian package, the Python
 # client's wheel and sdist, the Node client's npm tarball, the Rust client's .crate (see
-# scripts/dist.sh). `make test-dist` installs each into a clean place and uses it.
-# JAVA CLIENT: its jar joins dist/ here when clients/java lands on main (scripts/dist.sh says how).
+# scripts/dist.sh), the Java client's jar and pom. `make test-dist` installs each into a clean place
+# and uses it.
 dist: build
-	@scripts/deps.sh dist
+	@scripts/deps.sh dist java
 	scripts/dist.sh
 
 test-dist: dist
