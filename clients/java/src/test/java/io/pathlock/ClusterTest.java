@@ -168,4 +168,48 @@ class ClusterTest {
         lease.release();
         assertEquals(List.of(), Reply.array(target.command("PATHLOCK.LOCKS", key)));
     }
+
+    @Test
+    void keepsALeaseThroughTheFailoverOfItsMaster() {
+        // Its own cluster, with a replica per master, that fails a node after 1 s.
+        Servers.Cluster replicated = Servers.Cluster.start(1, 1000);
+        try {
+            String key = "proj:failover";
+            Connection connection = replicated.connect();
+            // A 10 s lease, granted once the master's replica has it.
+            PathLocks locks = Support.of(connection, key).ttl(Duration.ofSeconds(10)).replicas(1);
+            Lease lease = locks.move("/A/C", "/B");
+            Servers.Server master = ownerIn(replicated, key, null);
+            master.kill();
+            double killedAt = Servers.nowMs();
+            // Renewals fail, the client reloads the slot map from the nodes left, and once the
+            // replica is promoted they reach it.
+            Support.waitUntil("the replica to take the slot over", 20000, () -> ownerIn(replicated, key, master) != master);
+            Support.waitUntil("a renewal on the new master", 10000, () -> lease.remaining().toMillis() > 9000);
+            System.out.printf("# failover: the lease renewed on the new master %.0f ms after its master was killed%n",
+                    Servers.nowMs() - killedAt);
+            assertFalse(lease.isLost());
+            assertEquals(List.of(List.of("/A/C", "WRITE", lease.token()), List.of("/B/C", "WRITE", lease.token())),
+                    Support.shape(locks.locks()));
+            lease.release();
+            assertEquals(List.of(), locks.locks());
+            assertTrue(lease.isReleased() && !lease.isLost());
+        } finally {
+            replicated.stop();
+        }
+    }
+
+    /** The master of the key's slot as a live node of {@code cluster} sees it (asking none of {@code dead}). */
+    private static Servers.Server ownerIn(Servers.Cluster cluster, String key, Servers.Server dead) {
+        int slot = SlotHash.slot(Reply.bytes(key));
+        Servers.Server asked = cluster.nodes().stream().filter(n -> n != dead && n.isAlive()).findFirst().orElseThrow();
+        for (Object entry : Reply.array(asked.command("CLUSTER", "SLOTS"))) {
+            List<Object> range = Reply.array(entry);
+            if (Reply.integer(range.get(0)) <= slot && slot <= Reply.integer(range.get(1))) {
+                long port = Reply.integer(Reply.array(range.get(2)).get(1));
+                return cluster.nodes().stream().filter(n -> n.port == port).findFirst().orElseThrow();
+            }
+        }
+        throw new AssertionError("no node serves slot " + slot);
+    }
 }

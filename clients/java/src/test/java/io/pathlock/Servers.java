@@ -213,14 +213,19 @@ final class Servers {
     /** Three masters in one Redis Cluster, every slot assigned and agreed on. */
     record Cluster(List<Server> nodes) {
         static Cluster start() {
+            return start(0, 5000);
+        }
+
+        /** Three masters with {@code replicas} replicas each; a node is failed after {@code nodeTimeoutMs}. */
+        static Cluster start(int replicas, int nodeTimeoutMs) {
             List<Server> nodes = new ArrayList<>();
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < 3 * (1 + replicas); i++) {
                 nodes.add(Server.start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", "5000"));
+                        "--cluster-node-timeout", String.valueOf(nodeTimeoutMs)));
             }
             List<String> create = new ArrayList<>(List.of("redis-cli", "--cluster", "create"));
             nodes.forEach(n -> create.add("127.0.0.1:" + n.port));
-            create.add("--cluster-yes");
+            create.addAll(List.of("--cluster-replicas", String.valueOf(replicas), "--cluster-yes"));
             try {
                 Process cli = new ProcessBuilder(create).redirectErrorStream(true).start();
                 String out = new String(cli.getInputStream().readAllBytes());
@@ -236,8 +241,9 @@ final class Servers {
             for (Server node : nodes) {
                 for (int i = 0; ; i++) {
                     String info = Reply.text(node.command("CLUSTER", "INFO"));
-                    int ranges = Reply.array(node.command("CLUSTER", "SLOTS")).size();
-                    if (info.contains("cluster_state:ok") && ranges == 3) {
+                    List<Object> ranges = Reply.array(node.command("CLUSTER", "SLOTS"));
+                    boolean replicated = ranges.stream().allMatch(r -> Reply.array(r).size() == 3 + replicas);
+                    if (info.contains("cluster_state:ok") && ranges.size() == 3 && replicated) {
                         break;
                     }
                     if (i > 400) {
