@@ -9,7 +9,7 @@ an RDB payload is items of 8-byte little-endian unsigneds and length-prefixed bu
 import os, struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ACQUIRE, RELEASE, RENEW, LOCKS, CHECK, EFFECT = range(6)
+ACQUIRE, RELEASE, RENEW, LOCKS, CHECK, EFFECT, WAITERS = range(7)
 HOSTILE = ["\u0100", "\u0400", "\uff00", "\u0000", "\r\n", "%s%n", "\x7f", "\xff"]
 
 
@@ -51,6 +51,26 @@ def main():
             record(CHECK, ["k", "TOKEN", hb, hb, hb]),
             record(EFFECT, ["k", "GRANT", hb, "1", "2", hb, hb]),
         ]))
+        write("command", f"hostile-{i}-notes-owners-waiters", b"".join([
+            record(ACQUIRE, ["k", "NOTE", hb, "WRITE", "/a"]),
+            record(ACQUIRE, ["k", "TOKEN", "t", "NOTE", hb, "NOTE", hb, "READ", "/b"]),
+            record(LOCKS, ["k", hb, "TOKEN", hb]),
+            record(LOCKS, ["k", "TOKEN", hb]),
+            record(LOCKS, ["k", hb, hb, hb]),
+            record(WAITERS, ["k", hb]),
+        ]))
+    write("command", "notes-owners-waiters", b"".join([
+        record(ACQUIRE, ["p", "TOKEN", "t1", "NOTE", "move /A/C", "WRITE", "/A/C", "WRITE", "/B/C"]),
+        record(ACQUIRE, ["p", "TOKEN", "t1", "WRITE", "/A/C"]),
+        record(ACQUIRE, ["p", "TOKEN", "t1", "NOTE", "", "WRITE", "/B/C"]),
+        record(ACQUIRE, ["p", "TOKEN", "TOKEN", "READ", "/TOKEN"]),
+        record(LOCKS, ["p", "TOKEN", "t1"]),
+        record(LOCKS, ["p", "/A", "TOKEN", "t1"]),
+        record(LOCKS, ["p", "TOKEN"]),
+        record(CHECK, ["p", "WRITE", "/"]),
+        record(WAITERS, ["p", "/A"]),
+        record(RELEASE, ["p", "t1"]),
+    ]))
     write("command", "grant-release-renew-expire", b"".join([
         record(ACQUIRE, ["p", "TOKEN", "t1", "TTL", "50", "WRITE", "/A/C"]),
         record(ACQUIRE, ["p", "TOKEN", "t2", "READ", "/A"]),
@@ -71,6 +91,14 @@ def main():
             record(0, ["EXPIRE", hb]),
             record(0, ["FENCE", hb]),
         ]))
+    write("effect", "grant-with-notes", b"".join([
+        record(0, ["GRANT", "t1", "100", "1", "NOTE", "move \x00\r\n", "WRITE", "/A/C"]),
+        record(0, ["GRANT", "t1", "200", "2", "WRITE", "/A/C"]),
+        record(0, ["GRANT", "t1", "300", "3", "NOTE", "", "WRITE", "/A/C", "READ", "/B"]),
+        record(0, ["GRANT", "t2", "300", "4", "NOTE", "n"]),
+        record(0, ["GRANT", "t2", "300", "5", "NOTE"]),
+        record(0, ["RELEASE", "t1", "/A/C"]),
+    ]))
     write("effect", "grant-release-expire-fence", b"".join([
         record(0, ["GRANT", "t1", "100", "1", "WRITE", "/A/C", "READ", "/B"]),
         record(0, ["GRANT", "t2", "200", "2", "READ", "/A/D"]),
@@ -85,6 +113,10 @@ def main():
     write("rdb", "too-deep", u(2) + u(1) + lock(b"a\0" * 4097, 0, b"t", 10, 1))
     write("rdb", "huge-count-short-payload", u(2) + u(2**64 - 1) + lock(b"a\0", 0, b"t", 10, 1))
     write("rdb", "fence-beyond-counter", u(2) + u(1) + lock(b"a\0", 0, b"t", 10, 7))
+    # Version 2 (with notes) in the same framing; the harness decodes every input as each version.
+    noted = lambda key, mode, token, deadline, fence, note: lock(key, mode, token, deadline, fence) + buf(note)
+    write("rdb", "two-noted-locks", u(3) + u(2) + noted(b"A\0", 0, b"t1", 10, 1, b"move \x00\r\n\xc4\x80")
+          + noted(b"B\0", 1, b"t2", 10, 2, b""))
 
 
 if __name__ == "__main__":

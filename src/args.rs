@@ -3,12 +3,12 @@
 //!
 //! Level 1: imports `config` and `errors`. Called by the command handlers and the harness.
 
-use pathlock_core::{Items, Mode, Path, Token};
+use pathlock_core::{Items, Mode, Note, Path, Token};
 
 use crate::config;
 use crate::errors::{shown, Error, ERR_MISSING_PATH, ERR_NO_PATHS};
 
-/// `[TOKEN token] [TTL ms] [WAIT ms] mode path [mode path ...]`
+/// `[TOKEN token] [TTL ms] [WAIT ms] [NOTE note] mode path [mode path ...]`
 #[derive(Debug)]
 pub struct Acquire {
     /// `None` when the module is to generate one.
@@ -16,6 +16,8 @@ pub struct Acquire {
     pub ttl: u64,
     /// How long to block for the locks; 0 does not block.
     pub wait: u64,
+    /// `None` without `NOTE`: the locks it re-grants keep their notes.
+    pub note: Option<Note>,
     pub items: Items,
 }
 
@@ -23,6 +25,7 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
     let mut token = None;
     let mut ttl = None;
     let mut wait = None;
+    let mut note = None;
     let mut rest = words;
     while let Some((&word, tail)) = rest.split_first() {
         if Mode::parse(word).is_some() {
@@ -34,6 +37,8 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
             "TTL"
         } else if word.eq_ignore_ascii_case(b"WAIT") {
             "WAIT"
+        } else if word.eq_ignore_ascii_case(b"NOTE") {
+            "NOTE"
         } else {
             return Err(Error::UnknownWord(shown(word)));
         };
@@ -43,6 +48,8 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
             "TOKEN" => token = Some(Token::new(value)?),
             "TTL" if ttl.is_some() => return Err(Error::DuplicateOption(option)),
             "TTL" => ttl = Some(ttl_ms(value)?),
+            "NOTE" if note.is_some() => return Err(Error::DuplicateOption(option)),
+            "NOTE" => note = Some(note_of(value)?),
             _ if wait.is_some() => return Err(Error::DuplicateOption(option)),
             _ => wait = Some(wait_ms(value)?),
         }
@@ -56,8 +63,58 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
             None => positive(config::default_ttl()),
         },
         wait: wait.unwrap_or(0),
+        note,
         items,
     })
+}
+
+/// A note: any bytes, at most `pathlock.max-note-bytes` of them. The error gives the lengths,
+/// never the note, which may be long and is the client's.
+fn note_of(word: &[u8]) -> Result<Note, Error> {
+    let max = config::max_note_bytes();
+    if i64::try_from(word.len()).map_or(true, |len| len > max) {
+        return Err(Error::NoteTooLong {
+            len: word.len(),
+            max,
+        });
+    }
+    Ok(Note::from(word))
+}
+
+/// `[path] [TOKEN token]` of `LOCKS`: where to list, and whose locks when a token is given.
+#[derive(Debug)]
+pub struct Locks {
+    pub under: Path,
+    pub token: Option<Token>,
+}
+
+/// A `TOKEN` word followed by one more argument is the option; a lone argument is the path,
+/// even `TOKEN` (the folder `/TOKEN`, which may also be written so).
+pub fn locks(words: &[&[u8]]) -> Result<Locks, Error> {
+    let (path, option) = match words {
+        [] => (None, None),
+        [path] => (Some(*path), None),
+        [word, value] if word.eq_ignore_ascii_case(b"TOKEN") => (None, Some(*value)),
+        [path, word, rest @ ..] if word.eq_ignore_ascii_case(b"TOKEN") => match rest {
+            [value] => (Some(*path), Some(*value)),
+            _ => return Err(Error::MissingValue("TOKEN")),
+        },
+        [_, word, ..] => return Err(Error::UnknownLocksWord(shown(word))),
+    };
+    let under = match path {
+        Some(raw) => Path::parse(raw, &config::path_limits())?,
+        None => Path::root(),
+    };
+    let token = option.map(Token::new).transpose()?;
+    Ok(Locks { under, token })
+}
+
+/// `[path]` of `WAITERS`: the root when none is given.
+pub fn under(word: Option<&[u8]>) -> Result<Path, Error> {
+    match word {
+        Some(raw) => Ok(Path::parse(raw, &config::path_limits())?),
+        None => Ok(Path::root()),
+    }
 }
 
 /// `[TOKEN token] mode path [mode path ...]`
@@ -209,8 +266,69 @@ mod tests {
         );
         assert_eq!(
             error(&[b"\xff", b"/a"]),
-            "ERR unknown option or mode '\\xff': expected TOKEN, TTL, WAIT, READ or WRITE"
+            "ERR unknown option or mode '\\xff': expected TOKEN, TTL, WAIT, NOTE, READ or WRITE"
         );
+    }
+
+    #[test]
+    fn acquire_takes_a_note_of_any_bytes_up_to_the_limit() {
+        let note: &[u8] = b"move \x00\x01\r\n \xc4\x80";
+        let request = acquire(&[b"NOTE", note, b"WRITE", b"/a"]).expect("a noted request");
+        assert_eq!(request.note.as_deref(), Some(note));
+        assert!(acquire(&[b"WRITE", b"/a"]).expect("plain").note.is_none());
+        // A note may look like a mode or an option: it is the value of NOTE.
+        let request = acquire(&[b"note", b"READ", b"READ", b"/a"]).expect("a note READ");
+        assert_eq!(request.note.as_deref(), Some(&b"READ"[..]));
+        assert_eq!(request.items.len(), 1);
+        let max = config::max_note_bytes() as usize;
+        let long = vec![b'x'; max + 1];
+        assert_eq!(
+            acquire(&[b"NOTE", &long, b"WRITE", b"/a"])
+                .expect_err("too long")
+                .to_string(),
+            format!(
+                "ERR NOTE too long: {} bytes, at most {max} (pathlock.max-note-bytes)",
+                max + 1
+            )
+        );
+        assert!(acquire(&[b"NOTE", &long[1..], b"WRITE", b"/a"]).is_ok());
+        assert_eq!(
+            acquire(&[b"NOTE", b"a", b"NOTE", b"b", b"WRITE", b"/a"])
+                .expect_err("twice")
+                .to_string(),
+            "ERR NOTE given more than once"
+        );
+    }
+
+    #[test]
+    fn locks_tells_the_token_option_from_a_folder_named_token() {
+        let parsed = |words: &[&[u8]]| {
+            let locks = locks(words).expect("well-formed");
+            (
+                locks.under.to_bytes(),
+                locks.token.map(|t| t.as_bytes().to_vec()),
+            )
+        };
+        assert_eq!(parsed(&[]), (b"/".to_vec(), None));
+        assert_eq!(parsed(&[b"TOKEN"]), (b"/TOKEN".to_vec(), None));
+        assert_eq!(parsed(&[b"/TOKEN"]), (b"/TOKEN".to_vec(), None));
+        assert_eq!(
+            parsed(&[b"token", b"t"]),
+            (b"/".to_vec(), Some(b"t".to_vec()))
+        );
+        assert_eq!(
+            parsed(&[b"TOKEN", b"TOKEN", b"t"]),
+            (b"/TOKEN".to_vec(), Some(b"t".to_vec()))
+        );
+        assert_eq!(
+            parsed(&[b"/A", b"TOKEN", b"t"]),
+            (b"/A".to_vec(), Some(b"t".to_vec()))
+        );
+        let error = |words: &[&[u8]]| locks(words).expect_err("refused").to_string();
+        assert!(error(&[b"/A", b"/B"]).starts_with("ERR unknown option '/B' after the path"));
+        assert_eq!(error(&[b"/A", b"TOKEN"]), "ERR TOKEN needs a value");
+        assert!(error(&[b"TOKEN", b""]).starts_with("ERR invalid token"));
+        assert!(error(&[b"/a/../b"]).starts_with("ERR invalid path"));
     }
 
     #[test]

@@ -6,13 +6,14 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use pathlock_core::PathLimits;
+use pathlock_core::{PathLimits, NOTE_CEILING};
 
 pub const DEFAULT_TTL_MS: i64 = 30_000;
 pub const MAX_TTL_MS: i64 = 86_400_000;
 pub const MAX_PATH_BYTES: i64 = 4096;
 pub const MAX_DEPTH: i64 = 256;
 pub const MAX_PATHS_PER_CALL: i64 = 64;
+pub const MAX_NOTE_BYTES: i64 = 256;
 
 /// The largest value any of the limits may be set to: ten years of TTL, and limits far above
 /// what a file system uses.
@@ -21,12 +22,17 @@ pub const LIMIT_CEILING: i64 = PathLimits::CEILING.max_bytes as i64;
 /// Listings walk the tree recursively, one stack frame per level; this bound keeps that far
 /// inside the server's stack.
 pub const DEPTH_CEILING: i64 = PathLimits::CEILING.max_depth as i64;
+/// The longest note any server takes: what an RDB value or an effect may carry at most.
+pub const NOTE_CEILING_BYTES: i64 = NOTE_CEILING as i64;
 
 pub static DEFAULT_TTL: AtomicI64 = AtomicI64::new(DEFAULT_TTL_MS);
 pub static MAX_TTL: AtomicI64 = AtomicI64::new(MAX_TTL_MS);
 pub static PATH_BYTES: AtomicI64 = AtomicI64::new(MAX_PATH_BYTES);
 pub static DEPTH: AtomicI64 = AtomicI64::new(MAX_DEPTH);
 pub static PATHS_PER_CALL: AtomicI64 = AtomicI64::new(MAX_PATHS_PER_CALL);
+/// `pathlock.max-note-bytes`: the longest `NOTE` an `ACQUIRE` may give; 0 refuses every note
+/// but the empty one.
+pub static NOTE_BYTES: AtomicI64 = AtomicI64::new(MAX_NOTE_BYTES);
 /// `pathlock.accept-eviction`: grant locks even where the `maxmemory` policy can evict project
 /// keys (`eviction`).
 pub static ACCEPT_EVICTION: AtomicBool = AtomicBool::new(false);
@@ -43,6 +49,10 @@ pub fn default_ttl() -> i64 {
 
 pub fn max_paths_per_call() -> i64 {
     PATHS_PER_CALL.load(Ordering::Relaxed)
+}
+
+pub fn max_note_bytes() -> i64 {
+    NOTE_BYTES.load(Ordering::Relaxed)
 }
 
 pub fn path_limits() -> PathLimits {

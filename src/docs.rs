@@ -3,8 +3,8 @@
 //! `redis-cli` shows hints) and the key spec. Flags, the key position and the ACL categories are
 //! given at registration in `lib.rs`.
 //!
-//! The key spec is what ACL key patterns are checked against: `LOCKS` and `CHECK` only read
-//! their key (`RO ACCESS`), so a user with `%R~proj:*` may run them; the writing commands read
+//! The key spec is what ACL key patterns are checked against: `LOCKS`, `CHECK` and `WAITERS`
+//! only read their key (`RO ACCESS`), so a user with `%R~proj:*` may run them; the writing commands read
 //! and change it (`RW ACCESS` with `UPDATE`, or `DELETE` for `RELEASE`), so they need write
 //! permission on the key too.
 //!
@@ -41,7 +41,7 @@ const DOCS: &[Doc] = &[
     Doc {
         name: "PATHLOCK.ACQUIRE",
         arity: -4,
-        summary: "Grants READ or WRITE locks on paths of a project to one owner, all or nothing, optionally waiting for them",
+        summary: "Grants READ or WRITE locks on paths of a project to one owner, all or nothing, optionally waiting for them and keeping a note with them",
         complexity: "O(D) per path, D being its depth, plus the locks and waiters the owner itself holds beneath it",
         key_flags: RW_UPDATE,
         args: acquire_args,
@@ -71,8 +71,8 @@ const DOCS: &[Doc] = &[
     Doc {
         name: "PATHLOCK.LOCKS",
         arity: -2,
-        summary: "Lists the live locks at or under a path, in tree order",
-        complexity: "O(D + N) where N is the number of locks returned",
+        summary: "Lists the live locks at or under a path, or only one owner's, in tree order, with their notes",
+        complexity: "O(D + N) where N is the number of locks returned; with TOKEN, O(D x M) where M is the smaller of the owner's locks and the locks under the path",
         key_flags: RO_ACCESS,
         args: locks_args,
         categories: c"read slow",
@@ -86,6 +86,16 @@ const DOCS: &[Doc] = &[
         key_flags: RO_ACCESS,
         args: check_args,
         categories: c"read fast",
+        in_pathlock: true,
+    },
+    Doc {
+        name: "PATHLOCK.WAITERS",
+        arity: -2,
+        summary: "Lists the requests waiting (ACQUIRE ... WAIT) for paths at or under a path, in queue order, with how long each has waited and has left, and its note",
+        complexity: "O(D + N log W) where N is the number of waiters returned and W the number waiting on the key",
+        key_flags: RO_ACCESS,
+        args: waiters_args,
+        categories: c"read slow",
         in_pathlock: true,
     },
     Doc {
@@ -171,6 +181,7 @@ fn acquire_args() -> Vec<Arg> {
         arg(c"token", STRING).token(c"TOKEN").optional(),
         arg(c"ttl", INTEGER).token(c"TTL").optional(),
         arg(c"wait", INTEGER).token(c"WAIT").optional(),
+        arg(c"note", STRING).token(c"NOTE").optional(),
         requests(),
     ]
 }
@@ -188,6 +199,14 @@ fn renew_args() -> Vec<Arg> {
 }
 
 fn locks_args() -> Vec<Arg> {
+    vec![
+        arg(c"key", KEY),
+        arg(c"path", STRING).optional(),
+        arg(c"token", STRING).token(c"TOKEN").optional(),
+    ]
+}
+
+fn waiters_args() -> Vec<Arg> {
     vec![arg(c"key", KEY), arg(c"path", STRING).optional()]
 }
 

@@ -5,13 +5,18 @@
 //! They travel as `PATHLOCK.EFFECT key <effect>`:
 //!
 //! ```text
-//! GRANT token deadline fence mode path [mode path ...]   a decided acquire
+//! GRANT token deadline fence [NOTE note] mode path ...  a decided acquire, with its note
 //! RELEASE token [path ...]                               a release (no time involved)
 //! RENEW token deadline                                   a renew, at its absolute deadline
 //! EXPIRE now                                             reclaim every lock due by `now`
 //! EXPIRE now token [token ...]                           reclaim these tokens' locks due by `now`
 //! FENCE next                                             raise the fence counter (AOF rewrite)
 //! ```
+//!
+//! A `GRANT` without `NOTE` (what masters sent before notes, and what a grant without one
+//! sends) leaves the notes of the locks it refreshes as they were, as the master's grant did;
+//! `NOTE` replaces them, and `NOTE ""` takes them away. `NOTE` is not a mode, so the two forms
+//! are told apart by the word after the fence.
 //!
 //! `EXPIRE` and `RELEASE` are deterministic because the master sends every effect in the order it
 //! applied them, so a replica holds the same locks with the same deadlines when it applies one.
@@ -24,7 +29,7 @@
 //!
 //! Level 2: imports `errors`, `propagation`. Used by `change`, `grants`, the writing commands and the harness.
 
-use pathlock_core::{Items, Mode, Path, PathLimits, Project, Token};
+use pathlock_core::{Items, Mode, Note, Path, PathLimits, Project, Token, NOTE_CEILING};
 use redis_module::{raw, Context, RedisString};
 
 use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
@@ -39,6 +44,7 @@ pub enum Effect {
         deadline: u64,
         fence: u64,
         items: Items,
+        note: Option<Note>,
     },
     Release {
         token: Token,
@@ -111,6 +117,7 @@ impl Effect {
                 deadline,
                 fence,
                 items,
+                note,
             } => {
                 words.extend([
                     Word::Borrowed(b"GRANT"),
@@ -118,6 +125,9 @@ impl Effect {
                     Word::number(*deadline),
                     Word::number(*fence),
                 ]);
+                if let Some(note) = note {
+                    words.extend([Word::Borrowed(b"NOTE"), Word::Borrowed(note)]);
+                }
                 for (mode, path) in items {
                     words.push(Word::Borrowed(mode.as_str().as_bytes()));
                     words.push(Word::Owned(path.to_bytes()));
@@ -181,7 +191,20 @@ impl Effect {
         let (&op, rest) = words.split_first().ok_or(Error::Fixed(ERR_EFFECT_SYNTAX))?;
         let op = op.to_ascii_uppercase();
         match (op.as_slice(), rest) {
-            (b"GRANT", [token, deadline, fence, pairs @ ..]) if !pairs.is_empty() => {
+            (b"GRANT", [token, deadline, fence, rest @ ..]) if !rest.is_empty() => {
+                let (note, pairs) = match rest {
+                    [word, note, pairs @ ..] if word.eq_ignore_ascii_case(b"NOTE") => {
+                        // Held to the ceiling of every configuration, as paths are.
+                        if note.len() > NOTE_CEILING {
+                            return Err(ERR_EFFECT_SYNTAX.into());
+                        }
+                        (Some(Note::from(*note)), pairs)
+                    }
+                    _ => (None, rest),
+                };
+                if pairs.is_empty() {
+                    return Err(ERR_EFFECT_SYNTAX.into());
+                }
                 let items = pairs
                     .chunks(2)
                     .map(|pair| match pair {
@@ -204,6 +227,7 @@ impl Effect {
                     deadline: number(deadline)?,
                     fence,
                     items,
+                    note,
                 })
             }
             (b"RELEASE", [token, paths @ ..]) => Ok(Effect::Release {
@@ -253,8 +277,9 @@ impl Effect {
                 deadline,
                 fence,
                 items,
+                note,
             } => {
-                table.grant(token, *deadline, *fence, items);
+                table.grant_noted(token, *deadline, *fence, items, note.as_ref());
                 Applied {
                     event: c"pathlock.acquire",
                     count: 1,
@@ -394,6 +419,17 @@ mod tests {
                 b"READ",
                 b"/",
             ],
+            &[
+                b"GRANT",
+                b"t",
+                b"1700000000000",
+                b"8",
+                b"NOTE",
+                b"move \x00\r\n \xc4\x80",
+                b"WRITE",
+                b"/A",
+            ],
+            &[b"GRANT", b"t", b"1", b"9", b"NOTE", b"", b"READ", b"/"],
             &[b"RELEASE", b"t"],
             &[b"RELEASE", b"t", b"/A", b"/B/\xff"],
             &[b"RENEW", b"t", b"99"],
@@ -415,6 +451,8 @@ mod tests {
             &[b"GRANT", b"t", b"1", b"0", b"WRITE", b"/a"],
             &[b"GRANT", b"t", b"1", b"2", b"WRITE"],
             &[b"GRANT", b"t", b"x", b"2", b"WRITE", b"/a"],
+            &[b"GRANT", b"t", b"1", b"2", b"NOTE", b"n"],
+            &[b"GRANT", b"t", b"1", b"2", b"NOTE"],
             &[b"RENEW", b"t"],
             &[b"EXPIRE", b"-1"],
             &[b"NOPE", b"1"],

@@ -1,6 +1,6 @@
 //! Every error a client can receive, in one place. Each says what was wrong and what is allowed,
-//! starts with `ERR` (Redis adds nothing to a module's error), and is matched by the
-//! integration tests on its text.
+//! starts with `ERR` (Redis adds nothing to a module's error), or `WRONGTYPE` for a key of
+//! another type, and is matched by the integration tests on its text.
 //!
 //! Level 0: imports nothing of the crate. Used by everything that answers a client.
 
@@ -9,7 +9,6 @@ use std::fmt::{self, Write};
 use pathlock_core::{PathError, TokenError};
 use redis_module::RedisError;
 
-pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const ERR_NO_PATHS: &str =
     "ERR no lock requested: give at least one mode and path, e.g. WRITE /A";
 pub const ERR_MISSING_PATH: &str = "ERR missing path after mode";
@@ -44,17 +43,39 @@ pub fn moved_migrated(destination: Option<&str>) -> String {
     )
 }
 
+/// A key that holds a value of another type than a project: Redis's `WRONGTYPE`, naming the key
+/// (escaped, as `shown` does) so that an application that mixed up its key names sees which.
+pub fn wrong_type(key: &[u8]) -> String {
+    format!(
+        "WRONGTYPE key '{}' is not a pathlock project: it holds another type of value",
+        shown(key)
+    )
+}
+
 /// An error that carries a value in its message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {
     Fixed(&'static str),
-    InvalidTtl { max: i64 },
-    InvalidWait { max: i64 },
+    InvalidTtl {
+        max: i64,
+    },
+    InvalidWait {
+        max: i64,
+    },
     UnknownWord(String),
     InvalidMode(String),
     DuplicateOption(&'static str),
     MissingValue(&'static str),
-    TooManyPaths { max: i64 },
+    TooManyPaths {
+        max: i64,
+    },
+    /// A `NOTE` of `len` bytes, above `pathlock.max-note-bytes`.
+    NoteTooLong {
+        len: usize,
+        max: i64,
+    },
+    /// A word after `LOCKS key path` other than `TOKEN`.
+    UnknownLocksWord(String),
     Path(PathError),
     Token(TokenError),
 }
@@ -71,7 +92,7 @@ impl fmt::Display for Error {
             }
             Error::UnknownWord(word) => write!(
                 f,
-                "ERR unknown option or mode '{word}': expected TOKEN, TTL, WAIT, READ or WRITE"
+                "ERR unknown option or mode '{word}': expected TOKEN, TTL, WAIT, NOTE, READ or WRITE"
             ),
             Error::InvalidMode(word) => {
                 write!(f, "ERR invalid mode '{word}': must be READ or WRITE")
@@ -81,6 +102,14 @@ impl fmt::Display for Error {
             Error::TooManyPaths { max } => {
                 write!(f, "ERR too many paths: at most {max} per call")
             }
+            Error::NoteTooLong { len, max } => write!(
+                f,
+                "ERR NOTE too long: {len} bytes, at most {max} (pathlock.max-note-bytes)"
+            ),
+            Error::UnknownLocksWord(word) => write!(
+                f,
+                "ERR unknown option '{word}' after the path: expected TOKEN token (a folder named TOKEN is written /TOKEN)"
+            ),
             Error::Path(e) => write!(f, "ERR {e}"),
             Error::Token(e) => write!(f, "ERR {e}"),
         }
@@ -181,12 +210,24 @@ mod tests {
             for error in [
                 Error::UnknownWord(shown(word.as_bytes())),
                 Error::InvalidMode(shown(word.as_bytes())),
+                Error::UnknownLocksWord(shown(word.as_bytes())),
             ] {
                 let text = error.to_string();
                 assert!(text.starts_with("ERR "), "{text}");
                 assert!(text.bytes().all(|c| (0x20..=0x7e).contains(&c)), "{text}");
             }
         }
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_key_escaped() {
+        assert_eq!(
+            wrong_type(b"cache:\xc4\x80\r\n"),
+            "WRONGTYPE key 'cache:\\xc4\\x80\\r\\n' is not a pathlock project: it holds another type of value"
+        );
+        assert!(wrong_type(&[0; 100])
+            .bytes()
+            .all(|c| (0x20..=0x7e).contains(&c)));
     }
 
     #[test]

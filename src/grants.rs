@@ -4,7 +4,7 @@
 //! Level 3: imports `effects`, `context`, `registry`, `blocked`, `stats`. Called by the ACQUIRE
 //! handler, `change` (grants made when expired locks or cancelled waiters leave) and `waits`.
 
-use pathlock_core::{Grant, Items, Token};
+use pathlock_core::{Grant, Items, Note, Token};
 use redis_module::{Context, RedisString};
 
 use crate::blocked::Answer;
@@ -19,6 +19,7 @@ pub fn granted(
     deadline: u64,
     fence: u64,
     items: Items,
+    note: Option<Note>,
 ) {
     announce(
         ctx,
@@ -28,6 +29,7 @@ pub fn granted(
             deadline,
             fence,
             items,
+            note,
         },
     );
 }
@@ -48,6 +50,7 @@ pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
             deadline: grant.deadline,
             fence: grant.fence,
             items: grant.items,
+            note: grant.note,
         };
         announce(ctx, key, &effect);
         stats::count(&stats::WAITS_GRANTED, 1);

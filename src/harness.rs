@@ -12,7 +12,7 @@
 //! round trip that changes what it carries. Built only for tests and with the `system-alloc`
 //! feature, never into the module Redis loads.
 //!
-//! Level 3: imports `args`, `config`, `reply`, `effects`, `errors`. Called by the fuzz targets
+//! Level 3: imports `args`, `reply`, `effects`, `errors`. Called by the fuzz targets
 //! and its own unit tests.
 
 use std::collections::HashMap;
@@ -23,17 +23,18 @@ use pathlock_core::{LockTable, Path, Project, Token};
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::effects::Effect;
-use crate::errors::{Error, ERR_EFFECT_INTERNAL};
-use crate::{args, config, reply};
+use crate::errors::ERR_EFFECT_INTERNAL;
+use crate::{args, reply};
 
 /// The commands a client may send, indexed by the first byte of a fuzz record.
-const COMMANDS: [&str; 6] = [
+const COMMANDS: [&str; 7] = [
     "PATHLOCK.ACQUIRE",
     "PATHLOCK.RELEASE",
     "PATHLOCK.RENEW",
     "PATHLOCK.LOCKS",
     "PATHLOCK.CHECK",
     "PATHLOCK.EFFECT",
+    "PATHLOCK.WAITERS",
 ];
 
 /// Splits fuzz input into records of `[command byte, clock step in ms, argc, (len, bytes)*]`.
@@ -90,7 +91,12 @@ fn run(
         _ => (2, false),
     };
     let argc = words.len() + 1;
-    if argc < arity || (exact && argc != arity) || (name == "PATHLOCK.LOCKS" && argc > 3) {
+    let most = match name {
+        "PATHLOCK.LOCKS" => 5,
+        "PATHLOCK.WAITERS" => 3,
+        _ => usize::MAX,
+    };
+    if argc < arity || (exact && argc != arity) || argc > most {
         return Err(RedisError::WrongArity);
     }
     let key = words[0].to_vec();
@@ -101,7 +107,10 @@ fn run(
             let token = request.token.unwrap_or_else(Token::generate);
             let project = projects.entry(key).or_default();
             project.reclaim_lazily(now, None, 2);
-            let reply = match project.acquire(now, &token, request.ttl, &request.items) {
+            let note = request.note.as_ref();
+            let granted =
+                project.acquire_noted(now, &token, false, request.ttl, &request.items, note);
+            let reply = match granted {
                 Some(fence) => reply::grant(&token, fence),
                 None => RedisValue::Null,
             };
@@ -132,15 +141,34 @@ fn run(
             Ok(RedisValue::Integer(renewed as i64))
         }
         "PATHLOCK.LOCKS" => {
-            let under = match rest.first() {
-                Some(raw) => Path::parse(raw, &config::path_limits()).map_err(Error::from)?,
-                None => Path::root(),
-            };
+            let request = args::locks(rest)?;
             let locks = projects
                 .get(&key)
-                .map(|project| project.locks().locks(now, &under))
+                .map(|project| match &request.token {
+                    Some(token) => project.locks().locks_of_token(now, &request.under, token),
+                    None => project.locks().locks(now, &request.under),
+                })
                 .unwrap_or_default();
             Ok(reply::lock_entries(&locks, now))
+        }
+        "PATHLOCK.WAITERS" => {
+            // Nobody waits without a server; the listing still parses and replies.
+            let under = args::under(rest.first().copied())?;
+            let entries: Vec<reply::WaiterEntry> = projects
+                .get(&key)
+                .map(|project| {
+                    project
+                        .waiters_under(&under)
+                        .into_iter()
+                        .map(|(_, waiter)| reply::WaiterEntry {
+                            waiter,
+                            waited_ms: 0,
+                            left_ms: 0,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Ok(reply::waiter_entries(&entries))
         }
         "PATHLOCK.CHECK" => {
             let request = args::check(rest)?;
@@ -194,17 +222,22 @@ fn check_value(value: &RedisValue) {
     }
 }
 
-/// Decodes an RDB payload (in `persist::ByteSource`'s framing). A payload that decodes must
-/// give a consistent table that encodes back to the same items and decodes again to the same
-/// locks.
+/// Decodes an RDB payload (in `persist::ByteSource`'s framing), as each encoding version that
+/// a server may load. A payload that decodes must give a consistent table that encodes back to
+/// the same items (in the current version) and decodes again to the same locks.
 pub fn rdb(data: &[u8]) {
-    let Ok(table) = persist::decode(&mut ByteSource::new(data)) else {
-        return;
-    };
+    for version in 1..=persist::VERSION {
+        if let Ok(table) = persist::decode_version(&mut ByteSource::new(data), version) {
+            rdb_round_trip(&table);
+        }
+    }
+}
+
+fn rdb_round_trip(table: &LockTable) {
     if let Err(problem) = table.check_integrity() {
         panic!("a decoded table whose indexes disagree: {problem}");
     }
-    let encoded = encode(&table);
+    let encoded = encode(table);
     let again = persist::decode(&mut ByteSource::new(&encoded))
         .unwrap_or_else(|e| panic!("a table's own encoding refused: {e}"));
     assert_eq!(

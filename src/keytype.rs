@@ -16,9 +16,10 @@ use redis_module::{logging, native_types::RedisType, raw};
 use crate::contain::contained;
 use crate::{eviction, fences, registry, selected_db, stats};
 
-/// The one encoding version. Raise it when the layout above changes, and keep reading the older
-/// versions; a version newer than this one is refused.
-pub const ENCODING_VERSION: i32 = 1;
+/// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
+/// layout changes, and keep reading the older versions (version 1, without notes, still loads);
+/// a version newer than this one is refused.
+pub const ENCODING_VERSION: i32 = persist::VERSION as i32;
 
 pub static PATHLOCK_TYPE: RedisType = RedisType::new(
     "path-lock",
@@ -195,7 +196,8 @@ extern "C" fn free_effort(_key: *mut raw::RedisModuleString, value: *const c_voi
 }
 
 /// Feeds every lock, in tree order, and the fence counter to `DEBUG DIGEST`, so a master and
-/// its replicas can be compared.
+/// its replicas can be compared. A lock's note, when it has one, is one more element of its
+/// sequence, so the digest of a project without notes is what it was before notes.
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     contained("digest", (), || {
         // SAFETY: see `table`; the digest functions only read the buffers they are given.
@@ -222,6 +224,9 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                 );
                 add_number(md, lock.deadline as c_longlong);
                 add_number(md, lock.fence as c_longlong);
+                if let Some(note) = &lock.note {
+                    add_buffer(md, note.as_ptr().cast::<c_char>(), note.len());
+                }
                 end(md);
             }
             add_number(md, table.next_fence() as c_longlong);
@@ -231,7 +236,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 }
 
 /// Rewrites a project as the effects that rebuild it: its fence counter, then one `GRANT` per
-/// lock with its absolute deadline and fence.
+/// lock with its absolute deadline and fence, and its `NOTE` when it has one.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -262,6 +267,26 @@ extern "C" fn aof_rewrite(
                     Mode::Write => c"WRITE".as_ptr(),
                     Mode::Read => c"READ".as_ptr(),
                 };
+                if let Some(note) = &lock.note {
+                    emit(
+                        aof,
+                        command,
+                        c"scbllcbcb".as_ptr(),
+                        key,
+                        c"GRANT".as_ptr(),
+                        token.as_ptr().cast::<c_char>(),
+                        token.len(),
+                        lock.deadline as c_longlong,
+                        lock.fence as c_longlong,
+                        c"NOTE".as_ptr(),
+                        note.as_ptr().cast::<c_char>(),
+                        note.len(),
+                        mode,
+                        path.as_ptr().cast::<c_char>(),
+                        path.len(),
+                    );
+                    continue;
+                }
                 emit(
                     aof,
                     command,
@@ -328,7 +353,9 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
             ));
             return std::ptr::null_mut();
         }
-        match persist::decode(&mut Rdb(rdb)) {
+        // `encver` is at most ENCODING_VERSION here, and not negative on any server.
+        let version = u32::try_from(encver).unwrap_or(0);
+        match persist::decode_version(&mut Rdb(rdb), version) {
             Ok(table) => into_value(Project::from_locks(table)),
             Err(reason) => {
                 logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));

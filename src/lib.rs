@@ -116,6 +116,7 @@ redis_module! {
             ["max-path-bytes", &config::PATH_BYTES, config::MAX_PATH_BYTES, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
             ["max-depth", &config::DEPTH, config::MAX_DEPTH, 1, config::DEPTH_CEILING, ConfigurationFlags::DEFAULT, None],
             ["max-paths-per-call", &config::PATHS_PER_CALL, config::MAX_PATHS_PER_CALL, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
+            ["max-note-bytes", &config::NOTE_BYTES, config::MAX_NOTE_BYTES, 0, config::NOTE_CEILING_BYTES, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [

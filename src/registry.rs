@@ -1,7 +1,8 @@
 //! The registry of waiting clients and the queue of signals about them.
 //!
 //! Level 1: imports `stats`, `slot`. Written by `waits` (a client starts waiting), `blocked` (a client
-//! gave up), `keytype` (a value left its key) and `events` (a flush); worked off by `waits`.
+//! gave up), `keytype` (a value left its key) and `events` (a flush); worked off by `waits`;
+//! read by `WAITERS` (how long each waiter has waited and has left).
 //!
 //! As in Redis's own `db.c`, code that learns that waiters are affected never calls into the
 //! waiting machinery: it only queues a signal here. The queue is worked off from the top, by the
@@ -61,6 +62,8 @@ pub struct Entry {
     pub waiter: Waiter,
     /// When its wait times out, on the clock of [`monotonic_us`].
     pub deadline: u64,
+    /// When it started waiting, on the same clock, for `WAITERS`.
+    pub since: u64,
 }
 
 /// Why a waiter's project left the key name it waited on.
@@ -158,6 +161,7 @@ pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter, deadline: u6
                 key: key.to_vec(),
                 waiter,
                 deadline,
+                since: monotonic_us(),
             },
         );
         id
@@ -193,6 +197,17 @@ pub fn due(now: u64, limit: usize) -> Vec<u64> {
             .take_while(|(deadline, _)| *deadline <= now)
             .take(limit)
             .map(|(_, id)| *id)
+            .collect()
+    })
+}
+
+/// When each of these waiters started waiting and when its wait times out ([`monotonic_us`]),
+/// for `WAITERS`; `None` for one that is waiting no more (it gave up, and its key's queue has
+/// not heard yet).
+pub fn wait_times(ids: &[u64]) -> Vec<Option<(u64, u64)>> {
+    with_registry(|r| {
+        ids.iter()
+            .map(|id| r.entries.get(id).map(|e| (e.since, e.deadline)))
             .collect()
     })
 }
@@ -488,6 +503,7 @@ mod tests {
             token: Token::new(token).expect("a token"),
             ttl: 1000,
             items: Items::from_iter([(Mode::Write, path)]),
+            note: None,
         }
     }
 

@@ -1,16 +1,18 @@
-//! Replies, built without Redis: the entries of `LOCKS` and `CHECK`, the `[token, fence]` of a
-//! grant, and the last check every reply passes before it reaches redis-module. The one
+//! Replies, built without Redis: the entries of `LOCKS`, `CHECK` and `WAITERS`, the
+//! `[token, fence]` of a grant, and the last check every reply passes before it reaches
+//! redis-module. The one
 //! exception is `send_grant`, the hot path's grant written straight to the client.
 //!
 //! Level 1: imports `errors`. Called by the command handlers, the blocked-client reply callback
 //! and the fuzz harness.
 
-use pathlock_core::{LockInfo, Token};
+use pathlock_core::{LockInfo, Note, Token, Waiter};
 use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
 use crate::errors::reply_safe;
 
-/// The entries of LOCKS and CHECK: `[path, mode, token, ttl-ms, fence]`.
+/// The entries of LOCKS and CHECK: `[path, mode, token, ttl-ms, fence, note]`, the note nil
+/// when the lock has none.
 pub fn lock_entries(locks: &[LockInfo], now: u64) -> RedisValue {
     RedisValue::Array(
         locks
@@ -22,10 +24,57 @@ pub fn lock_entries(locks: &[LockInfo], now: u64) -> RedisValue {
                     RedisValue::StringBuffer(lock.token.as_bytes().to_vec()),
                     RedisValue::Integer(clamp(lock.deadline.saturating_sub(now))),
                     RedisValue::Integer(clamp(lock.fence)),
+                    note(lock.note.as_ref()),
                 ])
             })
             .collect(),
     )
+}
+
+/// One waiting request as `WAITERS` lists it, with how long it has waited and how long it has
+/// left, in milliseconds.
+pub struct WaiterEntry<'a> {
+    pub waiter: &'a Waiter,
+    pub waited_ms: u64,
+    pub left_ms: u64,
+}
+
+/// The entries of WAITERS: `[token, [mode, path, ...], waited-ms, left-ms, note]`.
+pub fn waiter_entries(waiters: &[WaiterEntry]) -> RedisValue {
+    RedisValue::Array(
+        waiters
+            .iter()
+            .map(|entry| {
+                let items = entry
+                    .waiter
+                    .items
+                    .iter()
+                    .flat_map(|(mode, path)| {
+                        [
+                            RedisValue::BulkString(mode.as_str().to_owned()),
+                            RedisValue::StringBuffer(path.to_bytes()),
+                        ]
+                    })
+                    .collect();
+                RedisValue::Array(vec![
+                    RedisValue::StringBuffer(entry.waiter.token.as_bytes().to_vec()),
+                    RedisValue::Array(items),
+                    RedisValue::Integer(clamp(entry.waited_ms)),
+                    RedisValue::Integer(clamp(entry.left_ms)),
+                    note(entry.waiter.note.as_ref()),
+                ])
+            })
+            .collect(),
+    )
+}
+
+/// A note as its bytes, nil when there is none.
+fn note(note: Option<&Note>) -> RedisValue {
+    // A waiter's empty note (one that takes away what its locks had) is no note either.
+    match note {
+        Some(note) if !note.is_empty() => RedisValue::StringBuffer(note.to_vec()),
+        _ => RedisValue::Null,
+    }
 }
 
 /// The reply to a granted `ACQUIRE`: `[token, fence]`.

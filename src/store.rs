@@ -11,12 +11,13 @@ use pathlock_core::Project;
 use redis_module::{Context, RedisError, RedisString};
 
 use crate::context::decides;
-use crate::errors::WRONGTYPE;
+use crate::errors::wrong_type;
 use crate::keytype::PATHLOCK_TYPE;
 use crate::{clock, fences, stats};
 
 /// Runs `write` on the project stored under `key_name`. A missing key is created when `create`
-/// is set, and otherwise answers `Ok(None)`; a key of another type answers `WRONGTYPE`.
+/// is set, and otherwise answers `Ok(None)`; a key of another type answers `WRONGTYPE`, naming
+/// the key.
 pub fn write<R>(
     ctx: &Context,
     key_name: &RedisString,
@@ -24,7 +25,7 @@ pub fn write<R>(
     write: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
     let key = ctx.open_key_writable(key_name);
-    let wrong_type = |_| RedisError::Str(WRONGTYPE);
+    let wrong_type = |_| RedisError::String(wrong_type(key_name.as_slice()));
     if let Some(project) = key
         .get_value::<Project>(&PATHLOCK_TYPE)
         .map_err(wrong_type)?
@@ -59,6 +60,6 @@ pub fn read<R>(
     let key = ctx.open_key(key_name);
     let project = key
         .get_value::<Project>(&PATHLOCK_TYPE)
-        .map_err(|_| RedisError::Str(WRONGTYPE))?;
+        .map_err(|_| RedisError::String(wrong_type(key_name.as_slice())))?;
     Ok(project.map(read))
 }

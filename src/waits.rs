@@ -299,13 +299,15 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         return;
     }
     let outcome = change(ctx, &name, true, |p| {
-        match p.acquire(now, &waiter.token, waiter.ttl, &waiter.items) {
+        let note = waiter.note.as_ref();
+        match p.acquire_noted(now, &waiter.token, false, waiter.ttl, &waiter.items, note) {
             Some(fence) => vec![Grant {
                 waiter: id,
                 deadline: now.saturating_add(waiter.ttl),
                 fence,
                 token: waiter.token.clone(),
                 items: waiter.items.clone(),
+                note: waiter.note.clone(),
             }],
             None => {
                 p.enqueue(id, waiter.clone());

@@ -1,5 +1,5 @@
 //! Least-privilege ACL users against a real server: key specs that say what each command does to
-//! its key (read-only `LOCKS` and `CHECK`), the `pathlock` ACL category where the server has
+//! its key (read-only `LOCKS`, `CHECK` and `WAITERS`), the `pathlock` ACL category where the server has
 //! module categories (Redis 7.2+, Valkey 8+), and the README's recipes, which on Redis 7.0 name
 //! the commands instead of the category. Nobody needs the replication-only command.
 
@@ -39,14 +39,20 @@ fn application_rules(categories: bool) -> Vec<&'static str> {
             "+pathlock.renew",
             "+pathlock.locks",
             "+pathlock.check",
+            "+pathlock.waiters",
         ]
     }
 }
 
-/// The README's dashboard recipe: read permission on `proj:*` keys and the two reading
+/// The README's dashboard recipe: read permission on `proj:*` keys and the three reading
 /// commands.
 fn dashboard_rules() -> Vec<&'static str> {
-    vec!["%R~proj:*", "+pathlock.check", "+pathlock.locks"]
+    vec![
+        "%R~proj:*",
+        "+pathlock.check",
+        "+pathlock.locks",
+        "+pathlock.waiters",
+    ]
 }
 
 #[test]
@@ -70,6 +76,16 @@ fn a_read_only_user_may_inspect_but_not_lock() {
         .query(&mut reader)
         .expect("CHECK with read permission");
     assert_eq!(blockers.len(), 1);
+    let owned: Vec<Value> = cmd("PATHLOCK.LOCKS")
+        .arg(&["proj:1", "TOKEN", "t"])
+        .query(&mut reader)
+        .expect("LOCKS TOKEN with read permission");
+    assert_eq!(owned.len(), 1);
+    let waiting: Vec<Value> = cmd("PATHLOCK.WAITERS")
+        .arg(&["proj:1", "/A"])
+        .query(&mut reader)
+        .expect("WAITERS with read permission");
+    assert!(waiting.is_empty());
     // Given the writing commands too, the user still lacks write permission on the key.
     let _: () = cmd("ACL")
         .arg(&[
@@ -90,8 +106,13 @@ fn a_read_only_user_may_inspect_but_not_lock() {
         assert!(error.starts_with("NOPERM"), "{args:?}: {error}");
     }
     // And read permission on other keys is not given.
-    let error = error_from(&mut reader, &[b"PATHLOCK.LOCKS", b"other:1"]);
-    assert!(error.starts_with("NOPERM"), "{error}");
+    for args in [
+        &[&b"PATHLOCK.LOCKS"[..], b"other:1"][..],
+        &[b"PATHLOCK.WAITERS", b"other:1"],
+    ] {
+        let error = error_from(&mut reader, args);
+        assert!(error.starts_with("NOPERM"), "{args:?}: {error}");
+    }
     assert_eq!(lock_set(&mut admin, "proj:1").len(), 1, "nothing changed");
 }
 
@@ -134,6 +155,7 @@ fn an_application_user_locks_only_its_keys_and_never_needs_the_effect_command() 
         &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
         &[b"PATHLOCK.LOCKS", b"other:1"],
         &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
+        &[b"PATHLOCK.WAITERS", b"other:1"],
         &[b"PATHLOCK.EFFECT", b"proj:1", b"FENCE", b"9"],
         &[b"GET", b"proj:1"],
         &[b"DEL", b"proj:1"],
@@ -184,12 +206,13 @@ fn the_commands_are_in_the_usual_categories_where_the_server_has_them() {
             "pathlock.check",
             "pathlock.locks",
             "pathlock.release",
-            "pathlock.renew"
+            "pathlock.renew",
+            "pathlock.waiters"
         ]
     );
     assert_eq!(
         members(&mut admin, "read"),
-        ["pathlock.check", "pathlock.locks"]
+        ["pathlock.check", "pathlock.locks", "pathlock.waiters"]
     );
     assert_eq!(
         members(&mut admin, "write"),
@@ -209,6 +232,11 @@ fn the_commands_are_in_the_usual_categories_where_the_server_has_them() {
         .query(&mut reader)
         .expect("LOCKS under +@read");
     assert_eq!(listed.len(), 1);
+    let waiting: Vec<Value> = cmd("PATHLOCK.WAITERS")
+        .arg("proj:2")
+        .query(&mut reader)
+        .expect("WAITERS under +@read");
+    assert!(waiting.is_empty());
     let error = error_from(
         &mut reader,
         &[b"PATHLOCK.ACQUIRE", b"proj:2", b"READ", b"/B"],
@@ -223,13 +251,14 @@ fn command_docs_describe_every_argument_and_the_key_access() {
     for (name, arguments, access) in [
         (
             "pathlock.acquire",
-            &["key", "token", "ttl", "wait", "request"][..],
+            &["key", "token", "ttl", "wait", "note", "request"][..],
             "RW",
         ),
         ("pathlock.release", &["key", "token", "path"][..], "RW"),
         ("pathlock.renew", &["key", "token", "ms"][..], "RW"),
-        ("pathlock.locks", &["key", "path"][..], "RO"),
+        ("pathlock.locks", &["key", "path", "token"][..], "RO"),
         ("pathlock.check", &["key", "token", "request"][..], "RO"),
+        ("pathlock.waiters", &["key", "path"][..], "RO"),
     ] {
         let docs: Value = cmd("COMMAND")
             .arg(&["DOCS", name])

@@ -68,6 +68,24 @@ fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
         .expect("another master");
     let error = error_of(try_acquire(&mut other.conn(), "proj:0", &["WRITE", "/x"]));
     assert!(error.starts_with("MOVED"), "{error}");
+    // The reading commands route by their key too, an owner's listing and the queue included.
+    for args in [
+        &[&b"PATHLOCK.LOCKS"[..], b"proj:0", b"TOKEN", b"t0"][..],
+        &[b"PATHLOCK.WAITERS", b"proj:0", b"/A"],
+    ] {
+        let error = error_from(&mut other.conn(), args);
+        assert!(error.starts_with("MOVED"), "{args:?}: {error}");
+    }
+    let owned: Vec<LockEntry> = cmd("PATHLOCK.LOCKS")
+        .arg(&["proj:0", "TOKEN", "t0"])
+        .query(&mut client)
+        .expect("LOCKS TOKEN through the cluster");
+    assert_eq!(owned.len(), 2);
+    let waiting: Vec<Value> = cmd("PATHLOCK.WAITERS")
+        .arg("proj:0")
+        .query(&mut client)
+        .expect("WAITERS through the cluster");
+    assert!(waiting.is_empty());
 
     // Resharding moves slots with their project keys, locks intact.
     let before = digests(&cluster, &keys);

@@ -515,7 +515,11 @@ fn commands_declare_their_flags_and_key_position() {
             .expect("COMMAND GETKEYS");
         assert_eq!(keys, vec!["proj:7".to_string()]);
     }
-    for name in ["pathlock.locks", "pathlock.check"] {
+    for (name, args) in [
+        ("pathlock.locks", &["/A", "TOKEN", "t"][..]),
+        ("pathlock.check", &["READ", "/A"][..]),
+        ("pathlock.waiters", &["/A"][..]),
+    ] {
         let info: Value = cmd("COMMAND")
             .arg("INFO")
             .arg(name)
@@ -526,6 +530,12 @@ fn commands_declare_their_flags_and_key_position() {
             text.contains("\"readonly\"") && !text.contains("\"write\""),
             "{name}: {text}"
         );
+        let keys: Vec<String> = cmd("COMMAND")
+            .arg(&["GETKEYS", name, "proj:7"])
+            .arg(args)
+            .query(&mut con)
+            .expect("COMMAND GETKEYS");
+        assert_eq!(keys, vec!["proj:7".to_string()]);
     }
 }
 

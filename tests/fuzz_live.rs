@@ -109,6 +109,9 @@ impl Fuzzer {
                 if self.rng.below(4) == 0 {
                     words.extend([b"WAIT".to_vec(), self.word(&[b"0", b"1", b"10"])]);
                 }
+                if self.rng.below(3) == 0 {
+                    words.extend([b"NOTE".to_vec(), self.word(TOKENS)]);
+                }
                 self.mode_paths(&mut words);
             }
             1 => {
@@ -123,10 +126,19 @@ impl Fuzzer {
                 self.word(TOKENS),
                 self.word(NUMBERS),
             ]),
+            3 if self.rng.below(4) == 0 => {
+                words.extend([b"PATHLOCK.WAITERS".to_vec(), key]);
+                if self.rng.below(2) == 0 {
+                    words.push(self.word(PATHS));
+                }
+            }
             3 => {
                 words.extend([b"PATHLOCK.LOCKS".to_vec(), key]);
                 if self.rng.below(2) == 0 {
                     words.push(self.word(PATHS));
+                }
+                if self.rng.below(3) == 0 {
+                    words.extend([b"TOKEN".to_vec(), self.word(TOKENS)]);
                 }
             }
             4 => {
@@ -388,7 +400,7 @@ fn a_mode_of_u0100_is_an_escaped_error_not_an_abort() {
         assert_eq!(
             error,
             format!(
-                "ERR unknown option or mode '{shown}': expected TOKEN, TTL, WAIT, READ or WRITE"
+                "ERR unknown option or mode '{shown}': expected TOKEN, TTL, WAIT, NOTE, READ or WRITE"
             )
         );
         let error = error_from(&mut con, &[b"PATHLOCK.CHECK", b"k", word.as_bytes(), b"/a"]);

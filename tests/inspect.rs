@@ -1,4 +1,5 @@
-//! LOCKS and CHECK: what a user is shown when a path is busy.
+//! LOCKS and CHECK: what a user is shown when a path is busy (the notes, `LOCKS ... TOKEN` and
+//! `WAITERS` are in notes.rs and owners.rs).
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 
-type Entry = (String, String, String, i64, i64);
+type Entry = (String, String, String, i64, i64, Option<String>);
 
 fn locks(con: &mut Connection, key: &str, under: Option<&str>) -> Vec<Entry> {
     let mut command = cmd("PATHLOCK.LOCKS");
@@ -29,7 +30,7 @@ fn check(con: &mut Connection, key: &str, args: &[&str]) -> Vec<Entry> {
 fn shape(entries: &[Entry]) -> Vec<String> {
     entries
         .iter()
-        .map(|(p, m, t, _, _)| format!("{m} {p} {t}"))
+        .map(|(p, m, t, _, _, _)| format!("{m} {p} {t}"))
         .collect()
 }
 
@@ -130,7 +131,7 @@ fn inspection_errors() {
         (&[b"PATHLOCK.LOCKS", b"k", b"/a/../b"], "ERR invalid path"),
         (
             &[b"PATHLOCK.LOCKS", b"k", b"/a", b"/b"],
-            "ERR wrong number of arguments",
+            "ERR unknown option '/b' after the path",
         ),
         (
             &[b"PATHLOCK.CHECK", b"k", b"TOKEN", b"t"],

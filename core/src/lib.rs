@@ -21,7 +21,7 @@ pub mod project;
 pub mod queue;
 pub mod table;
 
-pub use lock::{Items, LockInfo, Mode, Token, TokenError, MAX_TOKEN_BYTES};
+pub use lock::{Items, LockInfo, Mode, Note, Token, TokenError, MAX_TOKEN_BYTES, NOTE_CEILING};
 pub use path::{Path, PathError, PathLimits};
 pub use project::{Grant, Lapsed, Project, Waiter};
 pub use queue::WaitIndex;

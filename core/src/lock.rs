@@ -268,6 +268,15 @@ const NIBBLES: [u8; 256] = {
     table
 };
 
+/// The text an application keeps with the locks of a grant, for a person to read ("`/A/C` is
+/// being moved by Alice"): any bytes. Shared, so that the locks of one grant, the waiter that
+/// asked for them and the effect that replicates them hold one copy.
+pub type Note = std::sync::Arc<[u8]>;
+
+/// The longest note any configuration allows, and so the longest a payload (an RDB value, an
+/// effect) may carry: what `pathlock.max-note-bytes` may be set to at most.
+pub const NOTE_CEILING: usize = 1 << 20;
+
 /// A lock as the engine reports it: for listings, conflicts and reclaimed leases.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LockInfo {
@@ -277,6 +286,8 @@ pub struct LockInfo {
     /// Absolute time in milliseconds after which the lock is gone.
     pub deadline: u64,
     pub fence: u64,
+    /// The note of the grant that took (or last re-granted with a note) this lock.
+    pub note: Option<Note>,
 }
 
 #[cfg(test)]

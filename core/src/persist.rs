@@ -10,7 +10,11 @@
 //!   buffer    token
 //!   unsigned  deadline, absolute milliseconds
 //!   unsigned  fence
+//!   buffer    note, empty when the lock has none      (from version 2)
 //! ```
+//!
+//! [`VERSION`] is the version [`encode`] writes; [`decode_version`] reads every version up to
+//! it (version 1 is the layout without notes), and [`decode`] reads the current one.
 //!
 //! The Redis layer reads and writes the items through `RedisModule_Load*`/`Save*`; tests and the
 //! fuzz target read them from plain bytes ([`ByteSource`]). Decoding checks every field, the
@@ -20,9 +24,12 @@
 
 use std::fmt;
 
-use crate::lock::{Mode, Token};
+use crate::lock::{Mode, Note, Token, NOTE_CEILING};
 use crate::path::{Path, PathLimits};
 use crate::table::LockTable;
+
+/// The version of the layout [`encode`] writes: 2 added the notes.
+pub const VERSION: u32 = 2;
 
 /// Where an encoded table is read from, item by item.
 pub trait Source {
@@ -48,6 +55,8 @@ pub enum DecodeError {
     FenceOutOfRange { fence: u64, next: u64 },
     OutOfOrder,
     Conflicting,
+    NoteTooLong(usize),
+    UnknownVersion(u32),
 }
 
 impl fmt::Display for DecodeError {
@@ -62,6 +71,18 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::OutOfOrder => f.write_str("locks out of order or repeated"),
             DecodeError::Conflicting => f.write_str("two owners hold conflicting locks"),
+            DecodeError::NoteTooLong(len) => {
+                write!(
+                    f,
+                    "note of {len} bytes, above the {NOTE_CEILING} any server allows"
+                )
+            }
+            DecodeError::UnknownVersion(version) => {
+                write!(
+                    f,
+                    "encoding version {version}, above the {VERSION} this engine reads"
+                )
+            }
         }
     }
 }
@@ -81,7 +102,7 @@ fn mode_from_code(code: u64) -> Result<Mode, DecodeError> {
     }
 }
 
-/// Writes `table` in the order and layout above.
+/// Writes `table` in the order and layout above, at [`VERSION`].
 pub fn encode(table: &LockTable, sink: &mut impl Sink) {
     sink.unsigned(table.next_fence());
     sink.unsigned(table.len() as u64);
@@ -91,11 +112,21 @@ pub fn encode(table: &LockTable, sink: &mut impl Sink) {
         sink.buffer(lock.token.as_bytes());
         sink.unsigned(lock.deadline);
         sink.unsigned(lock.fence);
+        sink.buffer(lock.note.as_deref().unwrap_or_default());
     }
 }
 
 /// Reads a table written by [`encode`], refusing anything `encode` cannot have written.
 pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
+    decode_version(source, VERSION)
+}
+
+/// Reads a table written at `version` ([`VERSION`] or an earlier one), refusing anything an
+/// encoder of that version cannot have written.
+pub fn decode_version(source: &mut impl Source, version: u32) -> Result<LockTable, DecodeError> {
+    if version > VERSION {
+        return Err(DecodeError::UnknownVersion(version));
+    }
     let next_fence = source.unsigned().ok_or(DecodeError::Short)?;
     let count = source.unsigned().ok_or(DecodeError::Short)?;
     let mut table = LockTable::new();
@@ -112,6 +143,15 @@ pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
         let token = Token::new(&token).map_err(|_| DecodeError::BadToken)?;
         let deadline = source.unsigned().ok_or(DecodeError::Short)?;
         let fence = source.unsigned().ok_or(DecodeError::Short)?;
+        let note: Option<Note> = if version >= 2 {
+            let note = source.buffer().ok_or(DecodeError::Short)?;
+            if note.len() > NOTE_CEILING {
+                return Err(DecodeError::NoteTooLong(note.len()));
+            }
+            (!note.is_empty()).then(|| Note::from(note))
+        } else {
+            None
+        };
         if fence == 0 || fence >= next_fence {
             return Err(DecodeError::FenceOutOfRange {
                 fence,
@@ -128,7 +168,13 @@ pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
         if table.is_blocked(token, *mode, path) {
             return Err(DecodeError::Conflicting);
         }
-        table.grant(token, deadline, fence, &[(*mode, path.clone())]);
+        table.grant_noted(
+            token,
+            deadline,
+            fence,
+            &[(*mode, path.clone())],
+            note.as_ref(),
+        );
         previous = Some(order);
     }
     table.raise_next_fence(next_fence);

@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lock::{Items, LockInfo, Mode, Token};
+use crate::lock::{Items, LockInfo, Mode, Note, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
 use crate::table::LockTable;
@@ -43,6 +43,8 @@ pub struct Waiter {
     pub token: Token,
     pub ttl: u64,
     pub items: Items,
+    /// The request's note, kept until it is granted and then with its locks.
+    pub note: Option<Note>,
 }
 
 /// A waiter granted by [`Project::wake`].
@@ -53,6 +55,8 @@ pub struct Grant {
     pub deadline: u64,
     pub fence: u64,
     pub items: Items,
+    /// The waiter's note, which the grant kept with the locks.
+    pub note: Option<Note>,
 }
 
 /// What lazy expiry reclaimed during a change, kept until the caller takes it
@@ -144,6 +148,17 @@ impl Project {
         self.waiters.keys().copied()
     }
 
+    /// The waiting requests with an item at or beneath `under`, oldest first, with their ids:
+    /// `WAITERS`. The index keeps the ids waiting in each subtree, so this costs O(depth) plus
+    /// O(log n) per waiter it returns, however long the queue is elsewhere.
+    pub fn waiters_under(&self, under: &Path) -> Vec<(u64, &Waiter)> {
+        self.index
+            .ids_under(under)
+            .into_iter()
+            .filter_map(|id| self.waiters.get(&id).map(|waiter| (id, waiter)))
+            .collect()
+    }
+
     /// The path index of the waiters, for tests of its consistency.
     pub fn wait_index(&self) -> &WaitIndex {
         &self.index
@@ -159,7 +174,22 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        self.acquire_for(now, token, false, ttl, items)
+        self.acquire_for(now, token, false, ttl, items, None)
+    }
+
+    /// [`Project::acquire`] (or [`Project::acquire_generated`] when `generated`) whose grant
+    /// keeps `note` with its locks as [`LockTable::grant_noted`] does: `Some` replaces the note
+    /// of every lock it grants or refreshes, `None` keeps the notes of those it refreshes.
+    pub fn acquire_noted(
+        &mut self,
+        now: u64,
+        token: &Token,
+        generated: bool,
+        ttl: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> Option<u64> {
+        self.acquire_for(now, token, generated, ttl, items, note)
     }
 
     /// [`Project::acquire`] for a token [`Token::generate`] has just made: 122 random bits that
@@ -172,7 +202,7 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        self.acquire_for(now, token, true, ttl, items)
+        self.acquire_for(now, token, true, ttl, items, None)
     }
 
     fn acquire_for(
@@ -182,6 +212,7 @@ impl Project {
         generated: bool,
         ttl: u64,
         items: &[(Mode, Path)],
+        note: Option<&Note>,
     ) -> Option<u64> {
         if !self.waiters.is_empty() {
             if self.behind_a_waiter(token, items, u64::MAX) {
@@ -195,7 +226,9 @@ impl Project {
             let (tokens, locks) = self.locks.reclaim_blockers(now, token, items);
             self.lapse(now, tokens, locks);
         }
-        let (fence, tokens, locks) = self.locks.acquire_lapsed(now, token, generated, ttl, items);
+        let (fence, tokens, locks) = self
+            .locks
+            .acquire_lapsed_noted(now, token, generated, ttl, items, note);
         self.lapse(now, tokens, locks);
         fence
     }
@@ -417,9 +450,14 @@ impl Project {
         }
         // Out of the map for the moment the table needs it, and back if it is still blocked.
         let waiter = self.waiters.remove(&id)?;
-        let (fence, tokens, locks) =
-            self.locks
-                .acquire_lapsed(now, &waiter.token, false, waiter.ttl, &waiter.items);
+        let (fence, tokens, locks) = self.locks.acquire_lapsed_noted(
+            now,
+            &waiter.token,
+            false,
+            waiter.ttl,
+            &waiter.items,
+            waiter.note.as_ref(),
+        );
         if !tokens.is_empty() {
             self.lapsed
                 .owners
@@ -438,6 +476,7 @@ impl Project {
             fence,
             token: waiter.token,
             items: waiter.items,
+            note: waiter.note,
         })
     }
 

@@ -183,6 +183,22 @@ impl WaitIndex {
         }
     }
 
+    /// The ids of the waiters with an item at or beneath `path`, oldest first, each once: the
+    /// node of `path` keeps every id of its subtree, per mode.
+    pub fn ids_under(&self, path: &Path) -> Vec<u64> {
+        let Some(node) = self.nodes.get(path.key()) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<u64> = node.sub[WRITE]
+            .iter()
+            .chain(&node.sub[READ])
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
     /// Whether an item older than `before`, for which `counts` says yes, conflicts with `mode`
     /// on `path`. Items are looked at oldest first and the answer is the first yes, so the cost
     /// is O(depth) plus the items `counts` turns down (the requester's own, in practice none).

@@ -481,6 +481,7 @@ fn a_waiter_held_up_only_by_lapsed_leases_is_granted_when_the_live_one_goes() {
             token: waiting.clone(),
             ttl: 50,
             items: vec![(Write, p("/a"))].into(),
+            note: None,
         },
     );
     // At 20 the lease on /a/y lapsed but nobody reclaimed it; releasing /a/x lets the waiter in

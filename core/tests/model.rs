@@ -1,6 +1,7 @@
-//! Model-based property tests: random sequences of acquire, release, renew, check and clock
-//! advances run against the engine and against a naive reference that keeps a flat list of
-//! locks and scans all of them, comparing every answer.
+//! Model-based property tests: random sequences of acquire (with and without a note), release,
+//! renew, check, an owner's listing and clock advances run against the engine and against a
+//! naive reference that keeps a flat list of locks and scans all of them, comparing every
+//! answer, the locks' notes included.
 //!
 //! The paths come from a small alphabet chosen to collide: ancestors, siblings that share a
 //! byte prefix (`/a/b` and `/a/bc`, `/a` and `/ab`), the root, and bytes that sort around the
@@ -10,7 +11,7 @@ use std::collections::BTreeSet;
 
 mod reference;
 
-use pathlock_core::{Lapsed, LockInfo, LockTable, Mode, Path, PathLimits, Project, Token};
+use pathlock_core::{Lapsed, LockInfo, LockTable, Mode, Note, Path, PathLimits, Project, Token};
 use proptest::prelude::*;
 use reference::{conflicts, segments, Reference};
 
@@ -28,6 +29,20 @@ const TOKENS: &[&str] = &[
     "z",
 ];
 
+/// Notes as clients send them: text, bytes that are not UTF-8 or are control characters, and
+/// the empty note, which takes a lock's note away.
+const NOTES: &[&[u8]] = &[
+    b"alice: move /a to /b",
+    b"",
+    b"\x00\x01\r\n",
+    "\u{100} bob".as_bytes(),
+    b"x",
+];
+
+fn note(i: Option<usize>) -> Option<Note> {
+    i.map(|i| Note::from(NOTES[i]))
+}
+
 fn path(i: usize) -> Path {
     Path::parse(PATHS[i].as_bytes(), &PathLimits::default()).expect("valid path")
 }
@@ -42,6 +57,7 @@ enum Op {
         token: usize,
         ttl: u64,
         items: Vec<(Mode, usize)>,
+        note: Option<usize>,
     },
     Release {
         token: usize,
@@ -54,6 +70,11 @@ enum Op {
     Check {
         token: Option<usize>,
         items: Vec<(Mode, usize)>,
+    },
+    /// `LOCKS key under TOKEN token`.
+    LocksOf {
+        token: usize,
+        under: usize,
     },
     Advance(u64),
 }
@@ -68,13 +89,15 @@ fn items() -> impl Strategy<Value = Vec<(Mode, usize)>> {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (0..TOKENS.len(), 1..60u64, items())
-            .prop_map(|(token, ttl, items)| Op::Acquire { token, ttl, items }),
+        5 => (0..TOKENS.len(), 1..60u64, items(), prop::option::of(0..NOTES.len()))
+            .prop_map(|(token, ttl, items, note)| Op::Acquire { token, ttl, items, note }),
         2 => (0..TOKENS.len(), prop::option::of(prop::collection::vec(0..PATHS.len(), 0..3)))
             .prop_map(|(token, paths)| Op::Release { token, paths }),
         1 => (0..TOKENS.len(), 1..60u64).prop_map(|(token, ttl)| Op::Renew { token, ttl }),
         1 => (prop::option::of(0..TOKENS.len()), items())
             .prop_map(|(token, items)| Op::Check { token, items }),
+        1 => (0..TOKENS.len(), 0..PATHS.len())
+            .prop_map(|(token, under)| Op::LocksOf { token, under }),
         2 => (0..30u64).prop_map(Op::Advance),
     ]
 }
@@ -131,11 +154,30 @@ impl Twin {
                 token: t,
                 ttl,
                 items,
+                note: n,
             } => {
                 let items = resolve(items);
                 let before: Vec<LockInfo> = table.iter().collect();
-                let got = table.acquire(*now, &token(*t), *ttl, &items);
-                prop_assert_eq!(got, model.acquire(*now, &token(*t), *ttl, &items));
+                let note = note(*n);
+                let got = match &note {
+                    None => table.acquire(*now, &token(*t), *ttl, &items),
+                    Some(note) => {
+                        let (fence, tokens, lapsed) = table.acquire_lapsed_noted(
+                            *now,
+                            &token(*t),
+                            false,
+                            *ttl,
+                            &items,
+                            Some(note),
+                        );
+                        prop_assert!(tokens.is_empty() && lapsed.is_empty());
+                        fence
+                    }
+                };
+                prop_assert_eq!(
+                    got,
+                    model.acquire_noted(*now, &token(*t), *ttl, &items, note.as_ref())
+                );
                 match got {
                     Some(fence) => {
                         prop_assert!(fence > *last_fence, "fence {} after {}", fence, last_fence);
@@ -179,6 +221,12 @@ impl Twin {
                         !model.blockers(*now, Some(&who), &items).is_empty()
                     );
                 }
+            }
+            Op::LocksOf { token: t, under } => {
+                prop_assert_eq!(
+                    table.locks_of_token(*now, &path(*under), &token(*t)),
+                    model.locks_of(*now, &path(*under), &token(*t))
+                );
             }
             Op::Advance(ms) => *now += ms,
         }
@@ -288,15 +336,21 @@ proptest! {
             prop_assert_eq!(project.locks().len() + lapsed.locks, stored);
             apply(&mut replica, &lapsed);
             match op {
-                Op::Acquire { token: t, ttl, items } => {
+                Op::Acquire { token: t, ttl, items, note: n } => {
                     let items = resolve(items);
-                    let got = project.acquire(now, &token(*t), *ttl, &items);
-                    prop_assert_eq!(got, model.acquire(now, &token(*t), *ttl, &items));
+                    let note = note(*n);
+                    let got =
+                        project.acquire_noted(now, &token(*t), false, *ttl, &items, note.as_ref());
+                    prop_assert_eq!(
+                        got,
+                        model.acquire_noted(now, &token(*t), *ttl, &items, note.as_ref())
+                    );
                     apply(&mut replica, &project.take_lapsed());
                     if let Some(fence) = got {
                         prop_assert!(fence > last_fence, "fence {} after {}", fence, last_fence);
                         last_fence = fence;
-                        replica.grant(&token(*t), now + ttl, fence, &items);
+                        // The GRANT effect carries the note as it was given, or none.
+                        replica.grant_noted(&token(*t), now + ttl, fence, &items, note.as_ref());
                     }
                 }
                 Op::Release { token: t, paths } => {
@@ -327,6 +381,13 @@ proptest! {
                         project.locks().blockers(now, who.as_ref(), &items).into_iter().collect();
                     prop_assert_eq!(got, model.blockers(now, who.as_ref(), &items));
                 }
+                Op::LocksOf { token: t, under } => {
+                    // Lapsed locks linger here: the listing must hide them all the same.
+                    prop_assert_eq!(
+                        project.locks().locks_of_token(now, &path(*under), &token(*t)),
+                        model.locks_of(now, &path(*under), &token(*t))
+                    );
+                }
                 Op::Advance(ms) => now += ms,
             }
             project.locks().check_integrity().map_err(TestCaseError::fail)?;
@@ -351,8 +412,11 @@ proptest! {
         for op in &ops {
             table.reclaim_expired(now);
             match op {
-                Op::Acquire { token: t, ttl, items } => {
-                    table.acquire(now, &token(*t), *ttl, &resolve(items));
+                Op::Acquire { token: t, ttl, items, note: n } => {
+                    let note = note(*n);
+                    table.acquire_lapsed_noted(
+                        now, &token(*t), false, *ttl, &resolve(items), note.as_ref(),
+                    );
                 }
                 Op::Release { token: t, paths } => {
                     let paths: Option<Vec<Path>> =
@@ -362,7 +426,7 @@ proptest! {
                 Op::Renew { token: t, ttl } => {
                     table.renew(&token(*t), now + ttl);
                 }
-                Op::Check { .. } => {}
+                Op::Check { .. } | Op::LocksOf { .. } => {}
                 Op::Advance(ms) => now += ms,
             }
         }
@@ -406,6 +470,36 @@ proptest! {
             .filter(|l| segments(&l.path).starts_with(&under_segments))
             .collect();
         prop_assert_eq!(got.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    }
+
+    /// An owner's listing, from a table where one owner may hold many locks and a subtree few
+    /// (or the other way round), so that both of its ways (the owner's list, or the subtree)
+    /// are taken; either must give the scan's locks in tree order.
+    #[test]
+    fn an_owners_listing_matches_a_scan_whichever_way_it_reads(
+        held in prop::collection::vec((0..3usize, mode(), 0..PATHS.len(), 0..3u64), 0..40),
+    ) {
+        let mut table = LockTable::new();
+        for (i, (t, m, p, ttl)) in held.iter().enumerate() {
+            // Conflicts are not decided here (a replica's grants), so every lock is stored; a
+            // deadline of 0 is expired at every time the listing is asked at.
+            let note = (i % 2 == 0).then(|| Note::from(format!("n{i}").as_bytes()));
+            table.grant_noted(&token(*t), *ttl * 100, i as u64 + 1, &[(*m, path(*p))], note.as_ref());
+        }
+        for t in 0..3 {
+            for under in 0..PATHS.len() {
+                let under_segments = segments(&path(under));
+                let expected: Vec<LockInfo> = table
+                    .iter()
+                    .filter(|l| {
+                        l.token == token(t)
+                            && l.deadline > 50
+                            && segments(&l.path).starts_with(&under_segments)
+                    })
+                    .collect();
+                prop_assert_eq!(table.locks_of_token(50, &path(under), &token(t)), expected);
+            }
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The RDB payload's decoder refuses what `encode` cannot have written, and takes back exactly
-//! what it wrote.
+//! what it wrote; payloads of version 1 (before notes) still load.
 
-use pathlock_core::persist::{decode, encode, ByteSink, ByteSource, DecodeError};
-use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+use pathlock_core::persist::{decode, decode_version, encode, ByteSink, ByteSource, DecodeError};
+use pathlock_core::{LockTable, Mode, Note, Path, PathLimits, Token, NOTE_CEILING};
 
 fn u(n: u64) -> Vec<u8> {
     n.to_le_bytes().to_vec()
@@ -16,8 +16,14 @@ fn lock(key: &[u8], mode: u64, token: &[u8], deadline: u64, fence: u64) -> Vec<u
     [buf(key), u(mode), buf(token), u(deadline), u(fence)].concat()
 }
 
+/// A lock of version 2: version 1's fields, then the note (empty for none).
+fn noted(key: &[u8], mode: u64, token: &[u8], deadline: u64, fence: u64, note: &[u8]) -> Vec<u8> {
+    [lock(key, mode, token, deadline, fence), buf(note)].concat()
+}
+
+/// Decodes a payload of version 1, the layout the forged payloads below are written in.
 fn decoded(payload: &[u8]) -> Result<LockTable, DecodeError> {
-    decode(&mut ByteSource::new(payload))
+    decode_version(&mut ByteSource::new(payload), 1)
 }
 
 fn path(text: &str) -> Path {
@@ -36,9 +42,12 @@ fn a_table_comes_back_as_it_was_written() {
     );
     table.grant(&t("b"), 200, 2, &[(Mode::Read, path("/B"))]);
     table.grant(&t("c"), 300, 5, &[(Mode::Read, path("/\u{100}/\0"))]);
+    let note = Note::from(&b"alice: move \x00\x01\r\n \xc4\x80"[..]);
+    table.grant_noted(&t("d"), 400, 6, &[(Mode::Write, path("/D"))], Some(&note));
     let mut sink = ByteSink::default();
     encode(&table, &mut sink);
-    let again = decoded(&sink.bytes).expect("its own payload");
+    let again = decode(&mut ByteSource::new(&sink.bytes)).expect("its own payload");
+    assert_eq!(again.locks(0, &path("/D"))[0].note, Some(note));
     assert_eq!(
         again.iter().collect::<Vec<_>>(),
         table.iter().collect::<Vec<_>>()
@@ -114,4 +123,45 @@ fn forged_payloads_are_refused_with_their_reason() {
         lock(b"a\0", 1, b"u", 9, 2),
     ];
     assert_eq!(decoded(&readers.concat()).map(|t| t.len()), Ok(2));
+}
+
+#[test]
+fn version_two_carries_notes_and_version_one_loads_without_them() {
+    let v2 = [
+        u(3),
+        u(2),
+        noted(b"A\0", 0, b"t1", 9, 1, b"move \x00 \r\n"),
+        noted(b"B\0", 1, b"t2", 9, 2, b""),
+    ]
+    .concat();
+    let table = decode(&mut ByteSource::new(&v2)).expect("a version 2 payload");
+    let notes: Vec<Option<Note>> = table.iter().map(|l| l.note).collect();
+    assert_eq!(notes, [Some(Note::from(&b"move \x00 \r\n"[..])), None]);
+    table.check_integrity().expect("consistent");
+    // The same locks written by version 1, which had no notes.
+    let v1 = [
+        u(3),
+        u(2),
+        lock(b"A\0", 0, b"t1", 9, 1),
+        lock(b"B\0", 1, b"t2", 9, 2),
+    ]
+    .concat();
+    let old = decoded(&v1).expect("a version 1 payload");
+    assert!(old.iter().all(|l| l.note.is_none()));
+    assert_eq!(old.len(), 2);
+    // Read as version 2, version 1's payload is short: each lock lacks its note.
+    assert!(decode(&mut ByteSource::new(&v1)).is_err());
+    let too_long = [
+        u(2),
+        u(1),
+        noted(b"A\0", 0, b"t", 9, 1, &vec![b'x'; NOTE_CEILING + 1]),
+    ];
+    assert_eq!(
+        decode(&mut ByteSource::new(&too_long.concat())).err(),
+        Some(DecodeError::NoteTooLong(NOTE_CEILING + 1))
+    );
+    assert_eq!(
+        decode_version(&mut ByteSource::new(&v2), 3).err(),
+        Some(DecodeError::UnknownVersion(3))
+    );
 }

@@ -3,17 +3,20 @@
 //! every change. Equal answers show that the engine's narrow wake-ups miss nobody, and that it
 //! serves waiters first come, first served. Then the path index of the queue alone, against a
 //! scan: it must find exactly the waiters with an item at the front near a path, no more (which is what keeps
-//! a release cheap) and no fewer.
+//! a release cheap) and no fewer. Requests carry notes, which a waiter keeps until its grant
+//! keeps them with its locks, and the waiters listed under each path (`WAITERS`) are compared
+//! with a scan of the queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 mod reference;
 
 use pathlock_core::{
-    Grant, Lapsed, LockInfo, LockTable, Mode, Path, PathLimits, Project, Token, WaitIndex, Waiter,
+    Grant, Lapsed, LockInfo, LockTable, Mode, Note, Path, PathLimits, Project, Token, WaitIndex,
+    Waiter,
 };
 use proptest::prelude::*;
-use reference::{items_conflict, related, Reference};
+use reference::{items_conflict, related, segments, Reference};
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/b", "/b/c"];
 
@@ -23,6 +26,16 @@ fn path(i: usize) -> Path {
 
 fn token(i: usize) -> Token {
     Token::new(format!("t{i}").as_bytes()).expect("valid token")
+}
+
+/// The note a request carries, a function of its TTL so that the generators need not change:
+/// none, a note, or the empty note that takes a re-granted lock's note away.
+fn note_for(ttl: u64) -> Option<Note> {
+    match ttl % 3 {
+        0 => None,
+        1 => Some(Note::from(format!("n{ttl}\x00").as_bytes())),
+        _ => Some(Note::from(&b""[..])),
+    }
 }
 
 /// The shared reference's locks, plus a queue that is re-scanned in arrival order after every
@@ -44,8 +57,15 @@ impl Model {
             .any(|(id, w)| *id < before && w.token != *token && items_conflict(&w.items, items))
     }
 
-    fn grant(&mut self, now: u64, token: &Token, ttl: u64, items: &[(Mode, Path)]) -> u64 {
-        self.held.grant(now, token, ttl, items)
+    fn grant(
+        &mut self,
+        now: u64,
+        token: &Token,
+        ttl: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> u64 {
+        self.held.grant_noted(now, token, ttl, items, note)
     }
 
     fn acquire(
@@ -54,11 +74,22 @@ impl Model {
         token: &Token,
         ttl: u64,
         items: &[(Mode, Path)],
+        note: Option<&Note>,
     ) -> Option<u64> {
         if self.blocked_by_locks(token, items) || self.blocked_by_waiters(token, items, u64::MAX) {
             return None;
         }
-        Some(self.grant(now, token, ttl, items))
+        Some(self.grant(now, token, ttl, items, note))
+    }
+
+    /// The waiters with an item at or beneath `under`, oldest first.
+    fn waiters_under(&self, under: &Path) -> Vec<(u64, Waiter)> {
+        let under = segments(under);
+        self.waiters
+            .iter()
+            .filter(|(_, w)| w.items.iter().any(|(_, p)| segments(p).starts_with(&under)))
+            .cloned()
+            .collect()
     }
 
     /// Every waiter that can go, in arrival order, until none can.
@@ -73,7 +104,7 @@ impl Model {
                 return granted;
             };
             let (id, w) = self.waiters.remove(i);
-            let fence = self.grant(now, &w.token, w.ttl, &w.items);
+            let fence = self.grant(now, &w.token, w.ttl, &w.items, w.note.as_ref());
             granted.push((id, fence));
         }
     }
@@ -133,13 +164,19 @@ fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
                 wait,
             } => {
                 let items: Vec<(Mode, Path)> = items.iter().map(|&(m, i)| (m, path(i))).collect();
-                let got = project.acquire(now, &token(*t), *ttl, &items);
-                prop_assert_eq!(got, model.acquire(now, &token(*t), *ttl, &items));
+                let note = note_for(*ttl);
+                let got =
+                    project.acquire_noted(now, &token(*t), false, *ttl, &items, note.as_ref());
+                prop_assert_eq!(
+                    got,
+                    model.acquire(now, &token(*t), *ttl, &items, note.as_ref())
+                );
                 if got.is_none() && *wait {
                     let waiter = Waiter {
                         token: token(*t),
                         ttl: *ttl,
                         items: items.into(),
+                        note,
                     };
                     project.enqueue(next_id, waiter.clone());
                     model.waiters.push((next_id, waiter));
@@ -169,6 +206,14 @@ fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
             Op::Advance(ms) => now += ms,
         }
         prop_assert_eq!(project.waiting(), model.waiters.len());
+        for (i, name) in PATHS.iter().enumerate() {
+            let listed: Vec<(u64, Waiter)> = project
+                .waiters_under(&path(i))
+                .into_iter()
+                .map(|(id, w)| (id, w.clone()))
+                .collect();
+            prop_assert_eq!(listed, model.waiters_under(&path(i)), "under {}", name);
+        }
         longest = longest.max(project.waiting());
         prop_assert_eq!(project.wait_index().is_empty(), model.waiters.is_empty());
         let held: BTreeSet<LockInfo> = project.locks().iter().collect();
@@ -243,7 +288,13 @@ fn publish(replica: &mut LockTable, lapsed: Lapsed) {
 
 fn apply_grants(replica: &mut LockTable, grants: &[Grant]) {
     for grant in grants {
-        replica.grant(&grant.token, grant.deadline, grant.fence, &grant.items);
+        replica.grant_noted(
+            &grant.token,
+            grant.deadline,
+            grant.fence,
+            &grant.items,
+            grant.note.as_ref(),
+        );
     }
 }
 
@@ -271,19 +322,22 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
                 wait,
             } => {
                 let items: Vec<(Mode, Path)> = items.iter().map(|&(m, i)| (m, path(i))).collect();
-                let got = project.acquire(now, &token(*t), *ttl, &items);
+                let note = note_for(*ttl);
+                let got =
+                    project.acquire_noted(now, &token(*t), false, *ttl, &items, note.as_ref());
                 if got.is_none() && *wait {
                     let waiter = Waiter {
                         token: token(*t),
                         ttl: *ttl,
                         items: items.clone().into(),
+                        note: note.clone(),
                     };
                     project.enqueue(next_id, waiter);
                     next_id += 1;
                 }
                 publish(&mut replica, project.take_lapsed());
                 if let Some(fence) = got {
-                    replica.grant(&token(*t), now + ttl, fence, &items);
+                    replica.grant_noted(&token(*t), now + ttl, fence, &items, note.as_ref());
                 }
             }
             Op::Release { token: t, paths } => {
@@ -378,6 +432,7 @@ fn a_writer_is_not_starved_by_readers_that_arrive_after_it() {
             token: t("w"),
             ttl: 100,
             items: vec![(Mode::Write, a("/A"))].into(),
+            note: None,
         },
     );
     // A reader arriving after the writer would share with r1, but must not overtake the writer.
@@ -515,6 +570,7 @@ fn a_long_line_on_one_path_hands_over_in_order() {
                 token: t(id),
                 ttl: 100,
                 items: write.clone().into(),
+                note: None,
             },
         );
     }

@@ -14,7 +14,7 @@ enum Outcome {
     Refused,
 }
 
-/// PATHLOCK.ACQUIRE key [TOKEN token] [TTL ms] [WAIT ms] mode path [mode path ...]
+/// PATHLOCK.ACQUIRE key [TOKEN token] [TTL ms] [WAIT ms] [NOTE note] mode path [mode path ...]
 pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
     if words.len() < 4 {
         return Err(RedisError::WrongArity);
@@ -31,11 +31,14 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
         if project.locks().next_fence() >= fences::LIMIT {
             return Outcome::Exhausted;
         }
-        let granted = if generated {
-            project.acquire_generated(now, &token, request.ttl, &request.items)
-        } else {
-            project.acquire(now, &token, request.ttl, &request.items)
-        };
+        let granted = project.acquire_noted(
+            now,
+            &token,
+            generated,
+            request.ttl,
+            &request.items,
+            request.note.as_ref(),
+        );
         match granted {
             Some(fence) => Outcome::Granted(fence),
             None if wait > 0 => {
@@ -43,6 +46,7 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
                     token: token.clone(),
                     ttl: request.ttl,
                     items: request.items.clone(),
+                    note: request.note.clone(),
                 };
                 if waits::block(ctx, key, project, waiter, wait) {
                     Outcome::Waiting
@@ -65,6 +69,14 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
     };
     let reply = reply::send_grant(ctx, &token, fence);
     let deadline = now.saturating_add(request.ttl);
-    grants::granted(ctx, key, token, deadline, fence, request.items);
+    grants::granted(
+        ctx,
+        key,
+        token,
+        deadline,
+        fence,
+        request.items,
+        request.note,
+    );
     Ok(reply)
 }

@@ -10,6 +10,7 @@ mod effect;
 mod locks;
 mod release;
 mod renew;
+mod waiters;
 
 pub use acquire::acquire;
 pub use check::check;
@@ -17,6 +18,7 @@ pub use effect::effect;
 pub use locks::locks;
 pub use release::release;
 pub use renew::renew;
+pub use waiters::waiters;
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -51,7 +53,7 @@ macro_rules! raw_command {
 }
 
 /// The commands: name, handler, flags. Every one takes its key at argument 1.
-const COMMANDS: [(&std::ffi::CStr, RawCommand, &std::ffi::CStr); 6] = [
+const COMMANDS: [(&std::ffi::CStr, RawCommand, &std::ffi::CStr); 7] = [
     (
         c"PATHLOCK.ACQUIRE",
         raw_command!(acquire),
@@ -61,6 +63,7 @@ const COMMANDS: [(&std::ffi::CStr, RawCommand, &std::ffi::CStr); 6] = [
     (c"PATHLOCK.RENEW", raw_command!(renew), c"write"),
     (c"PATHLOCK.LOCKS", raw_command!(locks), c"readonly"),
     (c"PATHLOCK.CHECK", raw_command!(check), c"readonly"),
+    (c"PATHLOCK.WAITERS", raw_command!(waiters), c"readonly"),
     (effects::COMMAND, raw_command!(effect), c"write"),
 ];
 

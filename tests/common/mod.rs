@@ -353,16 +353,29 @@ pub fn dataset_digest(con: &mut Connection) -> String {
     cmd("DEBUG").arg("DIGEST").query(con).expect("DEBUG DIGEST")
 }
 
-/// One entry of LOCKS or CHECK: `(path, mode, token, ttl-ms, fence)`.
-pub type LockEntry = (Vec<u8>, String, Vec<u8>, i64, i64);
+/// One entry of LOCKS or CHECK: `(path, mode, token, ttl-ms, fence, note)`.
+pub type LockEntry = (Vec<u8>, String, Vec<u8>, i64, i64, Option<Vec<u8>>);
 
 /// Every lock of a key as `(path, mode, token, fence)`, without the moving TTL.
 pub fn lock_set(con: &mut Connection, key: &str) -> Vec<(Vec<u8>, String, Vec<u8>, i64)> {
     let entries: Vec<LockEntry> = cmd("PATHLOCK.LOCKS").arg(key).query(con).expect("LOCKS");
     entries
         .into_iter()
-        .map(|(path, mode, token, _, fence)| (path, mode, token, fence))
+        .map(|(path, mode, token, _, fence, _)| (path, mode, token, fence))
         .collect()
+}
+
+/// The server's mean time per call of `command`, in microseconds, since `CONFIG RESETSTAT`.
+pub fn usec_per_call(con: &mut Connection, command: &str) -> f64 {
+    let text: String = cmd("INFO").arg("commandstats").query(con).expect("INFO");
+    text.lines()
+        .find(|l| {
+            l.to_ascii_uppercase()
+                .starts_with(&format!("CMDSTAT_{}:", command.to_ascii_uppercase()))
+        })
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no stats for {command}"))
 }
 
 /// A small deterministic generator, so a failing workload can be replayed from its seed.

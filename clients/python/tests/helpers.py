@@ -13,7 +13,7 @@ def held(client: Any, key: str = KEY) -> List[Tuple[str, str, str]]:
     """The live locks of the key as (mode, path, token), straight from PATHLOCK.LOCKS."""
     return [
         (text(m), text(p), text(t))
-        for p, m, t, _ttl, _fence in client.execute_command("PATHLOCK.LOCKS", key)
+        for p, m, t, _ttl, _fence, *_ in client.execute_command("PATHLOCK.LOCKS", key)
     ]
 
 

@@ -180,7 +180,7 @@ def test_an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner(
                 ("WRITE", "/B/C", lease.token),
             ]
             # The retry was a re-acquire: every lock carries the fence of the last grant.
-            fences = {f for *_, f in client.execute_command("PATHLOCK.LOCKS", KEY)}
+            fences = {e[4] for e in client.execute_command("PATHLOCK.LOCKS", KEY)}
             assert fences == {lease.fence}
         assert held(client) == []
     finally:

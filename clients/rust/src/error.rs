@@ -24,12 +24,13 @@ pub struct Blocker {
 }
 
 impl Blocker {
-    /// Parses one entry of `LOCKS`/`CHECK`: `[path, mode, token, ttl-ms, fence]`.
+    /// Parses one entry of `LOCKS`/`CHECK`: `[path, mode, token, ttl-ms, fence, ...]` (the
+    /// server's sixth field, the note, is not read yet).
     pub(crate) fn parse(entry: &Value) -> Option<Blocker> {
         let Value::Array(fields) = entry else {
             return None;
         };
-        let [path, mode, token, ttl, fence] = fields.as_slice() else {
+        let [path, mode, token, ttl, fence, ..] = fields.as_slice() else {
             return None;
         };
         Some(Blocker {

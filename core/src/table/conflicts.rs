@@ -114,7 +114,7 @@ impl LockTable {
                         && !excluded(held.owner())
                         && held.deadline > now
                     {
-                        found.insert(self.info(&key, held));
+                        found.insert(self.info(node, &key, held));
                     }
                 }
                 false
@@ -131,21 +131,75 @@ impl LockTable {
         let mut out = Vec::new();
         if let Some(node) = self.locate(under) {
             let mut key = under.key().to_vec();
-            self.walk(node, &mut key, &mut |table, key, held| {
+            self.walk(node, &mut key, &mut |table, node, key, held| {
                 if held.deadline > now {
-                    out.push(table.info(key, held));
+                    out.push(table.info(node, key, held));
                 }
             });
         }
         out
     }
 
+    /// The live locks of `token` on `under` and beneath it, in tree order: `LOCKS ... TOKEN`.
+    /// It reads whichever is smaller, the owner's own list of locks (kept for release and
+    /// renewal) or the locks stored at and beneath `under` (its intention marks count them), so
+    /// listing all of an owner's locks costs what it returns, O(depth) each, whatever the
+    /// project holds, and listing a small folder costs the folder, whatever the owner holds.
+    pub fn locks_of_token(&self, now: u64, under: &Path, token: &Token) -> Vec<LockInfo> {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return Vec::new();
+        };
+        let Some(top) = self.locate(under) else {
+            return Vec::new();
+        };
+        let mine = self.locks_of(owner);
+        let below = self.nodes[top as usize].below;
+        let stored = self.held(top).len() as u64 + u64::from(below[0]) + u64::from(below[1]);
+        let mut out = Vec::new();
+        if (mine.len() as u64) <= stored {
+            for lock in mine {
+                let node = lock.id();
+                let Some(held) = self.held_by(node, owner, lock.mode()) else {
+                    continue;
+                };
+                if held.deadline > now && self.is_at_or_beneath(node, top) {
+                    out.push(self.info(node, &self.key_of(node), held));
+                }
+            }
+            // An owner's list is in no order; `LockInfo` sorts by path in tree order, then
+            // writers first, as `walk` lists a node's locks.
+            out.sort_unstable();
+        } else {
+            let mut key = under.key().to_vec();
+            self.walk(top, &mut key, &mut |table, node, key, held| {
+                if held.owner() == owner && held.deadline > now {
+                    out.push(table.info(node, key, held));
+                }
+            });
+        }
+        out
+    }
+
+    /// Whether `node` is `top` or lies beneath it: a walk up, O(depth).
+    fn is_at_or_beneath(&self, node: NodeId, top: NodeId) -> bool {
+        let mut up = node;
+        loop {
+            if up == top {
+                return true;
+            }
+            if up == ROOT {
+                return false;
+            }
+            up = self.nodes[up as usize].parent;
+        }
+    }
+
     /// Every stored lock, expired or not, in tree order: the canonical order that persistence
     /// and digests rely on.
     pub fn iter(&self) -> impl Iterator<Item = LockInfo> + '_ {
         let mut out = Vec::with_capacity(self.len);
-        self.walk(ROOT, &mut Vec::new(), &mut |table, key, held| {
-            out.push(table.info(key, held));
+        self.walk(ROOT, &mut Vec::new(), &mut |table, node, key, held| {
+            out.push(table.info(node, key, held));
         });
         out.into_iter()
     }
@@ -197,7 +251,7 @@ impl LockTable {
                     && !excluded(held.owner())
                     && held.deadline > now
                 {
-                    found.insert(self.info(key, held));
+                    found.insert(self.info(child, key, held));
                 }
             }
             if blocking_count(mode, c.below) > 0 {

@@ -4,7 +4,7 @@ use super::ids::{OwnerId, Tagged, NONE};
 use super::owners::OwnerKeys;
 use super::rehash::Rehasher;
 use super::LockTable;
-use crate::lock::{LockInfo, Mode, PackedToken, Token};
+use crate::lock::{LockInfo, Mode, Note, PackedToken, Token};
 use crate::path::Path;
 
 impl LockTable {
@@ -92,6 +92,20 @@ impl LockTable {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> (Option<u64>, Vec<Token>, Vec<LockInfo>) {
+        self.acquire_lapsed_noted(now, token, generated, ttl, items, None)
+    }
+
+    /// [`LockTable::acquire_lapsed`] whose grant keeps `note` as [`LockTable::grant_noted`]
+    /// does.
+    pub fn acquire_lapsed_noted(
+        &mut self,
+        now: u64,
+        token: &Token,
+        generated: bool,
+        ttl: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> (Option<u64>, Vec<Token>, Vec<LockInfo>) {
         let packed = PackedToken::new(token);
         // A token just generated is held by nobody (see `Project::acquire_generated`).
         let mut me = if generated {
@@ -123,7 +137,7 @@ impl LockTable {
         }
         let fence = self.next_fence;
         let owner = me.unwrap_or_else(|| self.add_owner(packed));
-        self.grant_to(owner, now.saturating_add(ttl), fence, items);
+        self.grant_to(owner, now.saturating_add(ttl), fence, items, note);
         (Some(fence), tokens, reclaimed)
     }
 

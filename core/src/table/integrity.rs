@@ -10,8 +10,8 @@ use crate::lock::{Mode, PackedToken};
 impl LockTable {
     /// Recomputes every derived structure from the locks themselves and reports the first
     /// disagreement: intention marks, owners' lists, the expiry index, the counts, the canonical
-    /// order, the tree's links, the inline and spilled forms, and the absence of nodes that
-    /// nothing needs.
+    /// order, the tree's links, the inline and spilled forms, the absence of nodes that nothing
+    /// needs, and that every note belongs to a lock.
     pub fn check_integrity(&self) -> Result<(), String> {
         let mut owned: BTreeMap<OwnerId, BTreeSet<Tagged>> = BTreeMap::new();
         let mut len = 0;
@@ -144,6 +144,21 @@ impl LockTable {
         }
         if expected != filed || token_bytes != self.token_bytes {
             return Err("the expiry index disagrees with the owners".into());
+        }
+        for (node, owner, note) in self.notes.iter() {
+            let held = self
+                .nodes
+                .get(node as usize)
+                .is_some_and(|n| !n.is_unused())
+                && self.held(node).iter().any(|h| h.owner == owner);
+            if !held || note.is_empty() {
+                return Err(format!(
+                    "a note at node {node} belongs to no lock, or is empty"
+                ));
+            }
+        }
+        if self.notes.recount() != self.notes.bytes() {
+            return Err("the notes' byte count disagrees with the notes".into());
         }
         Ok(())
     }

@@ -60,6 +60,7 @@ mod expiry;
 mod idmap;
 mod ids;
 mod integrity;
+mod notes;
 mod owners;
 mod rehash;
 mod sorted;
@@ -67,11 +68,12 @@ mod tree;
 
 use hashbrown::DefaultHashBuilder;
 
-use crate::lock::{LockInfo, Mode, PackedToken, Token};
+use crate::lock::{LockInfo, Mode, Note, PackedToken, Token};
 use crate::path::Path;
 use chunks::Chunks;
 use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
+use notes::Notes;
 use owners::Owner;
 use rehash::LinearTable;
 use sorted::SortedRuns;
@@ -99,6 +101,8 @@ pub struct LockTable {
     /// Grants made together share a deadline, so a million locks take few entries, and
     /// reclaiming costs what it reclaims.
     expiry: SortedRuns<u64, OwnerId>,
+    /// The notes of the locks that have one, by lock.
+    notes: Notes,
     next_fence: u64,
     len: usize,
     live_nodes: usize,
@@ -133,6 +137,7 @@ impl LockTable {
             owner_index: LinearTable::default(),
             hasher: DefaultHashBuilder::default(),
             expiry: SortedRuns::default(),
+            notes: Notes::default(),
             next_fence: 1,
             len: 0,
             live_nodes: 0,
@@ -163,6 +168,7 @@ impl LockTable {
             owner_index: self.owner_index.clone(),
             hasher: self.hasher.clone(),
             expiry: self.expiry.clone(),
+            notes: self.notes.clone(),
             next_fence: self.next_fence,
             len: self.len,
             live_nodes: self.live_nodes,
@@ -190,6 +196,7 @@ impl LockTable {
             + self.len * LOCK_OVERHEAD
             + owners * OWNER_OVERHEAD
             + self.token_bytes
+            + self.notes.bytes()
     }
 
     /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
@@ -227,7 +234,7 @@ impl LockTable {
         }
         let fence = self.next_fence;
         let owner = me.unwrap_or_else(|| self.add_owner(token));
-        self.grant_to(owner, now.saturating_add(ttl), fence, items);
+        self.grant_to(owner, now.saturating_add(ttl), fence, items, None);
         Some(fence)
     }
 
@@ -241,8 +248,22 @@ impl LockTable {
         fence: u64,
         items: &[(Mode, Path)],
     ) -> usize {
+        self.grant_noted(token, deadline, fence, items, None)
+    }
+
+    /// [`LockTable::grant`] with a note: `Some` keeps it with every lock the grant takes or
+    /// refreshes, in place of the note they had (an empty note takes theirs away); `None` leaves
+    /// the notes of refreshed locks as they were, and new locks without one.
+    pub fn grant_noted(
+        &mut self,
+        token: &Token,
+        deadline: u64,
+        fence: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> usize {
         let owner = self.intern(PackedToken::new(token));
-        self.grant_to(owner, deadline, fence, items)
+        self.grant_to(owner, deadline, fence, items, note)
     }
 
     fn grant_to(
@@ -251,14 +272,31 @@ impl LockTable {
         deadline: u64,
         fence: u64,
         items: &[(Mode, Path)],
+        note: Option<&Note>,
     ) -> usize {
         self.raise_next_fence(fence.saturating_add(1));
-        let added = items
-            .iter()
-            .filter(|(mode, path)| self.insert(path, owner, *mode, deadline, fence))
-            .count();
+        let mut added = 0;
+        for (mode, path) in items {
+            added += usize::from(self.insert(path, owner, *mode, deadline, fence));
+            if let Some(note) = note {
+                self.note_lock(path, Tagged::new(owner, *mode), note);
+            }
+        }
         self.refile(owner);
         added
+    }
+
+    /// Keeps `note` with the lock `owner` (tagged with its mode) holds on `path`, or takes its
+    /// note away when `note` is empty. A second walk down the path, paid only by noted grants.
+    fn note_lock(&mut self, path: &Path, owner: Tagged, note: &Note) {
+        let Some(node) = self.locate(path) else {
+            return;
+        };
+        if note.is_empty() {
+            self.notes.remove(node, owner);
+        } else {
+            self.notes.set(node, owner, note);
+        }
     }
 
     /// Frees `token`'s locks at `paths` (every mode held there), or all of its locks when

@@ -385,7 +385,11 @@ impl LockTable {
         let wanted = Tagged::new(owner, mode);
         let at = self.held(node).iter().position(|h| h.owner == wanted)?;
         let held = self.remove_held(node, at)?;
-        let info = describe.then(|| self.info(&self.key_of(node), &held));
+        let info = describe.then(|| self.info(node, &self.key_of(node), &held));
+        // The note goes with its lock, so that a node or owner id given again finds none.
+        if !self.notes.is_empty() {
+            self.notes.remove(node, wanted);
+        }
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
@@ -427,33 +431,31 @@ impl LockTable {
         key
     }
 
-    pub(super) fn info(&self, key: &[u8], held: &Held) -> LockInfo {
+    /// The description of the lock `held` on `node`, whose trie key is `key`.
+    pub(super) fn info(&self, node: NodeId, key: &[u8], held: &Held) -> LockInfo {
         LockInfo {
             path: Path::from_trusted_key(key),
             mode: held.mode(),
             token: self.owner(held.owner()).token.to_token(),
             deadline: held.deadline,
             fence: held.fence,
+            note: self.notes.get(node, held.owner).cloned(),
         }
     }
 
     /// Visits every lock at and beneath `node` in tree order: a node's locks, then its children
-    /// in byte order of their segments. `key` is the node's trie key on entry and on return.
+    /// in byte order of their segments, with the node that holds it and its trie key. `key` is
+    /// `node`'s trie key on entry and on return.
     ///
     /// The walk keeps its own stack rather than recursing: a path may be thousands of segments
     /// deep, and neither the server's stack nor a test thread's may bound what it can list.
     /// Each entry is a node still to visit and the length of its parent's key, a prefix of the
     /// key at the time the entry is taken, since everything visited in between lies beneath
     /// that parent.
-    pub(super) fn walk(
-        &self,
-        node: NodeId,
-        key: &mut Vec<u8>,
-        visit: &mut dyn FnMut(&Self, &[u8], &Held),
-    ) {
+    pub(super) fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut Visit<'_>) {
         let start = key.len();
         for held in self.held(node) {
-            visit(self, key, held);
+            visit(self, node, key, held);
         }
         let mut stack: Vec<(NodeId, usize)> = Vec::new();
         // Children go on the stack last first, so they come off it in byte order.
@@ -467,7 +469,7 @@ impl LockTable {
             key.truncate(parent_length);
             push_segment(key, &self.nodes[child as usize].segment);
             for held in self.held(child) {
-                visit(self, key, held);
+                visit(self, child, key, held);
             }
             let length = key.len();
             stack.extend(
@@ -490,6 +492,9 @@ impl LockTable {
         children
     }
 }
+
+/// What `walk` calls for each lock: the table, the lock's node, the node's trie key, the lock.
+pub(super) type Visit<'a> = dyn FnMut(&LockTable, NodeId, &[u8], &Held) + 'a;
 
 pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
     key.extend_from_slice(escaped);

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use pathlock_core::{LockInfo, Mode, Path, Token};
+use pathlock_core::{LockInfo, Mode, Note, Path, Token};
 
 pub fn segments(path: &Path) -> Vec<Vec<u8>> {
     path.segments().collect()
@@ -68,20 +68,65 @@ impl Reference {
 
     /// Records a grant with the next fence, refreshing what the token already holds.
     pub fn grant(&mut self, now: u64, token: &Token, ttl: u64, items: &[(Mode, Path)]) -> u64 {
+        self.grant_noted(now, token, ttl, items, None)
+    }
+
+    /// A grant with a note: `Some` replaces the note of every lock granted (an empty one
+    /// leaves none), `None` keeps the note of a lock the token already held.
+    pub fn grant_noted(
+        &mut self,
+        now: u64,
+        token: &Token,
+        ttl: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> u64 {
         let fence = self.next_fence;
         self.next_fence += 1;
+        self.record(token, now + ttl, fence, items, note);
+        fence
+    }
+
+    /// Records a grant decided elsewhere, at its deadline and fence.
+    pub fn record(
+        &mut self,
+        token: &Token,
+        deadline: u64,
+        fence: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) {
+        self.next_fence = self.next_fence.max(fence + 1);
         for (mode, path) in items {
-            self.locks
-                .retain(|l| !(l.token == *token && l.mode == *mode && l.path == *path));
+            let same = |l: &LockInfo| l.token == *token && l.mode == *mode && l.path == *path;
+            let old = self
+                .locks
+                .iter()
+                .find(|l| same(l))
+                .and_then(|l| l.note.clone());
+            self.locks.retain(|l| !same(l));
+            let note = match note {
+                Some(note) => Some(note.clone()).filter(|n| !n.is_empty()),
+                None => old,
+            };
             self.locks.push(LockInfo {
                 path: path.clone(),
                 mode: *mode,
                 token: token.clone(),
-                deadline: now + ttl,
+                deadline,
                 fence,
+                note,
             });
         }
-        fence
+    }
+
+    /// The live locks of `token` at or beneath `under`, in tree order.
+    pub fn locks_of(&self, now: u64, under: &Path, token: &Token) -> Vec<LockInfo> {
+        let under = segments(under);
+        self.live(now)
+            .into_iter()
+            .filter(|l| l.token == *token && segments(&l.path).starts_with(&under))
+            .collect()
     }
 
     pub fn acquire(
@@ -91,10 +136,21 @@ impl Reference {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
+        self.acquire_noted(now, token, ttl, items, None)
+    }
+
+    pub fn acquire_noted(
+        &mut self,
+        now: u64,
+        token: &Token,
+        ttl: u64,
+        items: &[(Mode, Path)],
+        note: Option<&Note>,
+    ) -> Option<u64> {
         if self.blocked(token, items) {
             return None;
         }
-        Some(self.grant(now, token, ttl, items))
+        Some(self.grant_noted(now, token, ttl, items, note))
     }
 
     pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {

@@ -140,8 +140,9 @@ def fence_of(reply: Any) -> int:
 
 
 def blockers_of(reply: Any) -> List[Blocker]:
-    """CHECK's entries `[path, mode, token, ttl-ms, fence]` as Blockers."""
+    """CHECK's entries `[path, mode, token, ttl-ms, fence, ...]` as Blockers (the server's
+    sixth field, the note, is not read yet)."""
     return [
         Blocker(text(path), text(mode), text(token), int(ttl), int(fence))
-        for path, mode, token, ttl, fence in (reply or [])
+        for path, mode, token, ttl, fence, *_ in (reply or [])
     ]

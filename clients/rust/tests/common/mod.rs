@@ -213,14 +213,15 @@ pub type Lock = (String, String, String, u64);
 
 /// Every live lock of `key`.
 pub async fn locks_of(con: &mut impl redis::aio::ConnectionLike, key: &str) -> Vec<Lock> {
-    let entries: Vec<(String, String, String, i64, u64)> = redis::cmd("PATHLOCK.LOCKS")
-        .arg(key)
-        .query_async(con)
-        .await
-        .expect("LOCKS");
+    let entries: Vec<(String, String, String, i64, u64, Option<String>)> =
+        redis::cmd("PATHLOCK.LOCKS")
+            .arg(key)
+            .query_async(con)
+            .await
+            .expect("LOCKS");
     entries
         .into_iter()
-        .map(|(path, mode, token, _, fence)| (path, mode, token, fence))
+        .map(|(path, mode, token, _, fence, _)| (path, mode, token, fence))
         .collect()
 }
 
