@@ -58,7 +58,7 @@ class ClusterTest {
         }
         List<Lease> leases = new ArrayList<>();
         for (int i = 0; i < 30; i++) {
-            leases.add(Support.of(connection, "proj:" + i).ttl(Duration.ofMillis(600)).move("/A/C", "/B"));
+            leases.add(PathLocks.of(connection, "proj:" + i).ttl(Duration.ofMillis(600)).move("/A/C", "/B"));
         }
         // The watchdogs keep the 600 ms leases for 1.5 s, on whichever node holds each.
         Servers.sleep(1500);
@@ -84,14 +84,14 @@ class ClusterTest {
         assertTrue(perNode[0] > 0 && perNode[1] > 0 && perNode[2] > 0, "projects per node: " + List.of(perNode[0], perNode[1], perNode[2]));
         leases.forEach(Lease::release);
         for (int i = 0; i < 30; i++) {
-            assertEquals(List.of(), Support.of(connection, "proj:" + i).locks());
+            assertEquals(List.of(), PathLocks.of(connection, "proj:" + i).locks());
         }
     }
 
     @Test
     void refusesWithBlockersWaitsAndDetectsADeletedKey() throws Exception {
         Connection connection = cluster.connect();
-        PathLocks locks = Support.of(connection, "{proj:c}:locks").ttl(Duration.ofMillis(600));
+        PathLocks locks = PathLocks.of(connection, "{proj:c}:locks").ttl(Duration.ofMillis(600));
         Lease move = locks.move("/A/C", "/B");
         Busy busy = assertThrows(Busy.class, () -> locks.upload("/B/C/x"));
         assertEquals(List.of(List.of("/B/C", "WRITE", move.token())), Support.shape(busy.blockers()));
@@ -138,7 +138,7 @@ class ClusterTest {
     void followsAskWhileTheKeysSlotMigratesAndMovedOnceItHasMoved() {
         String key = "proj:moving";
         Connection connection = cluster.connect();
-        PathLocks locks = Support.of(connection, key).ttl(Duration.ofMillis(600));
+        PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofMillis(600));
         Lease lease = locks.move("/A/C", "/B");
         CompletableFuture<Double> lost = lostAt(lease);
         Servers.Server[] ends = migrate(key);
@@ -177,7 +177,7 @@ class ClusterTest {
             String key = "proj:failover";
             Connection connection = replicated.connect();
             // A 10 s lease, granted once the master's replica has it.
-            PathLocks locks = Support.of(connection, key).ttl(Duration.ofSeconds(10)).replicas(1);
+            PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofSeconds(10)).replicas(1);
             Lease lease = locks.move("/A/C", "/B");
             Servers.Server master = ownerIn(replicated, key, null);
             master.kill();

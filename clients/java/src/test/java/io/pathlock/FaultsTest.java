@@ -70,10 +70,10 @@ class FaultsTest {
     @Test
     void anAcquireWhoseReplyWasLostIsRetriedAsTheSameOwner() throws IOException {
         String key = project();
-        PathLocks locks = Support.of(proxied(), key);
+        PathLocks locks = PathLocks.of(proxied(), key);
         // A first grant on the key shows where its fences start.
         long probe;
-        try (Lease first = Support.of(direct, key).read("/probe")) {
+        try (Lease first = PathLocks.of(direct, key).read("/probe")) {
             probe = first.fence();
         }
         // The server grants the move; its reply is lost with the connection.
@@ -82,32 +82,32 @@ class FaultsTest {
         assertEquals(0, proxy.dropReplies.get(), "the reply was not dropped");
         // One owner with one lock per path, not two: the retry refreshed the first grant.
         assertEquals(List.of(List.of("/A/C", "WRITE", lease.token()), List.of("/B/C", "WRITE", lease.token())),
-                Support.shape(Support.of(direct, key).locks()));
+                Support.shape(PathLocks.of(direct, key).locks()));
         // The lost grant took the probe's fence + 1, the retry the next.
         assertEquals(probe + 2, lease.fence());
         assertEquals(2, proxy.seen().stream().filter(c -> c.equals("PATHLOCK.ACQUIRE")).count());
         assertEquals("2", info("pathlock_locks"));
         lease.release();
-        assertEquals(List.of(), Support.of(direct, key).locks());
+        assertEquals(List.of(), PathLocks.of(direct, key).locks());
     }
 
     @Test
     void throwsTheConnectionErrorWhenEveryRetryFailsAndFreesAGrantMadeMeanwhile() throws IOException {
         String key = project();
-        PathLocks locks = Support.of(proxied(), key).ttl(Duration.ofSeconds(5));
+        PathLocks locks = PathLocks.of(proxied(), key).ttl(Duration.ofSeconds(5));
         // Both attempts are granted by the server and both replies are lost.
         proxy.dropReplies.set(2);
         assertThrows(ConnectionException.class, () -> locks.upload("/A"));
         assertEquals(0, proxy.dropReplies.get());
         // The client releases that token once the server answers again, long before the TTL.
-        Support.waitUntil("the lost grant to be released", 2000, () -> Support.of(direct, key).locks().isEmpty());
+        Support.waitUntil("the lost grant to be released", 2000, () -> PathLocks.of(direct, key).locks().isEmpty());
     }
 
     @ParameterizedTest(name = "renewal held back on its way {0}")
     @ValueSource(strings = {"to the server", "back"})
     void aRenewalInFlightAtReleaseNeitherKeepsTheLockNorReportsALoss(String where) throws IOException {
         String key = project();
-        PathLocks locks = Support.of(proxied(), key).ttl(Duration.ofMillis(600));
+        PathLocks locks = PathLocks.of(proxied(), key).ttl(Duration.ofMillis(600));
         Lease lease = locks.upload("/A");
         CompletableFuture<Double> lost = lostAt(lease);
         AtomicReference<CompletableFuture<Void>> release = new AtomicReference<>();
@@ -129,7 +129,7 @@ class FaultsTest {
         proxy.replyDelayMs = 0;
         proxy.requestDelayMs = 0;
         assertTrue(lease.isReleased());
-        assertEquals(List.of(), Support.of(direct, key).locks());
+        assertEquals(List.of(), PathLocks.of(direct, key).locks());
         // Long past the lease's TTL: still not reported lost, and no renewal after the release.
         Servers.sleep(1000);
         assertFalse(lost.isDone());
@@ -139,14 +139,14 @@ class FaultsTest {
         assertTrue(releasedAt > 0, "seen: " + seen);
         assertFalse(seen.subList(releasedAt, seen.size()).contains("PATHLOCK.RENEW"), "renewed after RELEASE: " + seen);
         // Someone else gets the path at once.
-        Support.of(direct, key).upload("/A").release();
+        PathLocks.of(direct, key).upload("/A").release();
     }
 
     @Test
     void releasesRacingRenewalsNeverReportALoss() {
         String key = project();
         AtomicInteger lost = new AtomicInteger();
-        PathLocks locks = Support.of(direct, key).ttl(Duration.ofMillis(300)).onLost(e -> lost.incrementAndGet());
+        PathLocks locks = PathLocks.of(direct, key).ttl(Duration.ofMillis(300)).onLost(e -> lost.incrementAndGet());
         Random random = new Random(7);
         long before = Support.renewCalls(server);
         for (int i = 0; i < 40; i++) {
@@ -165,7 +165,7 @@ class FaultsTest {
     @Test
     void anInterruptedWaitLeavesTheServersQueue() throws Exception {
         String key = project();
-        PathLocks locks = Support.of(direct, key);
+        PathLocks locks = PathLocks.of(direct, key);
         try (Lease held = locks.upload("/A")) {
             AtomicReference<Throwable> thrown = new AtomicReference<>();
             Thread waiter = new Thread(() -> {
@@ -194,7 +194,7 @@ class FaultsTest {
     void reportsTheLossAtTheDeadlineWhenTheServerIsStoppedPastIt() {
         Servers.Server own = Servers.Server.start();
         try {
-            PathLocks locks = Support.of(own.connect(), "proj:stop").ttl(Duration.ofMillis(600));
+            PathLocks locks = PathLocks.of(own.connect(), "proj:stop").ttl(Duration.ofMillis(600));
             Lease lease = locks.move("/A/C", "/B");
             Servers.sleep(150);
             CompletableFuture<Double> lost = lostAt(lease);

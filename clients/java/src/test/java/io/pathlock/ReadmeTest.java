@@ -54,7 +54,7 @@ class ReadmeTest {
     @Test
     void runsTheUseExampleAndItsBusyBranch() {
         Connection redis = server.connect();
-        PathLocks locks = Support.of(redis, "proj:42").ttl(Duration.ofSeconds(60));
+        PathLocks locks = PathLocks.of(redis, "proj:42").ttl(Duration.ofSeconds(60));
         example(locks);
         assertEquals(2, written.size());
         long fence = Long.parseLong(written.get(0).split(" @")[1]);
@@ -69,7 +69,7 @@ class ReadmeTest {
 
     @Test
     void runsTheNestedLocksExample() {
-        PathLocks locks = Support.of(server.connect(), "proj:43");
+        PathLocks locks = PathLocks.of(server.connect(), "proj:43");
         List<Long> uploads = new ArrayList<>();
         try (Lease move = locks.move("/A/C", "/B")) {
             long fence = move.lock(LockRequest.write("/B/C/new.txt"));

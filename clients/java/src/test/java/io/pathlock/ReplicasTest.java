@@ -32,7 +32,7 @@ class ReplicasTest {
     @Test
     @Order(1)
     void handsOutAGrantThatTheReplicaHolds() {
-        PathLocks locks = Support.of(servers.master().connect(), "proj:r1").replicas(1);
+        PathLocks locks = PathLocks.of(servers.master().connect(), "proj:r1").replicas(1);
         Connection replica = servers.replica().connect();
         try (Lease lease = locks.move("/A/C", "/B")) {
             // WAIT 1 answered: the replica has the grant, with the same token and fence.
@@ -58,7 +58,7 @@ class ReplicasTest {
     void throwsNotReplicatedAndReleasesWhenTheReplicaIsGone() {
         servers.replica().stop();
         Connection master = servers.master().connect();
-        PathLocks locks = Support.of(master, "proj:r2").replicas(1).replicasTimeout(Duration.ofMillis(200));
+        PathLocks locks = PathLocks.of(master, "proj:r2").replicas(1).replicasTimeout(Duration.ofMillis(200));
         double started = Servers.nowMs();
         NotReplicated error = assertThrows(NotReplicated.class, () -> locks.upload("/A"));
         assertEquals(1, error.replicas());

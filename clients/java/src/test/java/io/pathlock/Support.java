@@ -17,25 +17,6 @@ final class Support {
     private Support() {
     }
 
-    private static Boolean serverHasNotes;
-
-    /**
-     * TRANSITIONAL: a handle that sends notes only when the module under test takes NOTE (it lands
-     * with issue 30's server work). Replaced by PathLocks.of once it has.
-     */
-    static synchronized PathLocks of(Connection connection, String key) {
-        if (serverHasNotes == null) {
-            try {
-                connection.keyCommand("probe:notes", "PATHLOCK.CHECK", "probe:notes", "WRITE", "/x");
-                connection.keyCommand("probe:notes", "PATHLOCK.ACQUIRE", "probe:notes", "TTL", 1, "NOTE", "n", "READ", "/x");
-                serverHasNotes = true;
-            } catch (ServerException e) {
-                serverHasNotes = false;
-            }
-        }
-        return PathLocks.of(connection, key).operationNotes(serverHasNotes);
-    }
-
     /** Runs a call that blocks (a waiting acquire) on a thread of its own. */
     static <T> CompletableFuture<T> async(java.util.function.Supplier<T> call) {
         CompletableFuture<T> result = new CompletableFuture<>();

@@ -44,7 +44,7 @@ class WatchdogTest {
 
     @Test
     void keepsA300msLeaseFor3sThenReleasesIt() {
-        PathLocks locks = Support.of(connection, project()).ttl(Duration.ofMillis(300));
+        PathLocks locks = PathLocks.of(connection, project()).ttl(Duration.ofMillis(300));
         server.command("CONFIG", "RESETSTAT");
         Lease lease = locks.upload("/A/f.txt");
         Servers.sleep(3000);
@@ -65,8 +65,8 @@ class WatchdogTest {
     @Test
     void refusesASecondOwnerWithTheBlockersAndGrantsItAfterRelease() {
         String key = project();
-        PathLocks alice = Support.of(connection, key);
-        PathLocks bob = Support.of(server.connect(), key);
+        PathLocks alice = PathLocks.of(connection, key);
+        PathLocks bob = PathLocks.of(server.connect(), key);
         Lease move = alice.move("/A/C", "/B");
         assertEquals(List.of(LockRequest.write("/A/C"), LockRequest.write("/B/C")), move.locks());
         Busy refusal = assertThrows(Busy.class, () -> bob.upload("/A/C/D/new.txt"));
@@ -92,7 +92,7 @@ class WatchdogTest {
 
     @Test
     void asksForExactlyTheLocksOfEachOperation() {
-        PathLocks locks = Support.of(connection, project());
+        PathLocks locks = PathLocks.of(connection, project());
         record Case(Lease lease, List<List<String>> expected) {
         }
         List<Case> cases = List.of(
@@ -148,7 +148,7 @@ class WatchdogTest {
     void reportsTheLossWithinOneRenewalPeriodWhenTheTokenIsReleasedElsewhere() {
         String key = project();
         AtomicInteger handleCalls = new AtomicInteger();
-        PathLocks locks = Support.of(connection, key).ttl(Duration.ofMillis(600))
+        PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofMillis(600))
                 .onLost(lost -> handleCalls.incrementAndGet());
         Lease lease = locks.move("/A/C", "/B");
         CompletableFuture<Double> lost = lostAt(lease);
@@ -176,7 +176,7 @@ class WatchdogTest {
     @Test
     void reportsTheLossWithinOneRenewalPeriodWhenTheKeyIsDeleted() {
         String key = project();
-        PathLocks locks = Support.of(connection, key).ttl(Duration.ofMillis(600));
+        PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofMillis(600));
         Lease lease = locks.upload("/A");
         CompletableFuture<Double> lost = lostAt(lease);
         Servers.sleep(120);
@@ -191,7 +191,7 @@ class WatchdogTest {
 
     @Test
     void reportsTheLossAtTheDeadlineWhenTheServerIsPausedPastIt() {
-        PathLocks locks = Support.of(connection, project()).ttl(Duration.ofMillis(600));
+        PathLocks locks = PathLocks.of(connection, project()).ttl(Duration.ofMillis(600));
         Lease lease = locks.upload("/A");
         Servers.sleep(100);
         CompletableFuture<Double> lost = lostAt(lease);
@@ -213,7 +213,7 @@ class WatchdogTest {
     @Test
     void keepsTheLeaseThroughAPauseShorterThanItsDeadlineAndADroppedConnection() {
         Connection holder = server.connect(Connection.builder().address("127.0.0.1", server.port).clientName("holder"));
-        PathLocks locks = Support.of(holder, project()).ttl(Duration.ofMillis(900));
+        PathLocks locks = PathLocks.of(holder, project()).ttl(Duration.ofMillis(900));
         Lease lease = locks.upload("/A");
         CompletableFuture<Double> lost = lostAt(lease);
         Servers.sleep(200);
@@ -231,7 +231,7 @@ class WatchdogTest {
 
     @Test
     void releasesAtTheEndOfTryWithResourcesAlsoWhenItThrows() {
-        PathLocks locks = Support.of(connection, project());
+        PathLocks locks = PathLocks.of(connection, project());
         String token;
         try (Lease lease = locks.move("/A/C", "/B")) {
             token = lease.token();
@@ -254,7 +254,7 @@ class WatchdogTest {
 
     @Test
     void doesNotStallRenewalsWhileAnotherAcquireWaitsOnTheServer() throws Exception {
-        PathLocks locks = Support.of(connection, project()).ttl(Duration.ofMillis(300));
+        PathLocks locks = PathLocks.of(connection, project()).ttl(Duration.ofMillis(300));
         Lease held = locks.upload("/A");
         Lease other = locks.upload("/B");
         // This waits on the server for /A for 1.5 s on a connection of its own; /B's watchdog
@@ -278,7 +278,7 @@ class WatchdogTest {
     void aHolderAndAWaiterSharingOneHandleKeepTheHoldersLeaseForItsWholeRun() throws Exception {
         // The scenario of issue 30 with one connection and one handle: a move held for 5 s with a
         // 3 s TTL, and an upload into it that waits on the same handle.
-        PathLocks locks = Support.of(connection, project()).ttl(Duration.ofSeconds(3));
+        PathLocks locks = PathLocks.of(connection, project()).ttl(Duration.ofSeconds(3));
         Lease move = locks.move("/A/C", "/B");
         CompletableFuture<Double> moveLost = lostAt(move);
         double[] grantedAt = new double[1];
@@ -303,7 +303,7 @@ class WatchdogTest {
     void runsTheWatchdogOnASchedulerTheApplicationSupplies() {
         ScheduledThreadPoolExecutor mine = new ScheduledThreadPoolExecutor(1);
         try {
-            PathLocks locks = Support.of(connection, project()).ttl(Duration.ofMillis(150)).scheduler(mine);
+            PathLocks locks = PathLocks.of(connection, project()).ttl(Duration.ofMillis(150)).scheduler(mine);
             try (Lease lease = locks.upload("/A")) {
                 Servers.sleep(600);
                 assertFalse(lease.isLost());
@@ -318,8 +318,8 @@ class WatchdogTest {
     @Test
     void takesMoreLocksUnderTheLeaseRenewedAndReleasedWithIt() {
         String key = project();
-        PathLocks locks = Support.of(connection, key).ttl(Duration.ofMillis(300));
-        PathLocks others = Support.of(connection, key);
+        PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofMillis(300));
+        PathLocks others = PathLocks.of(connection, key);
         Lease move = locks.move("/A/C", "/B");
         // Another owner cannot write inside the move's target; the move itself can.
         assertThrows(Busy.class, () -> others.upload("/B/C/new.txt"));
@@ -349,7 +349,7 @@ class WatchdogTest {
     void aKeyOfAnotherTypeIsNamedInTheErrorAndLosesTheLease() {
         String key = project();
         server.command("SET", key, "not a project");
-        PathLocks locks = Support.of(connection, key).ttl(Duration.ofMillis(300));
+        PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofMillis(300));
         WrongType wrong = assertThrows(WrongType.class, () -> locks.upload("/A"));
         assertEquals(key, wrong.key());
         assertTrue(wrong.getMessage().startsWith("key \"" + key + "\" is not a pathlock project"), wrong.getMessage());
