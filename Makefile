@@ -6,17 +6,19 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster lint bench bench-latency bench-waits fuzz clean dist test-dist
+.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits fuzz clean dist test-dist
 
 # The servers of the README's compatibility table. `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
-# Valkey 9.1 instead of redis-server (also SERVER=valkey-8.1, or SERVER=/path/to/server).
+# Valkey 9.1 instead of redis-server (also SERVER=valkey-8.1, SERVER=redis-8.0, or
+# SERVER=/path/to/server). Redis 8.0 is built from Debian's source package (scripts/deps.sh redis8).
 server.redis := redis-server
+server.redis-8.0 := $(CURDIR)/.deps/redis-8.0/redis-server
 server.valkey-8.1 := $(CURDIR)/.deps/valkey-8.1/valkey-server
 server.valkey-9.1 := $(CURDIR)/.deps/valkey-9.1/valkey-server
 server.valkey := $(server.valkey-9.1)
 SERVER ?= redis
-TEST_SERVERS := $(or $(REDIS_SERVER),$(server.redis) $(server.valkey-8.1) $(server.valkey-9.1))
+TEST_SERVERS := $(or $(REDIS_SERVER),$(server.redis) $(server.redis-8.0) $(server.valkey-8.1) $(server.valkey-9.1))
 
 all: build
 
@@ -26,11 +28,11 @@ build:
 
 # Foreground server with the module and every pathlock config at its default.
 run: build
-	@scripts/deps.sh run $(if $(filter valkey%,$(SERVER)),valkey)
+	@scripts/deps.sh run $(if $(filter valkey%,$(SERVER)),valkey) $(if $(filter redis-8.0,$(SERVER)),redis8)
 	$(or $(server.$(SERVER)),$(SERVER)) redis.conf.example --port $(PORT)
 
 test: build
-	@scripts/deps.sh test $(if $(REDIS_SERVER),,valkey)
+	@scripts/deps.sh test $(if $(REDIS_SERVER),,valkey redis8)
 	$(CARGO) test --release --workspace --exclude pathlock
 	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
 	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \
@@ -82,6 +84,14 @@ test-dist: dist
 test-cluster: build
 	@scripts/deps.sh test
 	$(CARGO) test --release --test cluster --test atomic_migration --test stress --test partition -- --nocapture
+
+# Redis's own test suite (the units in scripts/redis-suite.sh) with the module loaded, on Redis 7.0
+# (Debian's redis-server, with the tests of its source package) and Redis 8.0 (built from Debian's
+# source package), each from its own source tree in .deps/. Not in `make test`; see the README
+# (Compatibility) for its time. SUITE_MODULE=no runs the same suite without the module.
+test-redis-suite: build
+	@scripts/deps.sh suite
+	scripts/redis-suite.sh $(if $(filter no,$(SUITE_MODULE)),--without-module,$(MODULE))
 
 # Side by side with the old Lua script and SET NX PX, then the engine alone; see bench/README.md.
 bench: build

@@ -10,7 +10,12 @@
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
 #   scripts/deps.sh java    JDK 17, Maven, and the Debian packages clients/java builds from offline
 #   scripts/deps.sh dist    dpkg-deb, dpkg-shlibdeps, strip, lintian, python3 -m venv (make dist)
+#   scripts/deps.sh redis8  redis-server 8.0 built from Debian's source package into .deps/redis-8.0/
+#   scripts/deps.sh suite   Redis's own tests: the source trees of Redis 7.0 (the installed
+#                           redis-server's) and 8.0 in .deps/redis-<x.y>/source/, and tclsh
 set -euo pipefail
+
+DEPS="$(cd "$(dirname "$0")/.." && pwd)/.deps"
 
 apt_updated=""
 apt_install() {
@@ -165,6 +170,114 @@ need_java() {
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
+# Debian's source package of redis, fetched by apt's own client and checks: apt verifies the
+# suite's Release file against Debian's archive keyring, the Sources index against the Release
+# file and each downloaded file against the index. It works in .deps/apt/<name>/ with a sources
+# list, package lists and cache of its own (passed with -o), so the machine's apt configuration
+# and lists stay as they were; root is not needed for it.
+#   debian_source <name> <version pattern> <dest> <deb-src line>...
+# fetches the newest `redis` of the lines whose version matches the pattern (a grep -E regex, or
+# `=version` for that version exactly) and unpacks it, Debian's patches applied, into <dest>; its
+# version goes to <dest>/../version.
+debian_source() {
+    local name=$1 pattern=$2 dest=$3 dir version tmp
+    shift 3
+    dir="$DEPS/apt/$name"
+    command -v apt-get >/dev/null 2>&1 || {
+        echo "pathlock: Debian's redis source package needs apt-get; build Redis yourself and" \
+            "pass it with REDIS_SERVER=" >&2
+        exit 1
+    }
+    [ -r /usr/share/keyrings/debian-archive-keyring.gpg ] || apt_install debian-archive-keyring
+    command -v dpkg-source >/dev/null 2>&1 || apt_install dpkg-dev
+    mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/sources.list.d"
+    printf '%s\n' "$@" >"$dir/sources.list"
+    local apt=(-o "Dir::Etc::SourceList=$dir/sources.list" -o "Dir::Etc::SourceParts=$dir/sources.list.d"
+        -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache")
+    echo "pathlock: reading the index of Debian's $name source packages" >&2
+    apt-get -qq "${apt[@]}" update >&2
+    version=$(apt-cache "${apt[@]}" showsrc redis | sed -n 's/^Version: //p' |
+        case "$pattern" in =*) grep -Fx -- "${pattern#=}" ;; *) grep -E -- "$pattern" ;; esac |
+        sort -V | tail -n 1)
+    if [ -z "$version" ]; then
+        echo "pathlock: no redis source matching '$pattern' in: $*" >&2
+        exit 1
+    fi
+    echo "pathlock: fetching Debian's redis $version source package" >&2
+    tmp=$(mktemp -d "$DEPS/fetch.XXXXXX")
+    # apt downloads as its _apt user when run as root; the folder must be that user's to write.
+    if [ "$(id -u)" -eq 0 ] && id _apt >/dev/null 2>&1; then chown _apt "$tmp"; fi
+    if ! (cd "$tmp" && apt-get -qq "${apt[@]}" source "redis=$version") >"$dir/source.log" 2>&1; then
+        cat "$dir/source.log" >&2
+        exit 1
+    fi
+    rm -rf "$dest"
+    mkdir -p "$(dirname "$dest")"
+    mv "$tmp"/redis-*/ "$dest"
+    echo "$version" >"$(dirname "$dest")/version"
+    rm -rf "$tmp"
+}
+
+# Redis 8.0 is not packaged for Debian 12: it is built from the source package of Debian's
+# unstable suite (deb-src only, in the private list above), with the sources it bundles (jemalloc,
+# Lua) and without TLS, into .deps/redis-8.0/ (redis-server and redis-cli, beside the tree that
+# `make test-redis-suite` runs the tests of). Reused when present; delete the folder to rebuild.
+need_redis8() {
+    local dir="$DEPS/redis-8.0" jobs
+    if [ -x "$dir/redis-server" ] && [ -x "$dir/redis-cli" ] && [ -f "$dir/source/runtest" ] &&
+        "$dir/redis-server" --version | grep -q ' v=8\.0\.'; then
+        return 0
+    fi
+    debian_source unstable '^([0-9]+:)?8\.0\.' "$dir/source" \
+        "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian unstable main"
+    command -v make >/dev/null 2>&1 && command -v cc >/dev/null 2>&1 || apt_install make gcc g++
+    jobs=$(nproc 2>/dev/null || echo 2)
+    echo "pathlock: building redis-server $(cat "$dir/version") in $dir (a few minutes; log in $dir/build.log)" >&2
+    # Git stops at .deps/, so the build's release header does not take this checkout's commit for
+    # Redis's own.
+    if ! GIT_CEILING_DIRECTORIES="$DEPS" make -C "$dir/source" -j"$jobs" BUILD_TLS=no \
+        >"$dir/build.log" 2>&1; then
+        tail -n 30 "$dir/build.log" >&2
+        echo "pathlock: building Redis 8.0 failed; the whole log is $dir/build.log" >&2
+        exit 1
+    fi
+    cp "$dir/source/src/redis-server" "$dir/source/src/redis-cli" "$dir/"
+    "$dir/redis-server" --version >&2
+}
+
+# The tests of the installed redis-server (Debian 12's 7.0), from the source package of the
+# version installed (`dpkg-query`), in .deps/redis-7.0/source/; its src/ links to the installed
+# binaries, so the suite runs the server the module is tested on. Reused while that version stays.
+need_redis7_source() {
+    local dir="$DEPS/redis-7.0" version codename binary
+    version=$(dpkg-query -W -f='${source:Version}' redis-server 2>/dev/null || true)
+    case "$version" in
+    *:7.0.* | 7.0.*) ;;
+    *)
+        echo "pathlock: the suite's Redis 7.0 is Debian 12's redis-server package (found:" \
+            "'${version:-none}')" >&2
+        exit 1
+        ;;
+    esac
+    if ! [ -f "$dir/source/runtest" ] || [ "$(cat "$dir/version" 2>/dev/null)" != "$version" ]; then
+        codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+        local line="[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]"
+        debian_source "$codename" "=$version" "$dir/source" \
+            "deb-src $line http://deb.debian.org/debian $codename main" \
+            "deb-src $line http://deb.debian.org/debian $codename-updates main" \
+            "deb-src $line http://deb.debian.org/debian-security $codename-security main"
+    fi
+    for binary in redis-server redis-cli redis-benchmark redis-check-aof redis-check-rdb; do
+        if command -v "$binary" >/dev/null 2>&1; then
+            ln -sfn "$(command -v "$binary")" "$dir/source/src/$binary"
+        fi
+    done
+}
+
+need_tclsh() {
+    command -v tclsh >/dev/null 2>&1 || apt_install tcl
+}
+
 # `make test-python` keeps redis-py and pytest in a virtualenv; Debian ships venv on its own.
 need_venv() {
     python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
@@ -191,6 +304,8 @@ for what in "$@"; do
     valkey) need_valkey ;;
     java) need_java ;;
     dist) need_dist ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist ..." >&2; exit 2 ;;
+    redis8) need_redis8 ;;
+    suite) need_redis; need_redis8; need_redis7_source; need_tclsh ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist|redis8|suite ..." >&2; exit 2 ;;
     esac
 done

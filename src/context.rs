@@ -6,7 +6,9 @@
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::OnceLock;
 
+use redis_module::key::KeyFlags;
 use redis_module::{raw, Context, ContextFlags, RedisString};
 
 // What the command running now asked once, for it to ask again for free. Commands run on the
@@ -56,6 +58,28 @@ pub fn remembering_flags<R>(ctx: &Context, work: impl FnOnce() -> R) -> R {
     CURRENT_FLAGS.store(outer.1, Relaxed);
     NOW_MS.store(outer.2, Relaxed);
     result
+}
+
+/// Whether `ctx` is the context of the client's command running now, rather than a timer's, an
+/// event's or the signal worker's.
+pub fn in_command(ctx: &Context) -> bool {
+    CURRENT_CTX.load(Relaxed) == ctx.ctx as usize
+}
+
+/// How the module opens a key that it only looks at outside a client's command (a keyspace
+/// event, the signal worker asking whether a name holds a value): the key's LRU/LFU clock is left
+/// alone, and, where the server knows the flags (Redis 7.2+, Valkey), no `keymiss` event is
+/// raised and no keyspace hit or miss counted. Redis 7.0 knows only `NOTOUCH`; the others are
+/// masked off there. An expired key is still deleted as any access would delete it.
+pub fn look_flags() -> KeyFlags {
+    static BITS: OnceLock<i32> = OnceLock::new();
+    let bits = BITS.get_or_init(|| {
+        let wanted = KeyFlags::NOTOUCH | KeyFlags::NONOTIFY | KeyFlags::NOSTATS;
+        // SAFETY: takes no arguments and only reports what the server supports.
+        let known = unsafe { raw::RedisModule_GetOpenKeyModesAll.map(|f| f()) };
+        known.map_or(KeyFlags::NOTOUCH.bits(), |known| known & wanted.bits())
+    });
+    KeyFlags::from_bits_truncate(*bits)
 }
 
 /// The time in milliseconds for a command on `ctx`: `read` once per running command, the same

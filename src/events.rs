@@ -42,7 +42,7 @@ use pathlock_core::Project;
 use redis_module::{raw, Context, NotifyEvent, RedisString};
 
 use crate::contain::contained;
-use crate::context::selected_db;
+use crate::context::{look_flags, selected_db};
 use crate::keytype::PATHLOCK_TYPE;
 use crate::{errors, eviction, propagation, registry, schedule, slot};
 
@@ -61,7 +61,7 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
     }
     contained("a keyspace event", (), || {
         let name = RedisString::create_from_slice(ctx.ctx, key);
-        let opened = ctx.open_key(&name);
+        let opened = ctx.open_key_with_flags(&name, look_flags());
         if let Ok(Some(project)) = opened.get_value::<Project>(&PATHLOCK_TYPE) {
             schedule::schedule(ctx, key, project.locks().next_deadline());
             if project.waiting() > 0 && matches!(event, "rename_to" | "move_to") {

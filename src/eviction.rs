@@ -126,7 +126,9 @@ pub fn protect(ctx: &Context, key_name: &RedisString) {
         let key = open(
             ctx.ctx,
             key_name.inner,
-            (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as i32,
+            // Without touching the clock on the way in: it is set just below.
+            (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE | raw::REDISMODULE_OPEN_KEY_NOTOUCH)
+                as i32,
         )
         .cast::<raw::RedisModuleKey>();
         if key.is_null() {

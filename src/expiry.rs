@@ -1,20 +1,29 @@
-//! The active expiry cycle: a timer that reclaims expired locks in keys nobody touches.
+//! The active expiry cycle: reclaims expired locks in keys nobody touches, from a tick that comes
+//! only when something is due.
 //!
-//! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`, `slot`. Started by `lib.rs`.
+//! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`. Started by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
-//! replicates it and reschedules the key. The timer runs on every server, but only a master
-//! acts, and not while clients are paused or a failover is in progress (`AvoidReplicaTraffic`),
-//! so a replica's locks change only through its master's effects. Likewise, the projects of a
-//! slot that an atomic slot migration is importing change only through the source's effects:
-//! their keys stay scheduled and are visited once the import is over.
+//! replicates it and reschedules the key. Only a master acts, and not while clients are paused or
+//! a failover is in progress (`AvoidReplicaTraffic`), so a replica's locks change only through
+//! its master's effects. Likewise, the projects of a slot that an atomic slot migration is
+//! importing change only through the source's effects: their keys stay scheduled, looked at
+//! again every `IMPORTING_RETRY`, and are visited once the import is over.
+//!
+//! The tick is `schedule`'s one timer, armed for the earliest deadline and never when nothing is
+//! due (see `schedule`'s header). **Anyone with work for the tick calls `schedule::wake_at(ctx,
+//! ms)`**, which makes sure a tick comes by then, and does the work in `tick` below; work that is
+//! not done when its step ends asks again. Redis's `serverCron`, which runs anyway, calls
+//! `schedule::keep_armed` on a master, so deadlines that arrived without a decision (a replica
+//! promoted, an AOF replayed) and a wall clock that jumped forward are caught within `1/hz`.
 //!
 //! A tick works for at most `BUDGET` (1 ms), a few owners at a time, and replicates each step as
 //! `EXPIRE now token...` naming the owners it reclaimed. A key with more due than a tick can
-//! reclaim stays first in the schedule, and the next tick comes after `BUSY_TICK` instead of
-//! `TICK`, so a million locks expiring together are reclaimed in about a second of ticks while
-//! other clients are served between them.
+//! reclaim stays first in the schedule, and the next tick comes after `BUSY_TICK`, so a million
+//! locks expiring together are reclaimed in about a second of ticks while other clients are
+//! served between them.
 
+use std::os::raw::c_void;
 use std::time::{Duration, Instant};
 
 use redis_module::{raw, Context, ContextFlags, RedisString};
@@ -24,35 +33,75 @@ use crate::contain::contained;
 use crate::context::in_db;
 use crate::{clock, schedule, slot};
 
-const TICK: Duration = Duration::from_millis(100);
 /// The next tick when the last one ran out of time with locks still due.
 const BUSY_TICK: Duration = Duration::from_millis(5);
 /// The time one tick may work. Checked between steps, so a tick overruns it by one step.
 const BUDGET: Duration = Duration::from_millis(1);
+/// How long a due key of a slot being imported waits before the cycle looks at it again.
+const IMPORTING_RETRY: Duration = Duration::from_millis(100);
 
 pub fn start(ctx: &Context) {
-    ctx.create_timer(TICK, tick, ());
+    schedule::set_tick(tick);
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_CRON_LOOP,
+        dataver: 1,
+    };
+    // SAFETY: subscribing with a callback that lives as long as the module.
+    unsafe {
+        if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+            subscribe(ctx.ctx, event, Some(on_cron));
+        }
+    }
 }
 
-fn tick(ctx: &Context, _: ()) {
-    let more = contained("the expiry cycle", false, || reclaim_due(ctx));
-    ctx.create_timer(if more { BUSY_TICK } else { TICK }, tick, ());
+fn tick(ctx: &Context) {
+    let next = contained("the expiry cycle", None, || reclaim_due(ctx));
+    if let Some(at) = next {
+        schedule::wake_at(ctx, at);
+    }
 }
 
-/// Reclaims due locks, key after key in deadline order, for at most `BUDGET`. Returns whether
-/// locks were left due.
-fn reclaim_due(ctx: &Context) -> bool {
+/// Redis's `serverCron`: where this server reclaims, the tick is armed for the earliest deadline.
+extern "C" fn on_cron(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    contained("the cron event", (), || {
+        // Nothing scheduled is the idle server's case, and costs no more than this look.
+        if schedule::next_due().is_none() {
+            return;
+        }
+        let ctx = Context::new(ctx);
+        if reclaims(&ctx) {
+            schedule::keep_armed(&ctx);
+        }
+    });
+}
+
+/// Whether this server reclaims expired locks now: a master whose clients are not paused.
+fn reclaims(ctx: &Context) -> bool {
     // SAFETY: takes no arguments and only reads server state.
     let avoid = unsafe { raw::RedisModule_AvoidReplicaTraffic.map_or(0, |f| f()) } != 0;
-    if avoid || !ctx.get_flags().contains(ContextFlags::MASTER) {
-        return false;
+    !avoid && ctx.get_flags().contains(ContextFlags::MASTER)
+}
+
+/// Reclaims due locks, key after key in deadline order, for at most `BUDGET`. Returns when the
+/// next tick should come: soon when locks were left due, else at the next deadline, and none
+/// when nothing is scheduled or this server does not reclaim (the cron event re-arms it when it
+/// does again).
+fn reclaim_due(ctx: &Context) -> Option<u64> {
+    if !reclaims(ctx) {
+        return None;
     }
     let started = Instant::now();
     let now = clock::wall_ms();
     let mut importing = Vec::new();
-    let mut more = false;
+    let mut busy = true;
     while started.elapsed() < BUDGET {
         let Some((db, key)) = schedule::pop_due(now) else {
+            busy = false;
             break;
         };
         if slot::IMPORTING.holds_key(&key) {
@@ -64,12 +113,16 @@ fn reclaim_due(ctx: &Context) -> bool {
             expire_until(ctx, &name, now, started + BUDGET)
         });
         if !done {
-            more = true;
             break;
         }
     }
+    let later = now + IMPORTING_RETRY.as_millis() as u64;
     for (db, key) in importing {
-        in_db(ctx, db, || schedule::schedule(ctx, &key, Some(now)));
+        in_db(ctx, db, || schedule::schedule(ctx, &key, Some(later)));
     }
-    more
+    if busy {
+        Some(clock::wall_ms() + BUSY_TICK.as_millis() as u64)
+    } else {
+        schedule::next_due()
+    }
 }

@@ -10,8 +10,8 @@
 // README's file map says what each holds.
 //
 // 0  config, contain, context, docs, errors, fences, slot, stats
-// 1  args, clock, eviction, propagation, registry, reply, schedule, selected_db
-// 2  blocked, effects, info, keytype
+// 1  args, clock, eviction, propagation, registry, reply, selected_db
+// 2  blocked, effects, info, keytype, schedule
 // 3  events, grants, store (and harness, for tests and fuzzing)
 // 4  change
 // 5  expiry, waits

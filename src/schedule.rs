@@ -1,19 +1,34 @@
 //! The expiry schedule: when each project key next has a lock due, ordered by that deadline, so
-//! the expiry cycle visits only keys with something due.
+//! the expiry cycle visits only keys with something due; and the one timer that wakes the cycle.
 //!
-//! Level 1: imports `context`. Written by `change` after every change and by `expiry` for keys
-//! that arrive without a command; read by `expiry`'s cycle.
+//! Level 2: imports `context`, `clock`. Written by `change` after every change and by `events` for
+//! keys that arrive without a command; read by `expiry`'s cycle, whose tick the timer runs.
 //!
 //! An entry can go stale (the key was deleted, or `SWAPDB` moved it), and it is left early on
 //! purpose when a key's earliest deadline moves later; the cycle finds no path-lock key, or
 //! nothing due, under that name and drops or reschedules the entry.
+//!
+//! **The wake-up.** There is no periodic timer: one Redis timer is armed for the earliest time
+//! something has to be done, and none when nothing is due, so an idle server, or one whose next
+//! lease ends in ten minutes, is woken by pathlock no more often than by Redis itself (its `hz`).
+//! A deadline that a master's change schedules earlier than the armed one re-arms the timer, and
+//! each tick asks for the next one (`expiry`). The wake-up for anyone: **`wake_at(ctx, ms)`**
+//! makes sure a tick comes by wall-clock time `ms` (at once when it has passed), at the cost of
+//! one comparison when an earlier tick is armed. Background work of any kind runs in the tick
+//! (`expiry::tick`) and, when it is not done, asks for its next step with `wake_at` again.
+//! `keep_armed`, from `expiry` on Redis's own `serverCron` (which runs anyway), re-arms what no
+//! change did: after a promotion to master or an AOF replay (a replica or a replay schedules
+//! deadlines without deciding them), and when the wall clock jumped forward past a deadline
+//! (a timer counts monotonic time).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use redis_module::Context;
+use redis_module::{raw, Context, RedisModuleTimerID};
 
-use crate::context::selected_db;
+use crate::clock;
+use crate::context::{decides, selected_db};
 
 /// A key: its database and its name.
 pub type KeyId = (i32, Vec<u8>);
@@ -39,10 +54,12 @@ fn with_schedule<R>(f: impl FnOnce(&mut Schedule) -> R) -> R {
     f(guard.get_or_insert_with(Schedule::default))
 }
 
-/// Records that `key`, in the context's database, next has a lock due at `next` (or none).
+/// Records that `key`, in the context's database, next has a lock due at `next` (or none), and
+/// makes sure the cycle comes by then when this call decides (a replica's and a replay's
+/// deadlines are its master's to meet; `keep_armed` takes them over after a promotion).
 pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
     let db = selected_db(ctx);
-    with_schedule(|s| {
+    let earlier = with_schedule(|s| {
         let current = match &s.last {
             Some((d, k, entry)) if *d == db && k.as_slice() == key => *entry,
             _ => s.by_key.get(&db).and_then(|keys| keys.get(key)).copied(),
@@ -56,7 +73,7 @@ pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
             (Some(current), None) => current,
             (None, None) => {
                 remember(s, db, key, None);
-                return;
+                return None;
             }
             (current, Some(deadline)) => {
                 let id = (db, key.to_vec());
@@ -68,11 +85,18 @@ pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
                     .or_default()
                     .insert(id.1.clone(), deadline);
                 s.due.insert((deadline, id));
-                deadline
+                remember(s, db, key, Some(deadline));
+                return Some(deadline);
             }
         };
         remember(s, db, key, Some(entry));
+        None
     });
+    if let Some(deadline) = earlier {
+        if decides(ctx) {
+            wake_at(ctx, deadline);
+        }
+    }
 }
 
 /// Keeps `key`'s entry as the last one scheduled, copying the key's name only when another key
@@ -99,4 +123,109 @@ pub fn pop_due(now: u64) -> Option<KeyId> {
         }
         Some(id)
     })
+}
+
+/// The earliest deadline in the schedule, if any.
+pub fn next_due() -> Option<u64> {
+    with_schedule(|s| s.due.first().map(|(deadline, _)| *deadline))
+}
+
+/// The timer armed now: its id, the wall-clock time it was armed for, and when it fires.
+struct Armed {
+    id: RedisModuleTimerID,
+    at: u64,
+    fires: Instant,
+}
+
+static ARMED: Mutex<Option<Armed>> = Mutex::new(None);
+/// What a tick runs; set once by `expiry` at load.
+static TICK: OnceLock<fn(&Context)> = OnceLock::new();
+
+/// How much later than wanted an armed timer may fire before `keep_armed` arms another: a
+/// timer's own precision, so that checking never replaces a timer that is on time.
+const SLACK: Duration = Duration::from_millis(2);
+
+/// Registers what a tick runs; called once, at load.
+pub fn set_tick(tick: fn(&Context)) {
+    let _ = TICK.set(tick);
+}
+
+/// Makes sure a tick comes by wall-clock time `at` (in ms, as lock deadlines are): nothing when
+/// a tick is armed for `at` or earlier, else the timer is armed (again) for `at`.
+pub fn wake_at(ctx: &Context, at: u64) {
+    let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
+    if armed.as_ref().is_some_and(|a| a.at <= at) {
+        return;
+    }
+    arm(ctx, &mut armed, at, clock::wall_ms());
+}
+
+/// Arms the timer for the earliest deadline where no change did (see the header), and again
+/// when the armed one would fire more than `SLACK` after it because the wall clock jumped. For
+/// a server that decides; O(1).
+pub fn keep_armed(ctx: &Context) {
+    let Some(earliest) = next_due() else {
+        return;
+    };
+    let now = clock::wall_ms();
+    let mut armed = ARMED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(a) = armed.as_ref() {
+        if a.at <= earliest && a.fires <= Instant::now() + delay(earliest, now) + SLACK {
+            return;
+        }
+    }
+    arm(ctx, &mut armed, earliest, now);
+}
+
+/// The longest a timer is armed for. A later deadline (a lease of days, or one a hostile payload
+/// put beyond any clock) is met by a tick that finds nothing due and arms the timer again, so
+/// the timer's period always fits the server's.
+const MAX_DELAY: Duration = Duration::from_secs(3600);
+
+/// The timer's delay for wall-clock time `at`: one millisecond more than the distance, so that
+/// the tick finds the clock at `at` or later (the wall clock is read in whole milliseconds), and
+/// at least one, so that a tick that asks for a time already past is not run again at once
+/// inside the same pass of Redis's timer handler.
+fn delay(at: u64, now: u64) -> Duration {
+    Duration::from_millis(at.saturating_sub(now).saturating_add(1)).min(MAX_DELAY)
+}
+
+fn arm(ctx: &Context, armed: &mut Option<Armed>, at: u64, now: u64) {
+    if let Some(old) = armed.take() {
+        // SAFETY: stops this module's own timer; its data is zero-sized (`fire` takes `()`), so
+        // there is nothing to take back and free.
+        unsafe {
+            if let Some(stop) = raw::RedisModule_StopTimer {
+                stop(ctx.ctx, old.id, std::ptr::null_mut());
+            }
+        }
+    }
+    let wait = delay(at, now);
+    let id = ctx.create_timer(wait, fire, ());
+    *armed = Some(Armed {
+        id,
+        at,
+        fires: Instant::now() + wait,
+    });
+}
+
+fn fire(ctx: &Context, (): ()) {
+    *ARMED.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    if let Some(tick) = TICK.get() {
+        tick(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_waits_just_past_its_time_at_least_a_millisecond_and_at_most_an_hour() {
+        let ms = Duration::from_millis;
+        assert_eq!(delay(1_250, 1_000), ms(251));
+        assert_eq!(delay(1_000, 1_000), ms(1));
+        assert_eq!(delay(900, 1_000), ms(1), "a time already past");
+        assert_eq!(delay(u64::MAX, 0), MAX_DELAY, "a deadline beyond any clock");
+    }
 }

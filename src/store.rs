@@ -6,11 +6,17 @@
 //!
 //! Level 3: imports `keytype`, `errors`, `stats`, `fences`, `context`, `clock`. Called by `change` (writes) and the reading
 //! commands (`LOCKS`, `CHECK`).
+//!
+//! A key's LRU/LFU clock (`OBJECT IDLETIME`, `OBJECT FREQ`, what `maxmemory` eviction reads)
+//! moves only when a client's command writes it, as a `SET` moves it. The reading commands
+//! inspect a key as `TTL` or `TYPE` do, without touching it, and the module's own work (the
+//! expiry cycle, the signal worker, a waiter's timeout) opens keys with `NOTOUCH` too.
 
 use pathlock_core::Project;
+use redis_module::key::KeyFlags;
 use redis_module::{Context, RedisError, RedisString};
 
-use crate::context::decides;
+use crate::context::{decides, in_command};
 use crate::errors::wrong_type;
 use crate::keytype::PATHLOCK_TYPE;
 use crate::{clock, fences, stats};
@@ -24,7 +30,12 @@ pub fn write<R>(
     create: bool,
     write: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
-    let key = ctx.open_key_writable(key_name);
+    let touch = if in_command(ctx) {
+        KeyFlags::empty()
+    } else {
+        KeyFlags::NOTOUCH
+    };
+    let key = ctx.open_key_writable_with_flags(key_name, touch);
     let wrong_type = |_| RedisError::String(wrong_type(key_name.as_slice()));
     if let Some(project) = key
         .get_value::<Project>(&PATHLOCK_TYPE)
@@ -57,7 +68,7 @@ pub fn read<R>(
     key_name: &RedisString,
     read: impl FnOnce(&Project) -> R,
 ) -> Result<Option<R>, RedisError> {
-    let key = ctx.open_key(key_name);
+    let key = ctx.open_key_with_flags(key_name, KeyFlags::NOTOUCH);
     let project = key
         .get_value::<Project>(&PATHLOCK_TYPE)
         .map_err(|_| RedisError::String(wrong_type(key_name.as_slice())))?;

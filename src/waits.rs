@@ -20,7 +20,7 @@ use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 use crate::blocked::Answer;
 use crate::change::change;
 use crate::contain::contained;
-use crate::context::{in_db, selected_db, serves};
+use crate::context::{in_db, look_flags, selected_db, serves};
 use crate::errors::{
     moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED, ERR_TRYAGAIN, ERR_UNBLOCKED,
 };
@@ -174,7 +174,7 @@ pub fn work_off_signals(ctx: &Context) {
             if let Some((db, key, _)) = registry::waiter(id) {
                 let taken = in_db(ctx, db, || {
                     let name = RedisString::create_from_slice(ctx.ctx, &key);
-                    !ctx.open_key(&name).is_null()
+                    !ctx.open_key_with_flags(&name, look_flags()).is_null()
                 });
                 if taken {
                     away.push((id, Away::Replaced));

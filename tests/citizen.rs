@@ -1,0 +1,206 @@
+//! A good citizen of the server: the module leaves a key's LRU/LFU clock (what `OBJECT IDLETIME`
+//! and `OBJECT FREQ` show, and what `maxmemory` eviction reads) alone when it only looks at the
+//! key, and an idle server with the module loaded wakes no more often than one without it.
+//! Redis's own test suite checks the same things (`RESTORE can set LRU`, `stats: instantaneous
+//! metrics`); `make test-redis-suite` runs it with the module.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn config_set(con: &mut Connection, name: &str, value: &str) {
+    let _: () = cmd("CONFIG")
+        .arg(&["SET", name, value])
+        .query(con)
+        .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
+}
+
+fn object(con: &mut Connection, what: &str, key: &str) -> i64 {
+    cmd("OBJECT")
+        .arg(&[what, key])
+        .query(con)
+        .unwrap_or_else(|e| panic!("OBJECT {what} {key}: {e}"))
+}
+
+/// Gives `key` its own value back with `RESTORE ... IDLETIME` or `FREQ` (`clock`), the one way a
+/// client sets the clock, and through the `restore` keyspace event the module listens to.
+fn restore_with(con: &mut Connection, key: &str, clock: &[&str]) {
+    let payload: Vec<u8> = cmd("DUMP").arg(key).query(con).expect("DUMP");
+    let _: () = cmd("RESTORE")
+        .arg(key)
+        .arg(0)
+        .arg(payload)
+        .arg("REPLACE")
+        .arg(clock)
+        .query(con)
+        .expect("RESTORE");
+}
+
+/// Everything that looks at the keys without a client writing them: the reading commands, the
+/// `restore` and `loaded` events, the expiry cycle reclaiming a lock in its timer.
+fn look_everywhere(con: &mut Connection, clock: &[&str]) {
+    for key in ["plain", "proj:1", "proj:2"] {
+        restore_with(con, key, clock);
+    }
+    let _: Value = cmd("PATHLOCK.LOCKS")
+        .arg("proj:1")
+        .query(con)
+        .expect("LOCKS");
+    let _: Value = cmd("PATHLOCK.LOCKS")
+        .arg(&["proj:1", "/A"])
+        .query(con)
+        .expect("LOCKS under a path");
+    let _: Value = cmd("PATHLOCK.CHECK")
+        .arg(&["proj:1", "WRITE", "/A/b"])
+        .query(con)
+        .expect("CHECK");
+    // The RDB keeps the clock under an LRU or LFU policy, and the `loaded` event follows.
+    let _: () = cmd("DEBUG").arg("RELOAD").query(con).expect("DEBUG RELOAD");
+    // proj:2's brief lock lapses and the expiry cycle reclaims it; its long one keeps the key.
+    wait_until(Duration::from_secs(10), "the expiry cycle", || {
+        info_number(con, "pathlock", "pathlock_locks") == 2
+    });
+}
+
+fn projects(con: &mut Connection) {
+    let _: () = cmd("SET").arg(&["plain", "v"]).query(con).expect("SET");
+    assert!(take(con, "proj:1", "a", &["TTL", "600000", "WRITE", "/A"]));
+    assert!(take(con, "proj:2", "b", &["TTL", "600000", "WRITE", "/B"]));
+    // Long enough to be restored and reloaded before it lapses, on a loaded machine too.
+    assert!(take(con, "proj:2", "c", &["TTL", "1500", "WRITE", "/C"]));
+}
+
+#[test]
+fn looking_at_a_key_leaves_its_lru_clock_alone() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // The RDB keeps idle times under an LRU policy; without a limit nothing is evicted, and
+    // the module grants locks.
+    config_set(&mut con, "maxmemory-policy", "allkeys-lru");
+    projects(&mut con);
+    look_everywhere(&mut con, &["IDLETIME", "1000"]);
+    for key in ["plain", "proj:1", "proj:2"] {
+        // The clock counts in seconds, so a reload or the wait may add one or two.
+        let idle = object(&mut con, "IDLETIME", key);
+        assert!((1000..1100).contains(&idle), "{key}: idle {idle} s");
+    }
+    // A client's write moves the clock, as a SET does: the measure above can see a touch.
+    assert!(take(&mut con, "proj:1", "d", &["WRITE", "/D"]));
+    let idle = object(&mut con, "IDLETIME", "proj:1");
+    assert!(idle < 100, "idle {idle} s after ACQUIRE");
+}
+
+#[test]
+fn looking_at_a_key_leaves_its_lfu_counter_alone() {
+    let server = Server::start();
+    let mut con = server.conn();
+    config_set(&mut con, "maxmemory-policy", "allkeys-lfu");
+    projects(&mut con);
+    // At 0 any access raises the counter (the logarithmic increment is certain below 5), and
+    // it decays only after `lfu-decay-time` minutes.
+    look_everywhere(&mut con, &["FREQ", "0"]);
+    for key in ["plain", "proj:1", "proj:2"] {
+        assert_eq!(object(&mut con, "FREQ", key), 0, "{key}");
+    }
+    assert!(take(&mut con, "proj:1", "d", &["WRITE", "/D"]));
+    assert!(object(&mut con, "FREQ", "proj:1") > 0, "ACQUIRE counts");
+}
+
+/// The times the server's main thread went to sleep and woke up over `window`: its voluntary
+/// context switches, which an idle event loop makes once per wake-up (Linux's count for the
+/// thread; Redis 7.0 has no event-loop figures in `INFO`). Each reading is one command, the same
+/// on every server measured.
+fn wakes_over(con: &mut Connection, window: Duration) -> i64 {
+    let pid = info_number(con, "server", "process_id");
+    let switches = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/status"))
+            .expect("the server's main thread in /proc");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|n| n.trim().parse::<i64>().ok())
+            .expect("voluntary_ctxt_switches")
+    };
+    let before = switches();
+    sleep(window);
+    switches() - before
+}
+
+#[test]
+fn an_idle_server_wakes_no_more_often_with_the_module_than_without() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    // A few wake-ups of the server's own that may fall on either side of the window: slack, not
+    // a budget for the module (a 100 ms timer alone would add 30).
+    const SLACK: i64 = 4;
+    let plain = Server::start_without_module(&[]);
+    let server = Server::start();
+    let mut p = plain.conn();
+    let mut con = server.conn();
+    let baseline = wakes_over(&mut p, WINDOW);
+    assert!(baseline > 0, "the server wakes for its own cron");
+
+    // Nothing held: no timer at all.
+    let empty = wakes_over(&mut con, WINDOW);
+    assert!(
+        empty <= baseline + SLACK,
+        "{empty} wake-ups, {baseline} without the module"
+    );
+
+    // A lease that ends in ten minutes is a deadline, not a reason to wake now; a brief one is
+    // reclaimed at its deadline, after which nothing is due.
+    assert!(take(
+        &mut con,
+        "p",
+        "long",
+        &["TTL", "600000", "WRITE", "/A"]
+    ));
+    assert!(take(&mut con, "p", "brief", &["TTL", "100", "WRITE", "/B"]));
+    wait_until(Duration::from_secs(5), "the brief lock's expiry", || {
+        info_number(&mut con, "pathlock", "pathlock_locks") == 1
+    });
+    let holding = wakes_over(&mut con, WINDOW);
+    eprintln!("wake-ups in {WINDOW:?}: {baseline} without the module, {empty} with it, {holding} holding a lock");
+    assert!(
+        holding <= baseline + SLACK,
+        "{holding} wake-ups holding a lock, {baseline} without the module"
+    );
+}
+
+#[test]
+fn the_expiry_tick_comes_at_the_deadline() {
+    const TTL: u64 = 300;
+    let server = Server::start();
+    let mut holder = server.conn();
+    let mut waiter = server.conn();
+    let mut late = Vec::new();
+    // Leases that start at different points of a 100 ms period, so that a periodic tick could
+    // not meet them all by chance.
+    for (round, offset) in [0, 13, 29, 41, 58, 72, 87].into_iter().enumerate() {
+        sleep(Duration::from_millis(offset));
+        let key = format!("p{round}");
+        assert!(take(
+            &mut holder,
+            &key,
+            "holder",
+            &["TTL", &TTL.to_string(), "WRITE", "/A"]
+        ));
+        let granted_at = Instant::now();
+        // The waiter is granted when the expiry cycle reclaims the holder's lapsed lock.
+        let grant = acquire(&mut waiter, &key, &["WAIT", "5000", "WRITE", "/A"]);
+        assert!(grant.is_some(), "round {round}: the waiter is granted");
+        let elapsed = granted_at.elapsed().as_millis() as i64;
+        late.push(elapsed - TTL as i64);
+    }
+    late.sort_unstable();
+    eprintln!("ms from the lease's end to the waiter's grant, sorted: {late:?}");
+    // A tick every 100 ms would make the median 50 ms late; one armed for the deadline makes it
+    // a millisecond or two, plus the machine's scheduling.
+    assert!(late[3] < 20, "ms late, sorted: {late:?}");
+    assert!(
+        late[0] > -20,
+        "never granted before the lease ends: {late:?}"
+    );
+}
