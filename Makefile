@@ -39,6 +39,7 @@ test: build
 	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-node
+	$(MAKE) --no-print-directory test-java
 	$(MAKE) --no-print-directory test-dist
 
 # The Python client's tests (real servers, a replica, a cluster) and the example that uses it, in a
@@ -58,12 +59,20 @@ test-python: build
 test-node: build
 	cd clients/node && npm ci && npm run build && npm test
 
+# The Java client (clients/java) with Maven, offline from Debian's packages (Netty, JUnit 5, the
+# Maven plugins; clients/java/.mvn/ points Maven at /usr/share/maven-repo), against servers its
+# tests start: a single one, a master with a replica, and a 3-master cluster.
+.PHONY: test-java
+test-java: build
+	@scripts/deps.sh test java
+	cd clients/java && mvn -B -ntp test
+
 # What users install without a Rust toolchain, in dist/: the module's Debian package, the Python
 # client's wheel and sdist, the Node client's npm tarball, the Rust client's .crate (see
-# scripts/dist.sh). `make test-dist` installs each into a clean place and uses it.
-# JAVA CLIENT: its jar joins dist/ here when clients/java lands on main (scripts/dist.sh says how).
+# scripts/dist.sh), the Java client's jar and pom. `make test-dist` installs each into a clean place
+# and uses it.
 dist: build
-	@scripts/deps.sh dist
+	@scripts/deps.sh dist java
 	scripts/dist.sh
 
 test-dist: dist

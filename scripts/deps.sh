@@ -8,10 +8,11 @@
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
-    dist) need_dist ;;
-    redis8) need_redis8 ;;
-    suite) need_redis; need_redis8; need_redis7_source; need_tclsh ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|dist|redis8|suite ..." >&2; exit 2 ;;
+#   scripts/deps.sh java    JDK 17, Maven, and the Debian packages clients/java builds from offline
+#   scripts/deps.sh dist    dpkg-deb, dpkg-shlibdeps, strip, lintian, python3 -m venv (make dist)
+#   scripts/deps.sh redis8  redis-server 8.0 built from Debian's source package into .deps/redis-8.0/
+#   scripts/deps.sh suite   Redis's own tests: the source trees of Redis 7.0 (the installed
+#                           redis-server's) and 8.0 in .deps/redis-<x.y>/source/, and tclsh
 set -euo pipefail
 
 DEPS="$(cd "$(dirname "$0")/.." && pwd)/.deps"
@@ -150,6 +151,25 @@ PY
     done
 }
 
+# clients/java builds offline from Debian's Maven repository (/usr/share/maven-repo): Netty and its
+# Redis codec, JUnit 5, and the Maven plugins its pom pins to Debian's versions.
+JAVA_PACKAGES=(openjdk-17-jdk-headless maven libnetty-java junit5 libmaven-clean-plugin-java
+    libmaven-resources-plugin-java libmaven-compiler-plugin-java libsurefire-java
+    libmaven-jar-plugin-java libmaven-install-plugin-java)
+need_java() {
+    local missing=() package
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        echo "pathlock: clients/java builds from Debian's Maven packages (${JAVA_PACKAGES[*]});" \
+            "elsewhere, build it with your own Maven settings (see clients/java/README.md)" >&2
+        exit 1
+    fi
+    for package in "${JAVA_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$package")
+    done
+    [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+}
+
 # Debian's source package of redis, fetched by apt's own client and checks: apt verifies the
 # suite's Release file against Debian's archive keyring, the Sources index against the Release
 # file and each downloaded file against the index. It works in .deps/apt/<name>/ with a sources
@@ -282,9 +302,10 @@ for what in "$@"; do
     bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
     fuzz) need_fuzz ;;
     valkey) need_valkey ;;
+    java) need_java ;;
     dist) need_dist ;;
     redis8) need_redis8 ;;
     suite) need_redis; need_redis8; need_redis7_source; need_tclsh ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|dist|redis8|suite ..." >&2; exit 2 ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist|redis8|suite ..." >&2; exit 2 ;;
     esac
 done

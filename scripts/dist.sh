@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a user installs without a Rust toolchain into dist/ (git-ignored): `make dist`.
 #
-#   scripts/dist.sh [deb] [python] [node] [rust]     (all four when none is named)
+#   scripts/dist.sh [deb] [python] [node] [rust] [java]     (all five when none is named)
 #
 #   deb     redis-pathlock_<version>-1_<arch>.deb: the release module, from target/release
 #           (`make dist` builds it first), staged and packed with dpkg-deb
@@ -9,6 +9,7 @@
 #           in .venv-dist, the wheel built from the sdist)
 #   node    pathlock-<version>.tgz (npm pack: dist/*.js and *.d.ts inside, no install script)
 #   rust    pathlock-client-<version>.crate (cargo package; `make test-dist` builds it alone)
+#   java    pathlock-client-<version>.jar and .pom (Maven, offline from Debian's packages)
 #
 # The Debian package is made with dpkg-deb from a staged tree rather than cargo-deb: dpkg-deb
 # (dpkg) and dpkg-shlibdeps (dpkg-dev) are Debian's own tools and already on a Debian build host,
@@ -169,18 +170,32 @@ build_rust() {
     echo "$out/$crate"
 }
 
-# The Java client (clients/java) is being written on its own branch and has not reached main: its
-# jar goes here once it lands (built by its own build tool into dist/, then installed into a fresh
-# project by scripts/test-dist.sh).
+# The version in clients/java/pom.xml (the project's own, not a dependency's or a plugin's).
+java_version() {
+    python3 -c 'import sys, xml.etree.ElementTree as E; print(E.parse(sys.argv[1]).getroot().find("{http://maven.apache.org/POM/4.0.0}version").text)' clients/java/pom.xml
+}
+
+# The Java client's jar and its pom, which a Maven repository keeps beside it (it names the Netty
+# dependency); built offline from Debian's packages as `make test-java` builds it, tests skipped
+# (they ran there). `make test-dist` installs both into a fresh local repository.
+build_java() {
+    local version
+    version=$(java_version)
+    (cd clients/java && mvn -B -ntp -q package -DskipTests)
+    cp "clients/java/target/pathlock-client-$version.jar" "$out/"
+    cp clients/java/pom.xml "$out/pathlock-client-$version.pom"
+    ls "$out/pathlock-client-$version.jar" "$out/pathlock-client-$version.pom"
+}
 
 # A full build starts from an empty dist/, so that no artifact of an older version is left beside.
-[ $# -gt 0 ] || { rm -rf "$out"; mkdir -p "$out"; set -- deb python node rust; }
+[ $# -gt 0 ] || { rm -rf "$out"; mkdir -p "$out"; set -- deb python node rust java; }
 for what in "$@"; do
     case "$what" in
     deb) build_deb ;;
     python) build_python ;;
     node) build_node ;;
     rust) build_rust ;;
-    *) echo "usage: $0 [deb] [python] [node] [rust]" >&2; exit 2 ;;
+    java) build_java ;;
+    *) echo "usage: $0 [deb] [python] [node] [rust] [java]" >&2; exit 2 ;;
     esac
 done

@@ -16,6 +16,9 @@
 #    and takes, holds against another owner, and releases a lease.
 # 4. The .crate, unpacked into a temporary folder with no path to this repository and built with
 #    its own Cargo.lock; its example moves a folder under a lease.
+# 5. The Java jar and its pom, installed into a fresh local Maven repository (offline, from Debian's
+#    packages); an empty Maven project that depends on io.pathlock:pathlock-client compiles, and
+#    its program holds a move against another owner, then releases it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -257,4 +260,93 @@ grep -q "moved /A/C into /B" "$work/crate.log" || { cat "$work/crate.log"; fail 
 say "$(basename "$crate"): built alone in a temporary folder with its Cargo.lock; its example" \
     "ran: $(tail -1 "$work/crate.log")"
 
-say "4 passed, 0 failed"
+# ---- 5. The Java client's jar and pom -----------------------------------------------------------
+java_version=$(python3 -c 'import sys, xml.etree.ElementTree as E; print(E.parse(sys.argv[1]).getroot().find("{http://maven.apache.org/POM/4.0.0}version").text)' clients/java/pom.xml)
+[ "$java_version" = "$(version_of pathlock)" ] ||
+    fail "clients/java/pom.xml's version $java_version is not Cargo.toml's $(version_of pathlock)"
+jar=$(only "pathlock-client-$java_version.jar")
+pom=$(only "pathlock-client-$java_version.pom")
+m2=$work/m2
+app=$work/java-app
+# Maven offline against Debian's repository, as clients/java/.mvn/ sets it, into a fresh local
+# repository that has seen nothing of this checkout but the two files.
+mvn_offline() {
+    mvn -B -ntp -q -s "$root/clients/java/.mvn/settings.xml" -Daether.offline.protocols=file \
+        -Dmaven.repo.local="$m2" "$@"
+}
+mkdir -p "$app/src/main/java/app"
+(
+    cd "$app" &&
+    mvn_offline org.apache.maven.plugins:maven-install-plugin:3.1.0:install-file -Dfile="$jar" -DpomFile="$pom" &&
+    cat >pom.xml <<EOF &&
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>app</groupId>
+  <artifactId>app</artifactId>
+  <version>1</version>
+  <properties>
+    <maven.compiler.release>17</maven.compiler.release>
+    <project.build.sourceEncoding>UTF-8</project.build.sourceEncoding>
+  </properties>
+  <dependencies>
+    <dependency>
+      <groupId>io.pathlock</groupId>
+      <artifactId>pathlock-client</artifactId>
+      <version>$java_version</version>
+    </dependency>
+  </dependencies>
+  <build>
+    <plugins>
+      <plugin><groupId>org.apache.maven.plugins</groupId><artifactId>maven-resources-plugin</artifactId><version>3.3.0</version></plugin>
+      <plugin><groupId>org.apache.maven.plugins</groupId><artifactId>maven-compiler-plugin</artifactId><version>3.10.1</version></plugin>
+    </plugins>
+  </build>
+</project>
+EOF
+    cat >src/main/java/app/Main.java <<'JAVA' &&
+package app;
+
+import io.pathlock.Busy;
+import io.pathlock.Connection;
+import io.pathlock.Lease;
+import io.pathlock.PathLocks;
+import java.time.Duration;
+
+public class Main {
+    public static void main(String[] args) throws Exception {
+        try (Connection redis = Connection.standalone("127.0.0.1", Integer.parseInt(args[0]))) {
+            PathLocks alice = PathLocks.of(redis, "proj:jar").ttl(Duration.ofMillis(600));
+            PathLocks bob = PathLocks.of(redis, "proj:jar");
+            long fence;
+            try (Lease move = alice.move("/A/C", "/B")) {
+                fence = move.fence();
+                Thread.sleep(1000);
+                if (move.isLost()) {
+                    throw new AssertionError("the watchdog did not keep the move's 600 ms lease");
+                }
+                try (Lease upload = bob.upload("/A/C/D/new.txt")) {
+                    throw new AssertionError("an upload into a folder being moved was granted");
+                } catch (Busy busy) {
+                    if (!busy.blockers().get(0).token().equals(move.token())) {
+                        throw new AssertionError("blocked by the wrong owner: " + busy.blockers());
+                    }
+                }
+            }
+            try (Lease upload = bob.upload("/A/C/D/new.txt")) {
+                System.out.println("move held 1 s with fence " + fence + "; upload granted after it, fence " + upload.fence());
+            }
+        }
+    }
+}
+JAVA
+    mvn_offline compile
+) >"$work/java-build.log" 2>&1 || { cat "$work/java-build.log"; fail "the Java jar"; }
+# The program runs on what Maven resolved for the project: the jar and Netty. (Its output is kept
+# apart from Maven's, which writes terminal escapes even in batch mode.)
+(cd "$app" && java -cp "target/classes:$(find "$m2/io" -name '*.jar' | sort | tr '\n' ':')" app.Main "$redis_port") \
+    >"$work/java.log" 2>&1 || { cat "$work/java.log"; fail "the Java program"; }
+grep -q "^move held 1 s" "$work/java.log" || { cat "$work/java.log"; fail "the Java program's output"; }
+say "$(basename "$jar"): installed with its pom into a fresh Maven repository; a project that" \
+    "depends on it compiled and ran: $(tail -1 "$work/java.log")"
+
+say "5 passed, 0 failed"

@@ -1,0 +1,49 @@
+package io.pathlock;
+
+import java.util.Objects;
+
+/**
+ * One {@code (mode, path)} pair of a request, e.g. {@code LockRequest.write("/A/C")}.
+ *
+ * <p>A path is split on {@code /}; empty segments and {@code .} are dropped, so {@code /A//C/} and
+ * {@code A/C} are the same path. A path with no segment left ({@code ""}, {@code "/"}) names the
+ * project root, whose lock covers the whole project: that is refused here, so that an empty string
+ * from a form never locks everything by mistake, and asked for with {@link #wholeProject(Mode)}.
+ */
+public record LockRequest(Mode mode, String path) {
+    public LockRequest {
+        Objects.requireNonNull(mode, "mode");
+        Objects.requireNonNull(path, "path");
+    }
+
+    /** {@code mode path}; refuses the project root (use {@link #wholeProject(Mode)} for it). */
+    public static LockRequest of(Mode mode, String path) {
+        Objects.requireNonNull(path, "path");
+        if (Paths.isRoot(path)) {
+            throw new IllegalArgumentException("\"" + path + "\" names the project root, which would "
+                    + mode + "-lock the whole project; ask for that with LockRequest.wholeProject(Mode."
+                    + mode + ")");
+        }
+        return new LockRequest(mode, path);
+    }
+
+    /** {@code READ path}: reading or downloading. Refuses the project root. */
+    public static LockRequest read(String path) {
+        return of(Mode.READ, path);
+    }
+
+    /** {@code WRITE path}: writing, creating, deleting. Refuses the project root. */
+    public static LockRequest write(String path) {
+        return of(Mode.WRITE, path);
+    }
+
+    /** {@code mode /}: a lock on the project root, which covers every path of the project. */
+    public static LockRequest wholeProject(Mode mode) {
+        return new LockRequest(mode, "/");
+    }
+
+    @Override
+    public String toString() {
+        return mode + " " + path;
+    }
+}

@@ -1,0 +1,18 @@
+package io.pathlock;
+
+/** The project key holds a value of another type: it is not a pathlock project. {@link #reply()} is the server's {@code WRONGTYPE} text. */
+public class WrongType extends ServerException {
+    private static final long serialVersionUID = 1L;
+
+    private final String key;
+
+    public WrongType(String key, String reply) {
+        super("key " + Paths.quote(key) + " is not a pathlock project: it holds another type of value", reply);
+        this.key = key;
+    }
+
+    /** The key. */
+    public String key() {
+        return key;
+    }
+}
