@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits fuzz clean dist test-dist
+.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners fuzz clean dist test-dist
 
 # The servers of the README's compatibility table. `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
@@ -98,6 +98,14 @@ bench: build
 	@scripts/deps.sh bench
 	python3 bench/bench.py
 	$(CARGO) bench -p pathlock-core --bench engine
+
+# Every owner and every mountain, each beside a baseline in the same run: one token holding
+# 1,000,000 locks (its commands beside another token's, its release and expiry), 1,000,000
+# leases that just lapsed under the path asked for, and memory after 250,000 locks come and go;
+# see bench/README.md. About 6 minutes; OWNERS_LOCKS and OWNERS_MEMORY_LOCKS scale it.
+bench-owners: build
+	@scripts/deps.sh bench
+	python3 bench/owners.py
 
 # Blocking waits with 1,000 to 10,000 waiting clients, beside BLPOP and XREAD BLOCK; see
 # bench/README.md. Not part of `make bench`: it opens 10,000 connections.

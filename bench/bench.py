@@ -53,13 +53,13 @@ def free_port():
 
 
 class Server:
-    def __init__(self):
+    def __init__(self, extra=()):
         self.dir = tempfile.mkdtemp(prefix="pathlock-bench-")
         self.port = free_port()
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", "--loadmodule", MODULE,
-             "--logfile", os.path.join(self.dir, "redis.log")],
+             "--logfile", os.path.join(self.dir, "redis.log"), *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(200):
             if self.cli("PING", check=False) == "PONG":

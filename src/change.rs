@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use pathlock_core::{Grant, Path, Project};
+use pathlock_core::{Grant, Project};
 use redis_module::{Context, RedisError, RedisString};
 
 use crate::context::{decides, notify, selected_db};
@@ -31,7 +31,7 @@ pub fn change<R>(
     change: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
     let result = store::write(ctx, key_name, create, |project| {
-        let before = project.locks().len();
+        let before = Counts::of(project);
         if decides(ctx) {
             let now = clock::now_ms(ctx);
             purge_cancelled(ctx, key_name, project, now);
@@ -54,26 +54,26 @@ pub fn change<R>(
 /// whether nothing due is left; a name that holds no project has nothing due.
 pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Instant) -> bool {
     let done = store::write(ctx, key_name, false, |project| {
-        let before = project.locks().len();
+        let before = Counts::of(project);
         purge_cancelled(ctx, key_name, project, now);
         let mut reclaimed = 0;
         let mut done = false;
         while Instant::now() < until {
-            let (tokens, locks) = project
-                .locks_mut()
-                .reclaim_some_expired(now, OWNERS_PER_STEP);
-            if tokens.is_empty() {
+            let (freed, grants) = project.expire_some(now, OWNERS_PER_STEP);
+            if freed.tokens.is_empty() {
                 done = true;
                 break;
             }
-            Effect::ExpireOf { now, tokens }.replicate(ctx, key_name);
-            reclaimed += locks.len();
-            if project.waiting() > 0 {
-                let freed: Vec<Path> = locks.into_iter().map(|lock| lock.path).collect();
-                let grants = project.wake(now, &freed);
-                publish_lapsed(ctx, key_name, project);
-                grants::deliver(ctx, key_name, grants);
+            Effect::ExpireOf {
+                now,
+                tokens: freed.tokens,
             }
+            .replicate(ctx, key_name);
+            reclaimed += freed.locks;
+            // The waiters the step let in may have reclaimed more lapsed owners in their way,
+            // which replicate ahead of their grants.
+            publish_lapsed(ctx, key_name, project);
+            grants::deliver(ctx, key_name, grants);
         }
         if reclaimed > 0 {
             stats::count(&stats::EXPIRATIONS, reclaimed);
@@ -141,9 +141,61 @@ fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project,
     grants::deliver(ctx, key_name, grants);
 }
 
-/// After every change: the INFO gauge, the expiry schedule and the fence mark follow the table.
-fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: usize) {
+/// After every change: the INFO gauge, the expiry schedule, the background work and the fence
+/// mark follow the table.
+fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: Counts) {
     fences::observe(project.locks().next_fence());
-    stats::track(&stats::LOCKS_HELD, before, project.locks().len());
+    before.track(project);
     schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
+    if project.locks().has_background_work() {
+        schedule::pending(ctx, key_name.as_slice());
+    }
 }
+
+/// A project's counts in the INFO gauges, taken before a change so that the gauges move by what
+/// it changed.
+#[derive(Clone, Copy)]
+struct Counts {
+    locks: usize,
+    freeing: usize,
+}
+
+impl Counts {
+    fn of(project: &Project) -> Counts {
+        Counts {
+            locks: project.locks().len(),
+            freeing: project.locks().freeing(),
+        }
+    }
+
+    fn track(self, project: &Project) {
+        stats::track(&stats::LOCKS_HELD, self.locks, project.locks().len());
+        stats::track(
+            &stats::LOCKS_FREEING,
+            self.freeing,
+            project.locks().freeing(),
+        );
+    }
+}
+
+/// The background work of one key (`LockTable::free_some`: a released or lapsed big owner's
+/// locks, the arenas' free tails), in steps of `FREED_PER_STEP` until none is left or `until`
+/// has passed. It changes nothing a client or a replica can see, so every server does it on
+/// its own, replicating nothing. Returns whether work is left; a name that holds no project
+/// has none.
+pub fn free_until(ctx: &Context, key_name: &RedisString, until: Instant) -> bool {
+    let more = store::maintain(ctx, key_name, |project| {
+        let before = Counts::of(project);
+        while Instant::now() < until {
+            if project.locks_mut().free_some(FREED_PER_STEP) == 0 {
+                break;
+            }
+        }
+        before.track(project);
+        project.locks().has_background_work()
+    });
+    more.ok().flatten().unwrap_or(false)
+}
+
+/// Locks (or arena slots) freed per step of the background work: some tens of microseconds.
+const FREED_PER_STEP: usize = 64;

@@ -5,9 +5,10 @@
 //! They travel as `PATHLOCK.EFFECT key <effect>`:
 //!
 //! ```text
-//! GRANT token deadline fence [NOTE note] mode path ...  a decided acquire, with its note
+//! GRANT token deadline fence [NOTE note] mode path ...  a decided acquire, with its note; the
+//!                                                       token's lease becomes at least `deadline`
 //! RELEASE token [path ...]                               a release (no time involved)
-//! RENEW token deadline                                   a renew, at its absolute deadline
+//! RENEW token deadline                                   a renew: the lease is `deadline`
 //! EXPIRE now                                             reclaim every lock due by `now`
 //! EXPIRE now token [token ...]                           reclaim these tokens' locks due by `now`
 //! FENCE next                                             raise the fence counter (AOF rewrite)
@@ -287,21 +288,21 @@ impl Effect {
             }
             Effect::Release { token, paths } => Applied {
                 event: c"pathlock.release",
-                count: table.release_count(token, paths.as_deref()),
+                count: table.release_decided(token, paths.as_deref()),
             },
             Effect::Renew { token, deadline } => Applied {
                 event: c"pathlock.renew",
-                count: table.renew(token, *deadline),
+                count: table.renew_decided(token, *deadline),
             },
             Effect::Expire { now } => Applied {
                 event: c"pathlock.expired",
-                count: table.reclaim_expired(*now).len(),
+                count: table.reclaim_expired(*now, false).locks,
             },
             Effect::ExpireOf { now, tokens } => Applied {
                 event: c"pathlock.expired",
                 count: tokens
                     .iter()
-                    .map(|token| table.reclaim_expired_of(*now, token).len())
+                    .map(|token| table.reclaim_expired_of(*now, token, false).locks)
                     .sum(),
             },
             Effect::Fence { next } => {

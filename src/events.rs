@@ -64,6 +64,9 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
         let opened = ctx.open_key_with_flags(&name, look_flags());
         if let Ok(Some(project)) = opened.get_value::<Project>(&PATHLOCK_TYPE) {
             schedule::schedule(ctx, key, project.locks().next_deadline());
+            if project.locks().has_background_work() {
+                schedule::pending(ctx, key);
+            }
             if project.waiting() > 0 && matches!(event, "rename_to" | "move_to") {
                 registry::value_moved(selected_db(ctx), key);
             }

@@ -1,7 +1,10 @@
 //! The active expiry cycle: reclaims expired locks in keys nobody touches, from a tick that comes
-//! only when something is due.
+//! only when something is due, and works off the keys' background work (freeing the locks of a
+//! big owner that was released or lapsed whole, whose locks stopped counting at once; see the
+//! engine's `big`). Background work runs on every server, replicas included, since it changes
+//! nothing anyone sees; when there is some it keeps a quarter of each tick.
 //!
-//! Level 5: imports `change`, `schedule`, `context`, `clock`, `contain`. Started by `lib.rs`.
+//! Level 5: imports `change`, `schedule`, `slot`, `context`, `clock`, `contain`. Started by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. Only a master acts, and not while clients are paused or
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use redis_module::{raw, Context, ContextFlags, RedisString};
 
-use crate::change::expire_until;
+use crate::change::{expire_until, free_until};
 use crate::contain::contained;
 use crate::context::in_db;
 use crate::{clock, schedule, slot};
@@ -55,10 +58,46 @@ pub fn start(ctx: &Context) {
 }
 
 fn tick(ctx: &Context) {
-    let next = contained("the expiry cycle", None, || reclaim_due(ctx));
+    let next = contained("the expiry cycle", None, || {
+        let started = Instant::now();
+        // Background work, when there is some, keeps a quarter of the tick, so that a steady
+        // expiry does not starve the freeing of a released owner's locks.
+        let expiry_until = if schedule::has_pending() {
+            started + BUDGET * 3 / 4
+        } else {
+            started + BUDGET
+        };
+        let due = reclaim_due(ctx, expiry_until);
+        let soon = clock::wall_ms() + BUSY_TICK.as_millis() as u64;
+        if free_pending(ctx, started + BUDGET) {
+            Some(due.map_or(soon, |at| at.min(soon)))
+        } else {
+            due
+        }
+    });
     if let Some(at) = next {
         schedule::wake_at(ctx, at);
     }
+}
+
+/// Works off the keys with background work (freeing buried owners' locks, see
+/// `change::free_until`) until `until`, on any server: it changes nothing a client or a replica
+/// can see. Returns whether work is left.
+fn free_pending(ctx: &Context, until: Instant) -> bool {
+    while Instant::now() < until {
+        let Some((db, key)) = schedule::pop_pending() else {
+            return false;
+        };
+        let more = in_db(ctx, db, || {
+            let name = RedisString::create_from_slice(ctx.ctx, &key);
+            free_until(ctx, &name, until)
+        });
+        if more {
+            schedule::still_pending((db, key));
+            return true;
+        }
+    }
+    schedule::has_pending()
 }
 
 /// Redis's `serverCron`: where this server reclaims, the tick is armed for the earliest deadline.
@@ -87,19 +126,18 @@ fn reclaims(ctx: &Context) -> bool {
     !avoid && ctx.get_flags().contains(ContextFlags::MASTER)
 }
 
-/// Reclaims due locks, key after key in deadline order, for at most `BUDGET`. Returns when the
-/// next tick should come: soon when locks were left due, else at the next deadline, and none
-/// when nothing is scheduled or this server does not reclaim (the cron event re-arms it when it
-/// does again).
-fn reclaim_due(ctx: &Context) -> Option<u64> {
+/// Reclaims due locks, key after key in deadline order, until `until`. Returns when the next
+/// tick should come: soon when locks were left due, else at the next deadline, and none when
+/// nothing is scheduled or this server does not reclaim (the cron event re-arms it when it does
+/// again).
+fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
     if !reclaims(ctx) {
         return None;
     }
-    let started = Instant::now();
     let now = clock::wall_ms();
     let mut importing = Vec::new();
     let mut busy = true;
-    while started.elapsed() < BUDGET {
+    while Instant::now() < until {
         let Some((db, key)) = schedule::pop_due(now) else {
             busy = false;
             break;
@@ -110,7 +148,7 @@ fn reclaim_due(ctx: &Context) -> Option<u64> {
         }
         let done = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            expire_until(ctx, &name, now, started + BUDGET)
+            expire_until(ctx, &name, now, until)
         });
         if !done {
             break;

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 
 use pathlock_core::persist::{self, ByteSink, ByteSource};
-use pathlock_core::{LockTable, Path, Project, Token};
+use pathlock_core::{LockTable, Path, Project, Request, Token};
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::effects::Effect;
@@ -107,9 +107,16 @@ fn run(
             let token = request.token.unwrap_or_else(Token::generate);
             let project = projects.entry(key).or_default();
             project.reclaim_lazily(now, None, 2);
-            let note = request.note.as_ref();
-            let granted =
-                project.acquire_noted(now, &token, false, request.ttl, &request.items, note);
+            let granted = project.acquire_request(
+                now,
+                &Request {
+                    token: &token,
+                    generated: false,
+                    ttl: request.ttl,
+                    items: &request.items,
+                    note: request.note.as_ref(),
+                },
+            );
             let reply = match granted {
                 Some(fence) => reply::grant(&token, fence),
                 None => RedisValue::Null,
@@ -253,7 +260,8 @@ fn rdb_round_trip(table: &LockTable) {
 
 fn encode(table: &LockTable) -> Vec<u8> {
     let mut sink = ByteSink::default();
-    persist::encode(table, &mut sink);
+    // At time 0 every lock is live but those whose deadline is 0, which a payload may hold.
+    persist::encode(table, 0, &mut sink);
     sink.bytes
 }
 

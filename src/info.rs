@@ -1,14 +1,14 @@
 //! `INFO pathlock`: the section Redis shows for the module. Redis prefixes each field with the
 //! module's name, so `locks` appears as `pathlock_locks`.
 //!
-//! Level 2: imports `stats`, `fences`, `eviction` and `contain`. Called by Redis for `INFO`.
+//! Level 3: imports `stats`, `fences`, `eviction`, `schedule` and `contain`. Called by Redis for `INFO`.
 
 use redis_module::{raw, InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
 use crate::contain::contained;
 use crate::stats::{self, *};
-use crate::{eviction, fences};
+use crate::{eviction, fences, schedule};
 
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
@@ -24,9 +24,12 @@ fn section(ctx: &InfoContext) {
         ("locks", &LOCKS_HELD),
         ("keys", &KEYS),
         ("clients_waiting", &CLIENTS_WAITING),
+        ("locks_freeing", &LOCKS_FREEING),
     ] {
         raw::add_info_field_long_long(ctx.ctx, name, stats::get(gauge));
     }
+    // Keys whose released or lapsed big owners' locks are still being freed in the background.
+    raw::add_info_field_long_long(ctx.ctx, "background_keys", schedule::pending_count() as i64);
     for (name, total) in [
         ("total_grants", &GRANTS),
         ("total_conflicts", &CONFLICTS),

@@ -14,7 +14,7 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::{eviction, fences, registry, selected_db, stats};
+use crate::{clock, eviction, fences, registry, selected_db, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -64,6 +64,7 @@ fn into_value(project: Project) -> *mut c_void {
     fences::observe(project.locks().next_fence());
     stats::track(&stats::KEYS, 0, 1);
     stats::track(&stats::LOCKS_HELD, 0, project.locks().len());
+    stats::track(&stats::LOCKS_FREEING, 0, project.locks().freeing());
     Box::into_raw(Box::new(project)).cast::<c_void>()
 }
 
@@ -80,6 +81,7 @@ extern "C" fn free(value: *mut c_void) {
             let project = unsafe { Box::from_raw(value.cast::<Project>()) };
             stats::track(&stats::KEYS, 1, 0);
             stats::track(&stats::LOCKS_HELD, project.locks().len(), 0);
+            stats::track(&stats::LOCKS_FREEING, project.locks().freeing(), 0);
         }
     })
 }
@@ -210,7 +212,10 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             ) else {
                 return;
             };
-            for lock in table.iter() {
+            // The locks live now, as an RDB carries them: a master and a replica hold the same
+            // ones, lapsed ones included, but free a released big owner's locks at their own
+            // pace, and a replica that loaded an RDB never had the lapsed ones.
+            table.visit_live(clock::wall_ms(), &mut |lock| {
                 add_buffer(
                     md,
                     lock.path.key().as_ptr().cast::<c_char>(),
@@ -228,7 +233,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
                     add_buffer(md, note.as_ptr().cast::<c_char>(), note.len());
                 }
                 end(md);
-            }
+            });
             add_number(md, table.next_fence() as c_longlong);
             end(md);
         }
@@ -236,7 +241,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 }
 
 /// Rewrites a project as the effects that rebuild it: its fence counter, then one `GRANT` per
-/// lock with its absolute deadline and fence, and its `NOTE` when it has one.
+/// live lock with its absolute deadline and fence, and its `NOTE` when it has one.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -260,7 +265,7 @@ extern "C" fn aof_rewrite(
                 c"FENCE".as_ptr(),
                 table.next_fence() as c_longlong,
             );
-            for lock in table.iter() {
+            table.visit_live(clock::wall_ms(), &mut |lock| {
                 let token = lock.token.as_bytes();
                 let path = lock.path.to_bytes();
                 let mode = match lock.mode {
@@ -285,7 +290,7 @@ extern "C" fn aof_rewrite(
                         path.as_ptr().cast::<c_char>(),
                         path.len(),
                     );
-                    continue;
+                    return;
                 }
                 emit(
                     aof,
@@ -301,7 +306,7 @@ extern "C" fn aof_rewrite(
                     path.as_ptr().cast::<c_char>(),
                     path.len(),
                 );
-            }
+            });
         }
     })
 }
@@ -340,7 +345,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
         if project.waiting() > 0 {
             registry::serialized(value as usize);
         }
-        persist::encode(project.locks(), &mut Rdb(rdb));
+        persist::encode(project.locks(), clock::wall_ms(), &mut Rdb(rdb));
     })
 }
 

@@ -11,8 +11,8 @@
 //
 // 0  config, contain, context, docs, errors, fences, slot, stats
 // 1  args, clock, eviction, propagation, registry, reply, selected_db
-// 2  blocked, effects, info, keytype, schedule
-// 3  events, grants, store (and harness, for tests and fuzzing)
+// 2  blocked, effects, keytype, schedule
+// 3  events, grants, info, store (and harness, for tests and fuzzing)
 // 4  change
 // 5  expiry, waits
 // 6  commands, then this file

@@ -2,7 +2,9 @@
 //! the expiry cycle visits only keys with something due; and the one timer that wakes the cycle.
 //!
 //! Level 2: imports `context`, `clock`. Written by `change` after every change and by `events` for
-//! keys that arrive without a command; read by `expiry`'s cycle, whose tick the timer runs.
+//! keys that arrive without a command; read by `expiry`'s cycle, whose tick the timer runs. It
+//! also keeps the keys with background work (a released big owner's locks to free), which the
+//! same tick works off on every server (`pending`).
 //!
 //! An entry can go stale (the key was deleted, or `SWAPDB` moved it), and it is left early on
 //! purpose when a key's earliest deadline moves later; the cycle finds no path-lock key, or
@@ -43,6 +45,8 @@ struct Schedule {
     /// command, nearly always with its entry unchanged, and comparing its name is cheaper than
     /// hashing it.
     last: Option<(i32, Vec<u8>, Option<u64>)>,
+    /// Keys with background work (`LockTable::free_some`), on every server, in no order.
+    pending: BTreeSet<KeyId>,
 }
 
 static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
@@ -123,6 +127,39 @@ pub fn pop_due(now: u64) -> Option<KeyId> {
         }
         Some(id)
     })
+}
+
+/// Records that `key`, in the context's database, has background work, and makes sure a tick
+/// comes for it, on any server (it changes nothing anyone sees).
+pub fn pending(ctx: &Context, key: &[u8]) {
+    let db = selected_db(ctx);
+    let new = with_schedule(|s| {
+        if s.pending.iter().any(|(d, k)| *d == db && k == key) {
+            return false;
+        }
+        s.pending.insert((db, key.to_vec()))
+    });
+    if new {
+        wake_at(ctx, clock::wall_ms());
+    }
+}
+
+/// Takes a key with background work out of the set; whoever works on it records it again with
+/// `still_pending` if work is left.
+pub fn pop_pending() -> Option<KeyId> {
+    with_schedule(|s| s.pending.pop_first())
+}
+
+pub fn still_pending(id: KeyId) {
+    with_schedule(|s| s.pending.insert(id));
+}
+
+pub fn has_pending() -> bool {
+    with_schedule(|s| !s.pending.is_empty())
+}
+
+pub fn pending_count() -> usize {
+    with_schedule(|s| s.pending.len())
 }
 
 /// The earliest deadline in the schedule, if any.

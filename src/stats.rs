@@ -16,6 +16,8 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 pub static LOCKS_HELD: AtomicI64 = AtomicI64::new(0);
+/// Locks released or reclaimed whole that the background is still freeing.
+pub static LOCKS_FREEING: AtomicI64 = AtomicI64::new(0);
 pub static KEYS: AtomicI64 = AtomicI64::new(0);
 pub static CLIENTS_WAITING: AtomicI64 = AtomicI64::new(0);
 

@@ -60,6 +60,21 @@ pub fn write<R>(
         .map(write))
 }
 
+/// Runs `maintain` on the project stored under `key_name`, if there is one, for work that
+/// changes nothing a client sees (freeing a buried owner's locks): the key is opened without
+/// touching its LRU/LFU, as a client's access would, and without creating it.
+pub fn maintain<R>(
+    ctx: &Context,
+    key_name: &RedisString,
+    maintain: impl FnOnce(&mut Project) -> R,
+) -> Result<Option<R>, RedisError> {
+    let key = ctx.open_key_writable_with_flags(key_name, KeyFlags::NOTOUCH);
+    let project = key
+        .get_value::<Project>(&PATHLOCK_TYPE)
+        .map_err(|_| RedisError::String(wrong_type(key_name.as_slice())))?;
+    Ok(project.map(maintain))
+}
+
 /// Runs `read` on a project without changing it; a missing key answers `Ok(None)`. Expired
 /// locks stay in place (a replica must not reclaim them); the engine's reading methods hide
 /// them.

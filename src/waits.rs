@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::os::raw::c_void;
 use std::time::Duration;
 
-use pathlock_core::{Grant, Project, Waiter};
+use pathlock_core::{Grant, Project, Request, Waiter};
 use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
 use crate::blocked::Answer;
@@ -299,8 +299,14 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         return;
     }
     let outcome = change(ctx, &name, true, |p| {
-        let note = waiter.note.as_ref();
-        match p.acquire_noted(now, &waiter.token, false, waiter.ttl, &waiter.items, note) {
+        let request = Request {
+            token: &waiter.token,
+            generated: false,
+            ttl: waiter.ttl,
+            items: &waiter.items,
+            note: waiter.note.as_ref(),
+        };
+        match p.acquire_request(now, &request) {
             Some(fence) => vec![Grant {
                 waiter: id,
                 deadline: now.saturating_add(waiter.ttl),

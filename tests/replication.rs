@@ -332,11 +332,13 @@ fn lazy_expiry_reclaims_what_commands_need_and_replicates_it_exactly() {
         2,
         "only the two new locks are listed: {listed:?}"
     );
-    // Four changing commands: two owners each besides what they need, which is h1, the 500
-    // lapsed writers beneath /d2, h3 and h4.
+    // Four changing commands: two owners each besides what they need, which is h1, h3 and h4.
+    // The 500 lapsed writers beneath /d2 are not among them: the folder's bound on the leases
+    // beneath it says they all lapsed, so the reader is granted over them without a look, and
+    // they are left to the expiry cycle.
     let reclaimed = stored(&before) + 2 - stored(&after);
     assert!(
-        (503..=511).contains(&reclaimed),
+        (3..=11).contains(&reclaimed),
         "{reclaimed} locks reclaimed by four commands"
     );
     // The replica holds exactly what the master holds, lapsed locks included.

@@ -1,5 +1,6 @@
 //! Micro-benchmark of the engine: one acquire plus one release of a fresh path, at path depths
-//! 2, 8 and 32, with 0 and 1,000,000 locks already held. No Redis, no allocator but the system's.
+//! 2, 8 and 32, with 0 and 1,000,000 locks already held, through `Project`, the calls the
+//! module makes for `ACQUIRE` and `RELEASE`. No Redis, no allocator but the system's.
 //!
 //! `cargo bench -p pathlock-core` (part of `make bench`). Each figure is the best of several
 //! rounds, which is the least disturbed by the other processes of a shared machine.
@@ -7,7 +8,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use pathlock_core::{LockTable, Mode, Path, PathLimits, Token};
+use pathlock_core::{Mode, Path, PathLimits, Project, Token};
 
 fn path_at_depth(depth: usize, leaf: &str) -> Path {
     let mut raw = String::new();
@@ -35,11 +36,11 @@ fn main() {
     println!("|---:|---:|---:|");
     for depth in setting("ENGINE_BENCH_DEPTHS", "2,8,32") {
         for held in setting("ENGINE_BENCH_HELD", "0,1000000") {
-            let mut table = LockTable::new();
+            let mut project = Project::new();
             for i in 0..held {
                 let token = Token::new(format!("h{i}").as_bytes()).expect("token");
                 let path = path_at_depth(depth, &format!("held{i}"));
-                table.acquire(0, &token, 1 << 40, &[(Mode::Write, path)]);
+                project.acquire(0, &token, 1 << 40, &[(Mode::Write, path)]);
             }
             let requests: Vec<(Token, Vec<(Mode, Path)>)> = (0..ops)
                 .map(|i| {
@@ -54,12 +55,12 @@ fn main() {
             for _ in 0..rounds {
                 let started = Instant::now();
                 for (token, items) in &requests {
-                    black_box(table.acquire(1, token, 1 << 40, items));
-                    black_box(table.release(token, None));
+                    black_box(project.acquire(1, token, 1 << 40, items));
+                    black_box(project.release(1, token, None));
                 }
                 best = best.min(started.elapsed().as_nanos() as f64 / ops as f64);
             }
-            assert_eq!(table.len(), held);
+            assert_eq!(project.locks().len(), held);
             println!("| {depth} | {held} | {best:.0} |");
         }
     }

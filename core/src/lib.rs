@@ -21,8 +21,10 @@ pub mod project;
 pub mod queue;
 pub mod table;
 
-pub use lock::{Items, LockInfo, Mode, Note, Token, TokenError, MAX_TOKEN_BYTES, NOTE_CEILING};
+pub use lock::{
+    Freed, Items, LockInfo, Mode, Note, Token, TokenError, MAX_TOKEN_BYTES, NOTE_CEILING,
+};
 pub use path::{Path, PathError, PathLimits};
 pub use project::{Grant, Lapsed, Project, Waiter};
 pub use queue::WaitIndex;
-pub use table::LockTable;
+pub use table::{Acquired, LockTable, Released, Request};

@@ -277,13 +277,40 @@ pub type Note = std::sync::Arc<[u8]>;
 /// effect) may carry: what `pathlock.max-note-bytes` may be set to at most.
 pub const NOTE_CEILING: usize = 1 << 20;
 
+/// What went out of a table, for the caller to replicate and to wake the waiters it held up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Freed {
+    /// The owners reclaimed because their lease lapsed, named for replicas (`EXPIRE now
+    /// token...`); empty for a release.
+    pub tokens: Vec<Token>,
+    /// How many locks went, or stopped counting (a buried owner's, see the table's `big`).
+    pub locks: usize,
+    /// Where waiters held up by what went are to be looked for: each freed lock's mode and path,
+    /// or for a big owner, `WRITE` on the lowest path above all its locks. Empty unless the
+    /// caller asked for descriptions.
+    pub probes: Vec<(Mode, Path)>,
+}
+
+impl Freed {
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty() && self.locks == 0 && self.probes.is_empty()
+    }
+
+    /// Adds what `other` freed after what this one did.
+    pub fn extend(&mut self, other: Freed) {
+        self.tokens.extend(other.tokens);
+        self.locks += other.locks;
+        self.probes.extend(other.probes);
+    }
+}
+
 /// A lock as the engine reports it: for listings, conflicts and reclaimed leases.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LockInfo {
     pub path: Path,
     pub mode: Mode,
     pub token: Token,
-    /// Absolute time in milliseconds after which the lock is gone.
+    /// Absolute time in milliseconds after which the lock is gone: its owner's lease.
     pub deadline: u64,
     pub fence: u64,
     /// The note of the grant that took (or last re-granted with a note) this lock.

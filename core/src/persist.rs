@@ -8,13 +8,15 @@
 //!   buffer    path trie key
 //!   unsigned  mode (0 WRITE, 1 READ)
 //!   buffer    token
-//!   unsigned  deadline, absolute milliseconds
+//!   unsigned  deadline, absolute milliseconds (the owner's lease: equal for its locks)
 //!   unsigned  fence
 //!   buffer    note, empty when the lock has none      (from version 2)
 //! ```
 //!
 //! [`VERSION`] is the version [`encode`] writes; [`decode_version`] reads every version up to
-//! it (version 1 is the layout without notes), and [`decode`] reads the current one.
+//! it (version 1 is the layout without notes), and [`decode`] reads the current one. A token's
+//! locks are one lease: a payload of an older engine, whose locks of one token could have
+//! several deadlines, loads with the latest of them for all.
 //!
 //! The Redis layer reads and writes the items through `RedisModule_Load*`/`Save*`; tests and the
 //! fuzz target read them from plain bytes ([`ByteSource`]). Decoding checks every field, the
@@ -102,18 +104,23 @@ fn mode_from_code(code: u64) -> Result<Mode, DecodeError> {
     }
 }
 
-/// Writes `table` in the order and layout above, at [`VERSION`].
-pub fn encode(table: &LockTable, sink: &mut impl Sink) {
+/// Writes `table`'s locks live at `now` in the order and layout above. A lapsed lock is gone for
+/// every client already and is left out, so no two locks of a payload conflict (see
+/// [`LockTable::live`]). Two walks, one to count and one to write, so that no list of every
+/// lock is built.
+pub fn encode(table: &LockTable, now: u64, sink: &mut impl Sink) {
     sink.unsigned(table.next_fence());
-    sink.unsigned(table.len() as u64);
-    for lock in table.iter() {
+    let mut count = 0u64;
+    table.visit_live(now, &mut |_| count += 1);
+    sink.unsigned(count);
+    table.visit_live(now, &mut |lock| {
         sink.buffer(lock.path.key());
         sink.unsigned(mode_code(lock.mode));
         sink.buffer(lock.token.as_bytes());
         sink.unsigned(lock.deadline);
         sink.unsigned(lock.fence);
         sink.buffer(lock.note.as_deref().unwrap_or_default());
-    }
+    });
 }
 
 /// Reads a table written by [`encode`], refusing anything `encode` cannot have written.
@@ -164,8 +171,10 @@ pub fn decode_version(source: &mut impl Source, version: u32) -> Result<LockTabl
         }
         let (path, mode, token) = &order;
         // In tree order a path's descendants come after it, so this check looks at ancestors
-        // and the path itself: O(depth) per lock.
-        if table.is_blocked(token, *mode, path) {
+        // and the path itself: O(depth) per lock. Every lock counts as live (time zero): a
+        // payload holds no lapsed lock, and an owner's locks of an older payload with several
+        // deadlines share the latest of them.
+        if table.is_blocked(0, token, *mode, path) {
             return Err(DecodeError::Conflicting);
         }
         table.grant_noted(

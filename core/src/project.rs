@@ -32,10 +32,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lock::{Items, LockInfo, Mode, Note, Token};
+use crate::lock::{Freed, Items, Mode, Note, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
-use crate::table::LockTable;
+use crate::table::{LockTable, Request};
 
 /// A request waiting for its locks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +148,11 @@ impl Project {
         self.waiters.keys().copied()
     }
 
+    /// The path index of the waiters, for tests of its consistency.
+    pub fn wait_index(&self) -> &WaitIndex {
+        &self.index
+    }
+
     /// The waiting requests with an item at or beneath `under`, oldest first, with their ids:
     /// `WAITERS`. The index keeps the ids waiting in each subtree, so this costs O(depth) plus
     /// O(log n) per waiter it returns, however long the queue is elsewhere.
@@ -159,14 +164,9 @@ impl Project {
             .collect()
     }
 
-    /// The path index of the waiters, for tests of its consistency.
-    pub fn wait_index(&self) -> &WaitIndex {
-        &self.index
-    }
-
     /// Grants `items` to `token` unless a live lock or an earlier waiter of another owner
-    /// conflicts. Expired locks in the way, and the token's own, are reclaimed first (see
-    /// [`Project::take_lapsed`]), so a lapsed lease is free to take.
+    /// conflicts. The token's own lapsed lease, and lapsed owners in the way, are reclaimed
+    /// first (see [`Project::take_lapsed`]), so a lapsed lease is free to take.
     pub fn acquire(
         &mut self,
         now: u64,
@@ -174,27 +174,20 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        self.acquire_for(now, token, false, ttl, items, None)
+        self.acquire_request(
+            now,
+            &Request {
+                token,
+                generated: false,
+                ttl,
+                items,
+                note: None,
+            },
+        )
     }
 
-    /// [`Project::acquire`] (or [`Project::acquire_generated`] when `generated`) whose grant
-    /// keeps `note` with its locks as [`LockTable::grant_noted`] does: `Some` replaces the note
-    /// of every lock it grants or refreshes, `None` keeps the notes of those it refreshes.
-    pub fn acquire_noted(
-        &mut self,
-        now: u64,
-        token: &Token,
-        generated: bool,
-        ttl: u64,
-        items: &[(Mode, Path)],
-        note: Option<&Note>,
-    ) -> Option<u64> {
-        self.acquire_for(now, token, generated, ttl, items, note)
-    }
-
-    /// [`Project::acquire`] for a token [`Token::generate`] has just made: 122 random bits that
-    /// nobody holds yet, so the owners' index is not searched for it. At a million owners that
-    /// search is a cache miss or two, a tenth of the command.
+    /// [`Project::acquire`] for a token [`Token::generate`] has just made (see
+    /// [`Request::generated`]).
     pub fn acquire_generated(
         &mut self,
         now: u64,
@@ -202,48 +195,53 @@ impl Project {
         ttl: u64,
         items: &[(Mode, Path)],
     ) -> Option<u64> {
-        self.acquire_for(now, token, true, ttl, items, None)
+        self.acquire_request(
+            now,
+            &Request {
+                token,
+                generated: true,
+                ttl,
+                items,
+                note: None,
+            },
+        )
     }
 
-    fn acquire_for(
-        &mut self,
-        now: u64,
-        token: &Token,
-        generated: bool,
-        ttl: u64,
-        items: &[(Mode, Path)],
-        note: Option<&Note>,
-    ) -> Option<u64> {
-        if !self.waiters.is_empty() {
-            if self.behind_a_waiter(token, items, u64::MAX) {
-                return None;
-            }
-            // What goes may let waiters in; they are granted before this request is decided,
-            // in the order a replica applies the effects (reclaimed owners, the waiters'
-            // grants, this grant), since a waiter of the same token re-granting a path would
-            // otherwise leave another deadline on it.
-            self.reclaim_own(now, token);
-            let (tokens, locks) = self.locks.reclaim_blockers(now, token, items);
-            self.lapse(now, tokens, locks);
+    /// [`Project::acquire`] of a whole [`Request`]: `ACQUIRE` as the module makes it, with its
+    /// note kept with the locks as [`LockTable::grant_noted`] does.
+    pub fn acquire_request(&mut self, now: u64, request: &Request) -> Option<u64> {
+        if self.waiters.is_empty() {
+            let acquired = self.locks.acquire_with(now, request, true);
+            self.lapse(now, acquired.lapsed);
+            return acquired.fence;
         }
-        let (fence, tokens, locks) = self
-            .locks
-            .acquire_lapsed_noted(now, token, generated, ttl, items, note);
-        self.lapse(now, tokens, locks);
-        fence
+        if self.behind_a_waiter(request.token, request.items, u64::MAX) {
+            return None;
+        }
+        // What goes may let waiters in; they are granted before this request is decided, in the
+        // order a replica applies the effects (reclaimed owners, the waiters' grants, this
+        // grant), since a waiter of the same token re-granting a path would otherwise leave
+        // another fence on it.
+        let cleared = self.locks.clear_way(now, request.token, request.items);
+        self.lapse(now, cleared);
+        let acquired = self.locks.acquire_with(now, request, false);
+        self.lapse(now, acquired.lapsed);
+        acquired.fence
     }
 
-    /// The bounded share of expiry a change does before it runs: the locks of `token` that are
-    /// due (a lease that lapsed is gone before its owner renews or releases it), and the due
-    /// locks of at most `others` more owners, earliest first. The rest is left to the expiry
-    /// cycle, or to the requests it gets in the way of. See [`Project::take_lapsed`].
+    /// The bounded share of expiry a change does before it runs: the locks of `token` when its
+    /// lease lapsed (a lease that lapsed is gone before its owner renews or releases it), and at
+    /// most `others` more lapsed owners, earliest first. The rest is left to the expiry cycle,
+    /// or to the requests it gets in the way of. See [`Project::take_lapsed`].
     pub fn reclaim_lazily(&mut self, now: u64, token: Option<&Token>, others: usize) {
+        let describe = !self.waiters.is_empty();
         if let Some(token) = token {
-            self.reclaim_own(now, token);
+            let freed = self.locks.reclaim_expired_of(now, token, describe);
+            self.lapse(now, freed);
         }
         if others > 0 && self.locks.next_deadline().is_some_and(|due| due <= now) {
-            let (tokens, locks) = self.locks.reclaim_some_expired(now, others);
-            self.lapse(now, tokens, locks);
+            let freed = self.locks.reclaim_some_expired(now, others, describe);
+            self.lapse(now, freed);
         }
     }
 
@@ -260,26 +258,25 @@ impl Project {
         !self.lapsed.is_empty()
     }
 
-    /// Reclaims `token`'s own due locks: nothing to do, and no look at its locks, unless the
-    /// earliest of them is due.
-    fn reclaim_own(&mut self, now: u64, token: &Token) {
-        let locks = self.locks.reclaim_expired_of(now, token);
-        if !locks.is_empty() {
-            self.lapse(now, vec![token.clone()], locks);
-        }
+    /// Records what was reclaimed at `now` and grants the waiters it lets in.
+    fn lapse(&mut self, now: u64, freed: Freed) {
+        let probes = self.record_lapsed(now, freed);
+        let grants = self.wake_probes(now, &probes);
+        self.lapsed.grants.extend(grants);
     }
 
-    /// Records what was reclaimed at `now` and grants the waiters it lets in.
-    fn lapse(&mut self, now: u64, tokens: Vec<Token>, locks: Vec<LockInfo>) {
-        if tokens.is_empty() {
-            return;
+    /// Records the owners lazy expiry reclaimed at `now`, for the caller to replicate and count
+    /// (see [`Project::take_lapsed`]); the one place that does. Returns where to look for the
+    /// waiters they held up; nothing when nothing was reclaimed.
+    fn record_lapsed(&mut self, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
+        if freed.tokens.is_empty() {
+            return Vec::new();
         }
         self.lapsed
             .owners
-            .extend(tokens.into_iter().map(|t| (now, t)));
-        self.lapsed.locks += locks.len();
-        let grants = self.wake_freed(now, &locks);
-        self.lapsed.grants.extend(grants);
+            .extend(freed.tokens.into_iter().map(|t| (now, t)));
+        self.lapsed.locks += freed.locks;
+        freed.probes
     }
 
     /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`: a look
@@ -295,8 +292,8 @@ impl Project {
     }
 
     /// Frees `token`'s live locks (see [`LockTable::release`]) and grants the waiters that
-    /// were waiting for them. Its expired ones are reclaimed first, as expired. Returns how many
-    /// locks it freed, and the grants.
+    /// were waiting for them. A lapsed lease frees nothing and is reclaimed as lapsed. Returns
+    /// how many locks it freed, and the grants.
     pub fn release(
         &mut self,
         now: u64,
@@ -305,47 +302,50 @@ impl Project {
     ) -> (usize, Vec<Grant>) {
         // The freed locks are described only for the waiters they may let in.
         let describe = !self.waiters.is_empty();
-        let (released, freed, lapsed) = self.locks.release_lapsed(now, token, paths, describe);
-        if lapsed.is_empty() {
-            let grants = self.wake_freed(now, &freed);
-            return (released, grants);
+        let released = self.locks.release(now, token, paths, describe);
+        if released.lapsed.tokens.is_empty() {
+            let grants = self.wake_probes(now, &released.freed.probes);
+            return (released.count, grants);
         }
-        // One pass wakes the waiters near both what lapsed and what was released, and its
-        // grants are replicated after the release, as for `renew`: a waiter of this token may
-        // be among them, and a replica releasing after granting it would free its locks.
-        self.lapsed.owners.push((now, token.clone()));
-        self.lapsed.locks += lapsed.len();
-        let both: Vec<LockInfo> = freed.into_iter().chain(lapsed).collect();
-        let grants = self.wake_freed(now, &both);
-        (released, grants)
+        // A lapsed lease: its grants are replicated after the release, as for `renew`, since a
+        // waiter of this token may be among them.
+        let probes = self.record_lapsed(now, released.lapsed);
+        (released.count, self.wake_probes(now, &probes))
     }
 
-    /// Moves the deadline of `token`'s live locks to `deadline` (see [`LockTable::renew`]); its
-    /// expired ones are reclaimed first, so a lapsed lease is not brought back. Returns how many
-    /// it moved, and the waiters that the reclaimed locks let in. Those are granted after the
-    /// renewal and must be replicated after it: a waiter of this very token may be among them
-    /// (let in once another owner's lapsed locks in its way went too), and a replica renewing
-    /// after granting it would move its deadline.
+    /// Moves the lease of `token`'s locks to `deadline` (see [`LockTable::renew`]); a lapsed
+    /// lease is reclaimed instead, so it is not brought back. Returns how many locks it renewed,
+    /// and the waiters that the reclaimed locks let in. Those are granted after the renewal and
+    /// must be replicated after it: a waiter of this very token may be among them (let in once
+    /// another owner's lapsed locks in its way went too), and a replica renewing after granting
+    /// it would move its lease.
     pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
-        let (renewed, lapsed) = self.locks.renew_lapsed(now, token, deadline);
-        if lapsed.is_empty() {
-            return (renewed, Vec::new());
-        }
-        self.lapsed.owners.push((now, token.clone()));
-        self.lapsed.locks += lapsed.len();
-        (renewed, self.wake_freed(now, &lapsed))
+        let (renewed, lapsed) = self.locks.renew(now, token, deadline);
+        let probes = self.record_lapsed(now, lapsed);
+        (renewed, self.wake_probes(now, &probes))
     }
 
-    /// Reclaims every lock due by `now`, however many, and grants the waiters that were waiting
-    /// for them. Its cost is the whole expiry: commands use [`Project::reclaim_lazily`].
-    pub fn reclaim_expired(&mut self, now: u64) -> (Vec<LockInfo>, Vec<Grant>) {
-        let expired = self.locks.reclaim_expired(now);
-        let grants = self.wake_freed(now, &expired);
-        (expired, grants)
+    /// Reclaims every owner whose lease lapsed by `now`, however many, and grants the waiters
+    /// that were waiting for them. Its cost is the whole expiry: commands use
+    /// [`Project::reclaim_lazily`], the expiry cycle [`Project::expire_some`].
+    pub fn reclaim_expired(&mut self, now: u64) -> (Freed, Vec<Grant>) {
+        let freed = self.locks.reclaim_expired(now, !self.waiters.is_empty());
+        let grants = self.wake_probes(now, &freed.probes);
+        (freed, grants)
     }
 
-    fn wake_freed(&mut self, now: u64, freed: &[LockInfo]) -> Vec<Grant> {
-        self.wake_near(now, freed.iter().map(|l| (l.mode, &l.path)), 0)
+    /// One bounded step of expiry: at most `max_owners` lapsed owners, earliest first, and the
+    /// waiters they let in. The tokens name the step exactly for a replica.
+    pub fn expire_some(&mut self, now: u64, max_owners: usize) -> (Freed, Vec<Grant>) {
+        let freed = self
+            .locks
+            .reclaim_some_expired(now, max_owners, !self.waiters.is_empty());
+        let grants = self.wake_probes(now, &freed.probes);
+        (freed, grants)
+    }
+
+    fn wake_probes(&mut self, now: u64, probes: &[(Mode, Path)]) -> Vec<Grant> {
+        self.wake_near(now, probes.iter().map(|(mode, path)| (*mode, path)), 0)
     }
 
     /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
@@ -431,41 +431,34 @@ impl Project {
                 break;
             }
             after = 0;
-            for lock in &freed {
-                self.index
-                    .fronts_near(lock.mode, &lock.path, after, &mut candidates);
+            for (mode, path) in &freed {
+                self.index.fronts_near(*mode, path, after, &mut candidates);
             }
         }
         grants
     }
 
     /// Grants waiter `id` when no live lock and no earlier waiter of another owner blocks it.
-    /// The expired locks in its way, and its own, are reclaimed (recorded as lapsed) and added
-    /// to `freed`; its own go before it is granted, so that nothing reclaimed later in this
-    /// change is its, and the reclaimed owners can replicate ahead of the grants.
-    fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<LockInfo>) -> Option<Grant> {
+    /// The lapsed owners in its way, and its own, are reclaimed (recorded as lapsed) and their
+    /// paths added to `freed`; its own go before it is granted, so that nothing reclaimed later
+    /// in this change is its, and the reclaimed owners can replicate ahead of the grants.
+    fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<(Mode, Path)>) -> Option<Grant> {
         let waiter = self.waiters.get(&id)?;
         if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
             return None;
         }
         // Out of the map for the moment the table needs it, and back if it is still blocked.
         let waiter = self.waiters.remove(&id)?;
-        let (fence, tokens, locks) = self.locks.acquire_lapsed_noted(
-            now,
-            &waiter.token,
-            false,
-            waiter.ttl,
-            &waiter.items,
-            waiter.note.as_ref(),
-        );
-        if !tokens.is_empty() {
-            self.lapsed
-                .owners
-                .extend(tokens.into_iter().map(|t| (now, t)));
-            self.lapsed.locks += locks.len();
-            freed.extend(locks);
-        }
-        let Some(fence) = fence else {
+        let request = Request {
+            token: &waiter.token,
+            generated: false,
+            ttl: waiter.ttl,
+            items: &waiter.items,
+            note: waiter.note.as_ref(),
+        };
+        let acquired = self.locks.acquire_with(now, &request, true);
+        freed.extend(self.record_lapsed(now, acquired.lapsed));
+        let Some(fence) = acquired.fence else {
             self.waiters.insert(id, waiter);
             return None;
         };

@@ -12,8 +12,8 @@ fn t(s: &str) -> Token {
 
 fn acquire(table: &mut LockTable, now: u64, token: &str, items: &[(Mode, &str)]) -> Option<u64> {
     let items: Vec<(Mode, Path)> = items.iter().map(|(m, s)| (*m, p(s))).collect();
-    table.reclaim_expired(now);
-    let fence = table.acquire(now, &t(token), 1000, &items);
+    table.reclaim_expired(now, false);
+    let fence = table.acquire(now, &t(token), 1000, &items).fence;
     table.check_integrity().expect("integrity");
     fence
 }
@@ -72,7 +72,7 @@ fn own_locks_beneath_do_not_hide_another_owners_lock() {
     assert!(acquire(&mut table, 0, "you", &[(Write, "/A/y")]).is_some());
     assert!(acquire(&mut table, 0, "me", &[(Write, "/A")]).is_none());
     assert!(acquire(&mut table, 0, "me", &[(Read, "/A")]).is_none());
-    table.release(&t("you"), None);
+    table.release_decided(&t("you"), None);
     assert!(acquire(&mut table, 0, "me", &[(Write, "/A")]).is_some());
 }
 
@@ -98,13 +98,19 @@ fn a_request_is_all_or_nothing_and_fences_count_calls() {
 fn reacquiring_refreshes_without_counting_twice() {
     let mut table = LockTable::new();
     let token = t("me");
-    assert_eq!(table.acquire(0, &token, 100, &[(Write, p("/A"))]), Some(1));
-    assert_eq!(table.acquire(50, &token, 100, &[(Write, p("/A"))]), Some(2));
+    assert_eq!(
+        table.acquire(0, &token, 100, &[(Write, p("/A"))]).fence,
+        Some(1)
+    );
+    assert_eq!(
+        table.acquire(50, &token, 100, &[(Write, p("/A"))]).fence,
+        Some(2)
+    );
     assert_eq!(table.len(), 1);
     let locks = table.locks(120, &Path::root());
     assert_eq!(locks.len(), 1);
     assert_eq!((locks[0].deadline, locks[0].fence), (150, 2));
-    assert_eq!(table.release(&token, Some(&[p("/A")])).len(), 1);
+    assert_eq!(table.release_decided(&token, Some(&[p("/A")])), 1);
     assert_eq!(table.node_count(), 0);
 }
 
@@ -118,10 +124,10 @@ fn release_frees_every_mode_at_a_path_and_only_the_owners() {
         &[(Read, "/A"), (Write, "/A"), (Write, "/B")]
     )
     .is_some());
-    assert_eq!(table.release(&t("you"), None).len(), 0);
-    assert_eq!(table.release(&t("me"), Some(&[p("/A")])).len(), 2);
-    assert_eq!(table.release(&t("me"), Some(&[p("/A")])).len(), 0);
-    assert_eq!(table.release(&t("me"), None).len(), 1);
+    assert_eq!(table.release_decided(&t("you"), None), 0);
+    assert_eq!(table.release_decided(&t("me"), Some(&[p("/A")])), 2);
+    assert_eq!(table.release_decided(&t("me"), Some(&[p("/A")])), 0);
+    assert_eq!(table.release_decided(&t("me"), None), 1);
     assert_eq!(table.node_count(), 0);
     table.check_integrity().expect("integrity");
 }
@@ -155,14 +161,14 @@ fn a_projects_release_ends_as_the_tables_plain_release_does() {
         let mut project = Project::new();
         setup(&mut project);
         let mut general = project.locks().clone();
-        general.reclaim_expired(now);
-        let expected = general.release_count(&t(token), None);
+        general.reclaim_expired(now, false);
+        let expected = general.release_decided(&t(token), None);
         let (released, grants) = project.release(now, &t(token), None);
         assert_eq!(released, expected, "{token}");
         assert!(grants.is_empty());
         // The lapsed lease of `lapsed` is reclaimed by its own release; the general table
         // reclaimed every lapsed lease first, so the rest is compared once those are gone too.
-        project.locks_mut().reclaim_expired(now);
+        project.locks_mut().reclaim_expired(now, false);
         let table = project.locks();
         table.check_integrity().expect("integrity");
         assert_eq!(table.len(), general.len(), "{token}");
@@ -194,9 +200,8 @@ fn expired_locks_block_nobody_and_are_reclaimed_in_deadline_order() {
     table.acquire(0, &a, 30, &[(Write, p("/x/1"))]);
     table.acquire(0, &b, 10, &[(Write, p("/x/2"))]);
     assert!(table.locks(10, &Path::root()).iter().all(|l| l.token == a));
-    let reclaimed = table.reclaim_expired(30);
-    let order: Vec<Token> = reclaimed.iter().map(|l| l.token.clone()).collect();
-    assert_eq!(order, vec![b, a]);
+    let reclaimed = table.reclaim_expired(30, false);
+    assert_eq!(reclaimed.tokens, vec![b, a]);
     assert_eq!(table.node_count(), 0);
     assert_eq!(acquire(&mut table, 30, "c", &[(Write, "/")]), Some(3));
 }
@@ -207,9 +212,9 @@ fn renew_moves_every_deadline_of_the_token() {
     let me = t("me");
     table.acquire(0, &me, 10, &[(Read, p("/A")), (Write, p("/A/b"))]);
     table.acquire(0, &t("you"), 10, &[(Read, p("/C"))]);
-    assert_eq!(table.renew(&me, 500), 2);
-    assert_eq!(table.renew(&t("nobody"), 500), 0);
-    assert_eq!(table.reclaim_expired(100).len(), 1);
+    assert_eq!(table.renew_decided(&me, 500), 2);
+    assert_eq!(table.renew_decided(&t("nobody"), 500), 0);
+    assert_eq!(table.reclaim_expired(100, false).locks, 1);
     assert_eq!(table.len(), 2);
     table.check_integrity().expect("integrity");
 }
@@ -262,7 +267,7 @@ fn blockers_name_exactly_the_conflicting_locks() {
         .blockers(0, Some(&t("mover")), &[(Read, p("/A/C/z"))])
         .is_empty());
     assert!(table.blockers(0, None, &[(Read, p("/B"))]).is_empty());
-    table.release(&t("mover"), None);
+    table.release_decided(&t("mover"), None);
     table.acquire(0, &t("root"), 100, &[(Read, p("/"))]);
     let found = table.blockers(0, Some(&t("me")), &[(Write, p("/A"))]);
     assert_eq!(names(found), ["READ /", "READ /A/D/x"]);
@@ -279,6 +284,7 @@ fn many_readers_on_one_path_do_not_block_each_other() {
         let token = t(&format!("r{i}"));
         assert!(table
             .acquire(0, &token, 10, &[(Read, p("/shared"))])
+            .fence
             .is_some());
     }
     assert!(acquire(&mut table, 0, "w", &[(Write, "/shared/x")]).is_none());
@@ -292,7 +298,10 @@ fn grant_applies_a_decided_grant_and_keeps_fences_ahead() {
     assert_eq!(table.next_fence(), 42);
     table.grant(&t("b"), 500, 7, &[(Write, p("/B"))]);
     assert_eq!(table.next_fence(), 42);
-    assert_eq!(table.acquire(0, &t("c"), 1, &[(Write, p("/C"))]), Some(42));
+    assert_eq!(
+        table.acquire(0, &t("c"), 1, &[(Write, p("/C"))]).fence,
+        Some(42)
+    );
     table.check_integrity().expect("integrity");
 }
 
@@ -311,25 +320,26 @@ fn a_project_grown_through_many_segment_splits_and_emptied_stays_whole() {
         ];
         assert!(table
             .acquire(0, &token, 1000 + (i % 5) as u64, &items)
+            .fence
             .is_some());
     }
     table.check_integrity().expect("integrity after growth");
     assert_eq!(table.len(), 2 * files);
-    assert!(table.conflicts(Write, &p("/big")));
-    assert!(!table.conflicts(Write, &p("/big/other")));
+    assert!(table.is_blocked(0, &t("someone"), Write, &p("/big")));
+    assert!(!table.is_blocked(0, &t("someone"), Write, &p("/big/other")));
     // Release every other owner by path, then reclaim the rest as they expire.
     for i in (0..files).step_by(2) {
         let token = t(&format!("owner-{i}"));
-        let freed = table.release(&token, Some(&[p(&format!("/big/f{i}"))]));
-        assert_eq!(freed.len(), 1);
+        let freed = table.release_decided(&token, Some(&[p(&format!("/big/f{i}"))]));
+        assert_eq!(freed, 1);
     }
     table.check_integrity().expect("integrity after release");
     for i in (1..files).step_by(2) {
-        assert!(table.is_blocked(&t("someone"), Write, &p(&format!("/big/f{i}"))));
+        assert!(table.is_blocked(0, &t("someone"), Write, &p(&format!("/big/f{i}"))));
     }
     let mut reclaimed = 0;
     for now in 1000..1005 {
-        reclaimed += table.reclaim_expired(now).len();
+        reclaimed += table.reclaim_expired(now, false).locks;
         table.check_integrity().expect("integrity while reclaiming");
     }
     assert_eq!(reclaimed, 2 * files - files / 2);
@@ -349,41 +359,45 @@ fn expiry_in_bounded_steps_reclaims_what_one_call_would_and_replicas_follow_by_t
         }
         master.acquire(0, &token, 10 + i % 20, &items);
         if i % 5 == 0 {
-            // A later lock of the same owner, due after the others.
+            // A later lock of the same owner moves its whole lease later.
             master.acquire(0, &token, 100, &[(Write, p(&format!("/late/{i}")))]);
         }
     }
     let mut replica = master.clone();
     let mut whole = master.clone();
-    let expected = whole.reclaim_expired(25);
+    let expected = whole.reclaim_expired(25, true);
     let mut reclaimed = Vec::new();
+    let mut locks = 0;
     loop {
-        let (tokens, locks) = master.reclaim_some_expired(25, 7);
-        assert!(tokens.len() <= 7);
+        let step = master.reclaim_some_expired(25, 7, true);
+        assert!(step.tokens.len() <= 7);
         master.check_integrity().expect("master integrity");
-        if tokens.is_empty() {
-            assert!(locks.is_empty());
+        if step.tokens.is_empty() {
+            assert_eq!(step.locks, 0);
             break;
         }
         // The replica applies the step by the tokens it names.
-        let applied: usize = tokens
+        let applied: usize = step
+            .tokens
             .iter()
-            .map(|token| replica.reclaim_expired_of(25, token).len())
+            .map(|token| replica.reclaim_expired_of(25, token, false).locks)
             .sum();
-        assert_eq!(applied, locks.len());
+        assert_eq!(applied, step.locks);
         replica.check_integrity().expect("replica integrity");
-        reclaimed.extend(locks);
+        reclaimed.extend(step.probes);
+        locks += step.locks;
     }
-    let sorted = |mut v: Vec<pathlock_core::LockInfo>| {
+    let sorted = |mut v: Vec<(Mode, Path)>| {
         v.sort();
         v
     };
-    assert_eq!(sorted(reclaimed), sorted(expected));
+    assert_eq!(locks, expected.locks);
+    assert_eq!(sorted(reclaimed), sorted(expected.probes));
     assert!(master.iter().eq(whole.iter()));
     assert!(replica.iter().eq(master.iter()));
     assert!(master.iter().all(|lock| lock.deadline > 25));
     // A token with nothing due is left as it is.
-    assert!(master.reclaim_expired_of(25, &t("o5")).is_empty());
+    assert!(master.reclaim_expired_of(25, &t("o5"), false).is_empty());
     master.check_integrity().expect("integrity");
 }
 
@@ -535,7 +549,7 @@ fn large_history(table: &mut LockTable) {
             (Write, p(&format!("/d{}/f{i}", i % 5_000))),
             (Read, p(&format!("/shared/s{}", i % 11))),
         ];
-        assert!(table.acquire(i, &token, 50_000 + i, &items).is_some());
+        assert!(table.acquire(i, &token, 50_000 + i, &items).fence.is_some());
     }
 }
 
@@ -544,22 +558,23 @@ fn large_history(table: &mut LockTable) {
 /// still holds.
 fn left_changes(table: &mut LockTable) {
     for i in 0..1_500 {
-        table.release(&t(&format!("owner-{i}")), None);
+        table.release_decided(&t(&format!("owner-{i}")), None);
     }
     for i in 0..3_000u64 {
         let items = [(Write, p(&format!("/d{}/new{i}", i % 6_000)))];
         assert!(table
             .acquire(30_000, &t(&format!("left-{i}")), 100_000, &items)
+            .fence
             .is_some());
     }
-    table.renew(&t("owner-6999"), 1_000_000);
-    table.reclaim_expired(60_000);
+    table.renew_decided(&t("owner-6999"), 1_000_000);
+    table.reclaim_expired(60_000, false);
 }
 
 fn right_changes(table: &mut LockTable) {
-    table.reclaim_expired(55_000);
+    table.reclaim_expired(55_000, false);
     for i in (2_000..7_000).step_by(3) {
-        table.release(
+        table.release_decided(
             &t(&format!("owner-{i}")),
             Some(&[p(&format!("/d{}/f{i}", i % 5_000))]),
         );
@@ -568,9 +583,10 @@ fn right_changes(table: &mut LockTable) {
         let items = [(Read, p(&format!("/shared/s{}", i % 13)))];
         assert!(table
             .acquire(56_000, &t(&format!("right-{i}")), 5, &items)
+            .fence
             .is_some());
     }
-    table.renew(&t("owner-6000"), 2_000_000);
+    table.renew_decided(&t("owner-6000"), 2_000_000);
 }
 
 #[test]
@@ -602,8 +618,9 @@ fn a_large_copy_and_its_original_change_independently() {
     drop(original);
     copy.check_integrity().expect("integrity of the survivor");
     while let Some(deadline) = copy.next_deadline() {
-        assert!(!copy.reclaim_expired(deadline).is_empty());
+        assert!(!copy.reclaim_expired(deadline, false).is_empty());
     }
+    while copy.free_some(1_000) > 0 {}
     assert_eq!(copy.node_count(), 0);
 }
 

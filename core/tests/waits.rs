@@ -12,11 +12,30 @@ use std::collections::{BTreeMap, BTreeSet};
 mod reference;
 
 use pathlock_core::{
-    Grant, Lapsed, LockInfo, LockTable, Mode, Note, Path, PathLimits, Project, Token, WaitIndex,
-    Waiter,
+    Grant, Lapsed, LockInfo, LockTable, Mode, Note, Path, PathLimits, Project, Request, Token,
+    WaitIndex, Waiter,
 };
 use proptest::prelude::*;
 use reference::{items_conflict, related, segments, Reference};
+
+/// `ACQUIRE ... NOTE` as the module makes it.
+fn acquire_noted(
+    project: &mut Project,
+    now: u64,
+    token: &Token,
+    ttl: u64,
+    items: &[(Mode, Path)],
+    note: Option<&Note>,
+) -> Option<u64> {
+    let request = Request {
+        token,
+        generated: false,
+        ttl,
+        items,
+        note,
+    };
+    project.acquire_request(now, &request)
+}
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/b", "/b/c"];
 
@@ -165,8 +184,7 @@ fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
             } => {
                 let items: Vec<(Mode, Path)> = items.iter().map(|&(m, i)| (m, path(i))).collect();
                 let note = note_for(*ttl);
-                let got =
-                    project.acquire_noted(now, &token(*t), false, *ttl, &items, note.as_ref());
+                let got = acquire_noted(&mut project, now, &token(*t), *ttl, &items, note.as_ref());
                 prop_assert_eq!(
                     got,
                     model.acquire(now, &token(*t), *ttl, &items, note.as_ref())
@@ -281,7 +299,7 @@ proptest! {
 /// reclaimed owners by token, then the grants of the waiters it let in.
 fn publish(replica: &mut LockTable, lapsed: Lapsed) {
     for (at, token) in &lapsed.owners {
-        replica.reclaim_expired_of(*at, token);
+        replica.reclaim_expired_of(*at, token, false);
     }
     apply_grants(replica, &lapsed.grants);
 }
@@ -323,8 +341,7 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
             } => {
                 let items: Vec<(Mode, Path)> = items.iter().map(|&(m, i)| (m, path(i))).collect();
                 let note = note_for(*ttl);
-                let got =
-                    project.acquire_noted(now, &token(*t), false, *ttl, &items, note.as_ref());
+                let got = acquire_noted(&mut project, now, &token(*t), *ttl, &items, note.as_ref());
                 if got.is_none() && *wait {
                     let waiter = Waiter {
                         token: token(*t),
@@ -347,7 +364,7 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
                 let (freed, grants) = project.release(now, &token(*t), paths.as_deref());
                 publish(&mut replica, project.take_lapsed());
                 if freed > 0 {
-                    replica.release(&token(*t), paths.as_deref());
+                    replica.release_decided(&token(*t), paths.as_deref());
                 }
                 apply_grants(&mut replica, &grants);
             }
@@ -368,7 +385,7 @@ fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
             let (renewed, grants) = project.renew(now, &token(*t), now + ttl);
             publish(&mut replica, project.take_lapsed());
             if renewed > 0 {
-                replica.renew(&token(*t), now + ttl);
+                replica.renew_decided(&token(*t), now + ttl);
             }
             apply_grants(&mut replica, &grants);
         }

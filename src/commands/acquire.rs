@@ -1,4 +1,4 @@
-use pathlock_core::{Token, Waiter};
+use pathlock_core::{Request, Token, Waiter};
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::change::change;
@@ -31,13 +31,15 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
         if project.locks().next_fence() >= fences::LIMIT {
             return Outcome::Exhausted;
         }
-        let granted = project.acquire_noted(
+        let granted = project.acquire_request(
             now,
-            &token,
-            generated,
-            request.ttl,
-            &request.items,
-            request.note.as_ref(),
+            &Request {
+                token: &token,
+                generated,
+                ttl: request.ttl,
+                items: &request.items,
+                note: request.note.as_ref(),
+            },
         );
         match granted {
             Some(fence) => Outcome::Granted(fence),

@@ -1,10 +1,31 @@
-//! Read-only queries: whether a request is blocked, which locks block it, and what lies
+//! Deciding a request, and the read-only queries: which live locks block a request, what lies
 //! beneath a path.
+//!
+//! A request for `mode` on `path` by owner `me` is blocked by a live lock of another owner on
+//! `path` or an ancestor (the walk down), or strictly beneath it. What lies beneath is decided
+//! from the node's marks without looking at the locks themselves in nearly every case:
+//!
+//! * no conflicting mark: free;
+//! * the big owners' marks on the node (a step each): another big owner's live lock blocks, a
+//!   lapsed or buried one does not, and the requester's own are set aside;
+//! * what remains is small owners' locks: the requester's own are counted from its own list (at
+//!   most `SMALL` walks up), and if others remain but the node's `latest` is not after `now`,
+//!   every one of them has lapsed: free, however many lapsed there;
+//! * otherwise some may be live: a search beneath (`search_beneath`) descends only where a small
+//!   owner's lock may still be live, and stops at the first live one.
+//!
+//! The search is the one part whose cost is not the depth of the path: it meets the lapsed locks
+//! that lie beside live ones, not yet reclaimed. It is bounded (`SEARCH_BUDGET` nodes per
+//! request); a request that runs out is refused as if blocked (or waits, with `WAIT`), and the
+//! lapsed owners it met are reclaimed so that the next try goes further. The expiry cycle
+//! reclaims lapsed owners in the background meanwhile, so this can only delay a request for as
+//! long as the cycle takes to clear the way, and only where live and lapsed locks lie together
+//! in one subtree in the thousands.
 
 use std::collections::BTreeSet;
 
-use super::ids::{NodeId, OwnerId, ROOT};
-use super::tree::{push_segment, Walk};
+use super::ids::{NodeId, OwnerId, Tagged, ROOT};
+use super::tree::{push_segment, Held, Walk};
 use super::LockTable;
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
@@ -17,79 +38,183 @@ pub(super) fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
     }
 }
 
+/// Nodes a request may visit looking beneath its paths for a live lock among lapsed ones.
+pub(super) const SEARCH_BUDGET: usize = 4096;
+
+/// How a request's item was decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    Free,
+    Blocked,
+    /// The search beneath ran out of budget before it could tell.
+    Unsure,
+}
+
 impl LockTable {
-    /// Whether another owner's lock blocks `token` from taking `mode` on `path`. Expired locks
-    /// count, so reclaim those in the way first ([`LockTable::reclaim_blockers`]).
-    pub fn is_blocked(&self, token: &Token, mode: Mode, path: &Path) -> bool {
-        self.is_blocked_for(self.find_owner(&PackedToken::new(token)), mode, path)
+    /// Whether a live lock of another owner blocks `token` from taking `mode` on `path` at
+    /// `now`, changing nothing: the decision an acquire makes.
+    pub fn is_blocked(&self, now: u64, token: &Token, mode: Mode, path: &Path) -> bool {
+        let me = self.find_owner(&PackedToken::new(token));
+        let mut dead = Vec::new();
+        let mut budget = usize::MAX;
+        self.decide(me, mode, path, now, &mut dead, &mut budget) != Verdict::Free
     }
 
-    /// Whether any lock at all (whoever holds it) blocks `mode` on `path`, in O(depth).
-    pub fn conflicts(&self, mode: Mode, path: &Path) -> bool {
-        self.is_blocked_for(None, mode, path)
-    }
-
-    /// `is_blocked` for the owner `me`, or for a token that holds nothing when `None`.
-    pub(super) fn is_blocked_for(&self, me: Option<OwnerId>, mode: Mode, path: &Path) -> bool {
-        let walk = self.walk_down(path, |node, _| {
-            self.held(node)
-                .iter()
-                .take_while(|h| h.mode().conflicts_with(mode))
-                .any(|h| Some(h.owner()) != me)
-        });
-        let node = match walk {
-            Walk::Stopped => return true,
-            Walk::Left => return false,
-            Walk::Reached(node) => node,
-        };
-        let beneath = blocking_count(mode, self.nodes[node as usize].below);
-        beneath > 0 && beneath > blocking_count(mode, self.own_beneath(me, node))
-    }
-
-    /// The owners of the expired locks that block `mode` on `path` for the owner `me` (for a
-    /// token that holds nothing when `None`), added to `owners`, up to the first live blocker
-    /// met; returns whether it met one. Ancestors come first, then what lies beneath, found
-    /// through the intention marks as `collect_beneath` finds it, so a request that nothing
-    /// expired blocks costs what `is_blocked_for` costs plus the blockers it meets.
-    pub(super) fn expired_blockers(
+    /// Decides one item of a request for the owner `me` (a token that holds nothing when
+    /// `None`). The lapsed owners met on the way are added to `dead` (each at most once per
+    /// item), for the caller to reclaim.
+    pub(super) fn decide(
         &self,
-        now: u64,
         me: Option<OwnerId>,
         mode: Mode,
         path: &Path,
-        owners: &mut Vec<OwnerId>,
-    ) -> bool {
-        // Whether one node's locks hold a live blocker; the expired ones' owners are noted.
-        let meet = |node: NodeId, owners: &mut Vec<OwnerId>| {
+        now: u64,
+        dead: &mut Vec<OwnerId>,
+        budget: &mut usize,
+    ) -> Verdict {
+        let walk = self.walk_down(path, |node, _| {
+            // Writers come first: a reader's request stops at the first reader.
             for held in self.held(node) {
-                if !held.mode().conflicts_with(mode) || Some(held.owner()) == me {
-                    continue;
+                if !held.mode().conflicts_with(mode) {
+                    break;
                 }
-                if held.deadline > now {
+                if self.blocks(held, me, now, dead) {
                     return true;
                 }
-                owners.push(held.owner());
             }
             false
-        };
-        let node = match self.walk_down(path, |node, _| meet(node, owners)) {
-            Walk::Stopped => return true,
-            Walk::Left => return false,
-            Walk::Reached(node) => node,
-        };
-        let mut stack: Vec<NodeId> = Vec::new();
-        if blocking_count(mode, self.nodes[node as usize].below) > 0 {
-            stack.extend(self.children(node));
+        });
+        match walk {
+            Walk::Stopped => Verdict::Blocked,
+            Walk::Left => Verdict::Free,
+            Walk::Reached(node) => self.decide_beneath(me, mode, node, now, dead, budget),
         }
-        while let Some(child) = stack.pop() {
-            if meet(child, owners) {
-                return true;
+    }
+
+    /// Whether `held` (of a conflicting mode) blocks `me` at `now`; its owner goes to `dead`
+    /// when it lapsed and is not being freed already.
+    fn blocks(&self, held: &Held, me: Option<OwnerId>, now: u64, dead: &mut Vec<OwnerId>) -> bool {
+        let owner = held.owner();
+        if Some(owner) == me {
+            return false;
+        }
+        if self.is_live(owner, now) {
+            return true;
+        }
+        if !self.is_buried(owner) && !dead.contains(&owner) {
+            dead.push(owner);
+        }
+        false
+    }
+
+    /// Decides what lies strictly beneath `node` (see the top of this file).
+    fn decide_beneath(
+        &self,
+        me: Option<OwnerId>,
+        mode: Mode,
+        node: NodeId,
+        now: u64,
+        dead: &mut Vec<OwnerId>,
+        budget: &mut usize,
+    ) -> Verdict {
+        let total = blocking_count(mode, self.nodes[node as usize].below);
+        if total == 0 {
+            return Verdict::Free;
+        }
+        let mut big = 0;
+        for mark in self.big_marks_at(node) {
+            let count = blocking_count(mode, mark.below);
+            if count == 0 {
+                continue;
             }
-            if blocking_count(mode, self.nodes[child as usize].below) > 0 {
+            big += count;
+            if Some(mark.owner) == me {
+                continue;
+            }
+            if self.is_live(mark.owner, now) {
+                return Verdict::Blocked;
+            }
+            if !self.is_buried(mark.owner) && !dead.contains(&mark.owner) {
+                dead.push(mark.owner);
+            }
+        }
+        let small = total - big;
+        if small == 0 {
+            return Verdict::Free;
+        }
+        let own = match me {
+            Some(me) if !self.is_big(me) => blocking_count(mode, self.small_beneath(me, node)),
+            _ => 0,
+        };
+        if small == own || self.nodes[node as usize].latest <= now {
+            return Verdict::Free;
+        }
+        self.search_beneath(me, mode, node, now, dead, budget)
+    }
+
+    /// The conflicting locks of small owners strictly beneath `node`.
+    fn small_below(&self, mode: Mode, node: NodeId) -> u64 {
+        let total = blocking_count(mode, self.nodes[node as usize].below);
+        let big: u64 = self
+            .big_marks_at(node)
+            .iter()
+            .map(|mark| blocking_count(mode, mark.below))
+            .sum();
+        total.saturating_sub(big)
+    }
+
+    /// Looks beneath `node` for a live conflicting lock of another small owner, descending only
+    /// where one may be (conflicting small marks and a `latest` after `now`). Big owners were
+    /// decided from the marks on `node` already. At most `budget` nodes are visited.
+    fn search_beneath(
+        &self,
+        me: Option<OwnerId>,
+        mode: Mode,
+        node: NodeId,
+        now: u64,
+        dead: &mut Vec<OwnerId>,
+        budget: &mut usize,
+    ) -> Verdict {
+        let mut stack: Vec<NodeId> = self.children(node).collect();
+        while let Some(child) = stack.pop() {
+            if *budget == 0 {
+                return Verdict::Unsure;
+            }
+            *budget -= 1;
+            for held in self.held(child) {
+                if !held.mode().conflicts_with(mode) {
+                    break;
+                }
+                if !self.is_big(held.owner()) && self.blocks(held, me, now, dead) {
+                    return Verdict::Blocked;
+                }
+            }
+            if self.nodes[child as usize].latest > now && self.small_below(mode, child) > 0 {
                 stack.extend(self.children(child));
             }
         }
-        false
+        Verdict::Free
+    }
+
+    /// Whether a lock strictly beneath `node` may be live at `now`: a small owner's (its
+    /// `latest`, an upper bound) or a big owner's (its marks), optionally only those that
+    /// conflict with `mode` and are not of the `excluded` owner.
+    fn may_be_live_beneath(
+        &self,
+        node: NodeId,
+        now: u64,
+        mode: Mode,
+        excluded: &dyn Fn(OwnerId) -> bool,
+    ) -> bool {
+        if blocking_count(mode, self.nodes[node as usize].below) == 0 {
+            return false;
+        }
+        (self.nodes[node as usize].latest > now && self.small_below(mode, node) > 0)
+            || self.big_marks_at(node).iter().any(|mark| {
+                blocking_count(mode, mark.below) > 0
+                    && !excluded(mark.owner)
+                    && self.is_live(mark.owner, now)
+            })
     }
 
     /// The live locks that block the request `items` of `token` (of nobody when `None`), each
@@ -101,7 +226,7 @@ impl LockTable {
         items: &[(Mode, Path)],
     ) -> Vec<LockInfo> {
         let me = token.and_then(|t| self.find_owner(&PackedToken::new(t)));
-        let excluded = |owner: OwnerId| token.is_some() && Some(owner) == me;
+        let excluded = |owner: OwnerId| me == Some(owner);
         let mut found = BTreeSet::new();
         for (mode, path) in items {
             let mut key = Vec::with_capacity(path.key().len());
@@ -112,7 +237,7 @@ impl LockTable {
                 for held in self.held(node) {
                     if held.mode().conflicts_with(*mode)
                         && !excluded(held.owner())
-                        && held.deadline > now
+                        && self.is_live(held.owner(), now)
                     {
                         found.insert(self.info(node, &key, held));
                     }
@@ -126,107 +251,10 @@ impl LockTable {
         found.into_iter().collect()
     }
 
-    /// The live locks on `under` and beneath it, in tree order.
-    pub fn locks(&self, now: u64, under: &Path) -> Vec<LockInfo> {
-        let mut out = Vec::new();
-        if let Some(node) = self.locate(under) {
-            let mut key = under.key().to_vec();
-            self.walk(node, &mut key, &mut |table, node, key, held| {
-                if held.deadline > now {
-                    out.push(table.info(node, key, held));
-                }
-            });
-        }
-        out
-    }
-
-    /// The live locks of `token` on `under` and beneath it, in tree order: `LOCKS ... TOKEN`.
-    /// It reads whichever is smaller, the owner's own list of locks (kept for release and
-    /// renewal) or the locks stored at and beneath `under` (its intention marks count them), so
-    /// listing all of an owner's locks costs what it returns, O(depth) each, whatever the
-    /// project holds, and listing a small folder costs the folder, whatever the owner holds.
-    pub fn locks_of_token(&self, now: u64, under: &Path, token: &Token) -> Vec<LockInfo> {
-        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
-            return Vec::new();
-        };
-        let Some(top) = self.locate(under) else {
-            return Vec::new();
-        };
-        let mine = self.locks_of(owner);
-        let below = self.nodes[top as usize].below;
-        let stored = self.held(top).len() as u64 + u64::from(below[0]) + u64::from(below[1]);
-        let mut out = Vec::new();
-        if (mine.len() as u64) <= stored {
-            for lock in mine {
-                let node = lock.id();
-                let Some(held) = self.held_by(node, owner, lock.mode()) else {
-                    continue;
-                };
-                if held.deadline > now && self.is_at_or_beneath(node, top) {
-                    out.push(self.info(node, &self.key_of(node), held));
-                }
-            }
-            // An owner's list is in no order; `LockInfo` sorts by path in tree order, then
-            // writers first, as `walk` lists a node's locks.
-            out.sort_unstable();
-        } else {
-            let mut key = under.key().to_vec();
-            self.walk(top, &mut key, &mut |table, node, key, held| {
-                if held.owner() == owner && held.deadline > now {
-                    out.push(table.info(node, key, held));
-                }
-            });
-        }
-        out
-    }
-
-    /// Whether `node` is `top` or lies beneath it: a walk up, O(depth).
-    fn is_at_or_beneath(&self, node: NodeId, top: NodeId) -> bool {
-        let mut up = node;
-        loop {
-            if up == top {
-                return true;
-            }
-            if up == ROOT {
-                return false;
-            }
-            up = self.nodes[up as usize].parent;
-        }
-    }
-
-    /// Every stored lock, expired or not, in tree order: the canonical order that persistence
-    /// and digests rely on.
-    pub fn iter(&self) -> impl Iterator<Item = LockInfo> + '_ {
-        let mut out = Vec::with_capacity(self.len);
-        self.walk(ROOT, &mut Vec::new(), &mut |table, node, key, held| {
-            out.push(table.info(node, key, held));
-        });
-        out.into_iter()
-    }
-
-    /// How many locks of each mode the owner holds strictly beneath `node`.
-    pub(super) fn own_beneath(&self, owner: Option<OwnerId>, node: NodeId) -> [u32; 2] {
-        let mut counts = [0, 0];
-        let Some(owner) = owner else {
-            return counts;
-        };
-        for lock in self.locks_of(owner) {
-            let mut up = lock.id();
-            while up != ROOT {
-                up = self.nodes[up as usize].parent;
-                if up == node {
-                    counts[lock.mode().index()] += 1;
-                    break;
-                }
-            }
-        }
-        counts
-    }
-
     /// Collects the live locks strictly beneath `node` that block `mode`, descending only into
-    /// subtrees whose intention marks say they hold such a lock. Like `walk`, it keeps its own
-    /// stack of (node, its parent's key length) instead of recursing, so depth costs no stack.
-    pub(super) fn collect_beneath(
+    /// subtrees where one may be. Like `walk`, it keeps its own stack of (node, its parent's key
+    /// length) instead of recursing, so depth costs no stack.
+    fn collect_beneath(
         &self,
         node: NodeId,
         key: &mut Vec<u8>,
@@ -236,29 +264,133 @@ impl LockTable {
         found: &mut BTreeSet<LockInfo>,
     ) {
         let start = key.len();
-        let mut stack: Vec<(NodeId, usize)> = self.children(node).map(|c| (c, start)).collect();
+        let mut stack: Vec<(NodeId, usize)> = Vec::new();
+        if self.may_be_live_beneath(node, now, mode, excluded) {
+            stack.extend(self.children(node).map(|c| (c, start)));
+        }
         while let Some((child, parent_length)) = stack.pop() {
-            let c = &self.nodes[child as usize];
-            let here = self.held(child);
-            let relevant_here = here.iter().any(|h| h.mode().conflicts_with(mode));
-            if !relevant_here && blocking_count(mode, c.below) == 0 {
-                continue;
-            }
             key.truncate(parent_length);
-            push_segment(key, &c.segment);
-            for held in here {
+            push_segment(key, &self.nodes[child as usize].segment);
+            for held in self.held(child) {
                 if held.mode().conflicts_with(mode)
                     && !excluded(held.owner())
-                    && held.deadline > now
+                    && self.is_live(held.owner(), now)
                 {
                     found.insert(self.info(child, key, held));
                 }
             }
-            if blocking_count(mode, c.below) > 0 {
+            if self.may_be_live_beneath(child, now, mode, excluded) {
                 let length = key.len();
                 stack.extend(self.children(child).map(|grandchild| (grandchild, length)));
             }
         }
         key.truncate(start);
+    }
+
+    /// The live locks on `under` and beneath it, in tree order. Subtrees where nothing may be
+    /// live are skipped, so a mountain of lapsed locks costs a look at its top.
+    pub fn locks(&self, now: u64, under: &Path) -> Vec<LockInfo> {
+        let mut out = Vec::new();
+        if let Some(node) = self.locate(under) {
+            let mut key = under.key().to_vec();
+            self.walk_where(
+                node,
+                &mut key,
+                &self.live_beneath(now),
+                &mut |table, node, key, held| {
+                    if table.is_live(held.owner(), now) {
+                        out.push(table.info(node, key, held));
+                    }
+                },
+            );
+        }
+        out
+    }
+
+    /// For the walks that list live locks: whether to descend beneath a node.
+    fn live_beneath(&self, now: u64) -> impl Fn(&LockTable, NodeId) -> bool {
+        move |table: &LockTable, node: NodeId| {
+            table.may_be_live_beneath(node, now, Mode::Write, &|_| false)
+        }
+    }
+
+    /// The live locks of `token` on `under` and beneath it, in tree order: `LOCKS ... TOKEN`.
+    /// It reads whichever is smaller, the owner's own locks (its list, or a big owner's set) or
+    /// the locks stored at and beneath `under` (its intention marks count them), so listing all
+    /// of an owner's locks costs what it returns, O(depth) each plus sorting them, whatever the
+    /// project holds, and listing a small folder costs the folder, whatever the owner holds.
+    pub fn locks_of_token(&self, now: u64, under: &Path, token: &Token) -> Vec<LockInfo> {
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return Vec::new();
+        };
+        let Some(top) = self.locate(under) else {
+            return Vec::new();
+        };
+        if !self.is_live(owner, now) {
+            return Vec::new();
+        }
+        let below = self.nodes[top as usize].below;
+        let stored = self.held(top).len() as u64 + u64::from(below[0]) + u64::from(below[1]);
+        let mut out = Vec::new();
+        if self.lock_count(owner) as u64 <= stored {
+            for lock in self.all_locks(owner) {
+                let node = lock.id();
+                let held = self
+                    .held(node)
+                    .iter()
+                    .find(|h| h.owner == Tagged::new(owner, lock.mode()));
+                if let Some(held) = held {
+                    if self.is_at_or_beneath(node, top) {
+                        out.push(self.info(node, &self.key_of(node), held));
+                    }
+                }
+            }
+            // An owner's locks are in no order; `LockInfo` sorts by path in tree order, then
+            // writers first, as `walk` lists a node's locks.
+            out.sort_unstable();
+        } else {
+            let mut key = under.key().to_vec();
+            self.walk(top, &mut key, &mut |table, node, key, held| {
+                if held.owner() == owner {
+                    out.push(table.info(node, key, held));
+                }
+            });
+        }
+        out
+    }
+
+    /// Every stored lock of an owner not being freed, lapsed or not, in tree order.
+    pub fn iter(&self) -> impl Iterator<Item = LockInfo> + '_ {
+        let mut out = Vec::with_capacity(self.len);
+        self.walk(ROOT, &mut Vec::new(), &mut |table, node, key, held| {
+            if !table.is_buried(held.owner()) {
+                out.push(table.info(node, key, held));
+            }
+        });
+        out.into_iter()
+    }
+
+    /// The locks live at `now`, in tree order: what persistence and digests carry. A lapsed
+    /// lock is gone for every client already, and leaving it out means no two locks of a
+    /// payload ever conflict, although a request may be granted over lapsed locks that are not
+    /// reclaimed yet.
+    pub fn live(&self, now: u64) -> Vec<LockInfo> {
+        let mut out = Vec::new();
+        self.visit_live(now, &mut |lock| out.push(lock));
+        out
+    }
+
+    /// Calls `visit` with each lock live at `now`, in tree order, without building a list.
+    pub fn visit_live(&self, now: u64, visit: &mut dyn FnMut(LockInfo)) {
+        self.walk_where(
+            ROOT,
+            &mut Vec::new(),
+            &self.live_beneath(now),
+            &mut |table, node, key, held| {
+                if table.is_live(held.owner(), now) {
+                    visit(table.info(node, key, held));
+                }
+            },
+        );
     }
 }

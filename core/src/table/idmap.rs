@@ -4,7 +4,7 @@ use super::rehash::LinearTable;
 
 /// Ids are dense and assigned by the table itself, so a multiplication spreads them well and no
 /// client can choose them to collide.
-fn hash(id: u32) -> u64 {
+pub(super) fn hash(id: u32) -> u64 {
     let product = u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     product ^ (product >> 29)
 }
@@ -33,6 +33,10 @@ impl<V: Clone> IdMap<V> {
         self.entries
             .find_mut(hash(id), |entry| entry.0 == id)
             .map(|entry| &mut entry.1)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     pub(super) fn contains_key(&self, id: u32) -> bool {

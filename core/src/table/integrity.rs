@@ -3,23 +3,28 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ids::{OwnerId, Tagged, NONE, ROOT, SPILLED};
+use super::ids::{NodeId, OwnerId, Tagged, BIG, NONE, ROOT, SPILLED};
 use super::LockTable;
 use crate::lock::{Mode, PackedToken};
 
 impl LockTable {
     /// Recomputes every derived structure from the locks themselves and reports the first
-    /// disagreement: intention marks, owners' lists, the expiry index, the counts, the canonical
-    /// order, the tree's links, the inline and spilled forms, the absence of nodes that nothing
-    /// needs, and that every note belongs to a lock.
+    /// disagreement: intention marks, `latest` bounds, big owners' marks and sets, owners'
+    /// lists, the expiry index, the graveyard, the counts, the canonical order, the tree's links,
+    /// the inline and spilled forms, the free slots, the absence of nodes that nothing needs, and
+    /// that every note belongs to a lock.
     pub fn check_integrity(&self) -> Result<(), String> {
         let mut owned: BTreeMap<OwnerId, BTreeSet<Tagged>> = BTreeMap::new();
-        let mut len = 0;
-        let mut live = 0;
-        let mut segment_bytes = 0;
+        let mut parents: Vec<(NodeId, NodeId)> = Vec::new();
+        let (mut live, mut segment_bytes) = (0, 0);
+        let mut order = Vec::new();
         let mut stack = vec![ROOT];
         while let Some(id) = stack.pop() {
+            order.push(id);
             let node = &self.nodes[id as usize];
+            if self.free_nodes.contains(id) {
+                return Err(format!("node {id} is in the tree and free"));
+            }
             if id != ROOT {
                 live += 1;
                 segment_bytes += node.segment.len();
@@ -37,113 +42,58 @@ impl LockTable {
             if spilled != self.crowded.contains_key(id) || (spilled && self.held(id).len() < 2) {
                 return Err(format!("the locks of node {id} are spilled wrongly"));
             }
-            let mut below = [0u32; 2];
             for child in self.children(id) {
                 let c = &self.nodes[child as usize];
                 if c.parent != id || self.child(id, &c.segment) != Some(child) {
                     return Err(format!("node {child} is not linked to its parent {id}"));
                 }
-                for mode in Mode::ALL {
-                    below[mode.index()] += c.below[mode.index()]
-                        + self.held(child).iter().filter(|h| h.mode() == mode).count() as u32;
-                }
+                parents.push((child, id));
                 stack.push(child);
             }
-            if below != node.below {
-                return Err(format!(
-                    "marks at node {id} are {:?}, expected {below:?}",
-                    node.below
-                ));
-            }
-            let order: Vec<(Mode, &PackedToken)> = self
+            let keys: Vec<(Mode, &PackedToken, bool)> = self
                 .held(id)
                 .iter()
-                .map(|h| (h.mode(), &self.owner(h.owner()).token))
+                .map(|h| {
+                    let owner = self.owner(h.owner());
+                    (h.mode(), &owner.token, self.is_buried(h.owner()))
+                })
                 .collect();
-            let ascending = |a: &(Mode, &PackedToken), b: &(Mode, &PackedToken)| {
-                a.0.cmp(&b.0).then_with(|| a.1.cmp_text(b.1)).is_lt()
-            };
-            if !order.windows(2).all(|w| ascending(&w[0], &w[1])) {
+            // Ascending by mode, then token; a buried owner may share its token with the owner
+            // that took its place.
+            let ordered = keys.windows(2).all(|w| {
+                let by = w[0].0.cmp(&w[1].0).then_with(|| w[0].1.cmp_text(w[1].1));
+                by.is_lt() || (by.is_eq() && (w[0].2 || w[1].2))
+            });
+            if !ordered {
                 return Err(format!("locks at node {id} are not in canonical order"));
             }
             for held in self.held(id) {
-                len += 1;
                 let fence = held.fence;
                 if fence == 0 || fence >= self.next_fence {
                     return Err(format!("fence {fence} is not below the counter"));
                 }
-                owned
+                if !owned
                     .entry(held.owner())
                     .or_default()
-                    .insert(Tagged::new(id, held.mode()));
+                    .insert(Tagged::new(id, held.mode()))
+                {
+                    return Err(format!("an owner holds one mode twice at node {id}"));
+                }
             }
         }
-        if len != self.len || live != self.live_nodes || segment_bytes != self.segment_bytes {
-            return Err("the counts disagree with the tree".into());
+        if live != self.live_nodes || segment_bytes != self.segment_bytes {
+            return Err("the node counts disagree with the tree".into());
         }
+        if self.free_nodes.len() + live + 1 != self.nodes.len() {
+            return Err("free node slots disagree with the tree".into());
+        }
+        self.check_marks(&order)?;
         if self.crowded.keys().any(|node| {
             self.nodes
                 .get(node as usize)
                 .is_none_or(|n| n.lock.owner.0 != SPILLED)
         }) {
             return Err("a spilled lock list belongs to no node".into());
-        }
-        let mut expected = BTreeSet::new();
-        let mut token_bytes = 0;
-        for (id, slot) in self.owners.iter().enumerate() {
-            let Some(owner) = slot else { continue };
-            let id = id as OwnerId;
-            token_bytes += owner.token.heap_bytes();
-            let spilled = owner.lock.0 == SPILLED;
-            if spilled != self.owner_locks.contains_key(id)
-                || (spilled && self.locks_of(id).len() < 2)
-            {
-                return Err(format!(
-                    "owner {:?}'s locks are spilled wrongly",
-                    owner.token
-                ));
-            }
-            let listed: BTreeSet<Tagged> = self.locks_of(id).iter().copied().collect();
-            if listed.len() != self.locks_of(id).len()
-                || owned.remove(&id).unwrap_or_default() != listed
-            {
-                return Err(format!(
-                    "owner {:?}'s list disagrees with the tree",
-                    owner.token
-                ));
-            }
-            if self.find_owner(&owner.token) != Some(id) {
-                return Err(format!("owner {:?} is not indexed", owner.token));
-            }
-            let earliest = listed
-                .iter()
-                .filter_map(|l| self.held_by(l.id(), id, l.mode()).map(|h| h.deadline))
-                .min();
-            match earliest {
-                Some(earliest) if owner.filed && earliest == owner.earliest => {
-                    expected.insert((earliest, id));
-                }
-                _ => return Err(format!("owner {:?} is filed wrongly", owner.token)),
-            }
-        }
-        if !owned.is_empty() {
-            return Err("locks held by owners that do not exist".into());
-        }
-        let mut filed = BTreeSet::new();
-        for (&deadline, &head) in self.expiry.iter() {
-            let (mut prev, mut id) = (NONE, head);
-            while id != NONE {
-                let Some(owner) = self.owners.get(id as usize).and_then(Option::as_ref) else {
-                    return Err(format!("the expiry list of {deadline} holds a free owner"));
-                };
-                if owner.prev != prev || !filed.insert((deadline, id)) {
-                    return Err(format!("the expiry list of {deadline} is linked wrongly"));
-                }
-                (prev, id) = (id, owner.next);
-            }
-        }
-        if expected != filed || token_bytes != self.token_bytes {
-            return Err("the expiry index disagrees with the owners".into());
         }
         for (node, owner, note) in self.notes.iter() {
             let held = self
@@ -159,6 +109,194 @@ impl LockTable {
         }
         if self.notes.recount() != self.notes.bytes() {
             return Err("the notes' byte count disagrees with the notes".into());
+        }
+        self.check_owners(owned)
+    }
+
+    /// The marks, the `latest` bounds and the big owners' marks, recomputed bottom up (children
+    /// come after their parents in `order`).
+    fn check_marks(&self, order: &[NodeId]) -> Result<(), String> {
+        let mut below: BTreeMap<NodeId, [u32; 2]> = BTreeMap::new();
+        let mut latest: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut bigs: BTreeMap<NodeId, BTreeMap<OwnerId, [u32; 2]>> = BTreeMap::new();
+        for &id in order.iter().rev() {
+            let node = &self.nodes[id as usize];
+            let counts = below.remove(&id).unwrap_or([0, 0]);
+            if counts != node.below {
+                return Err(format!(
+                    "marks at node {id} are {:?}, expected {counts:?}",
+                    node.below
+                ));
+            }
+            let bound = latest.remove(&id).unwrap_or(0);
+            if node.latest < bound {
+                return Err(format!(
+                    "latest at node {id} is {}, below a lease of {bound} beneath",
+                    node.latest
+                ));
+            }
+            let marks = bigs.remove(&id).unwrap_or_default();
+            let stored: BTreeMap<OwnerId, [u32; 2]> = self
+                .big_marks_at(id)
+                .iter()
+                .map(|mark| (mark.owner, mark.below))
+                .collect();
+            if marks != stored
+                || !self
+                    .big_marks_at(id)
+                    .windows(2)
+                    .all(|w| w[0].owner < w[1].owner)
+            {
+                return Err(format!(
+                    "big marks at node {id} are {stored:?}, expected {marks:?}"
+                ));
+            }
+            if id == ROOT {
+                continue;
+            }
+            let parent = node.parent;
+            let mut up = counts;
+            let mut bound = bound;
+            let mut up_bigs = marks;
+            for held in self.held(id) {
+                up[held.mode().index()] += 1;
+                let owner = held.owner();
+                if self.is_big(owner) {
+                    up_bigs.entry(owner).or_insert([0, 0])[held.mode().index()] += 1;
+                } else {
+                    bound = bound.max(self.owner(owner).deadline);
+                }
+            }
+            let p = below.entry(parent).or_insert([0, 0]);
+            p[0] += up[0];
+            p[1] += up[1];
+            let l = latest.entry(parent).or_insert(0);
+            *l = (*l).max(bound);
+            let b = bigs.entry(parent).or_default();
+            for (owner, counts) in up_bigs {
+                let e = b.entry(owner).or_insert([0, 0]);
+                e[0] += counts[0];
+                e[1] += counts[1];
+            }
+        }
+        let count: usize = self
+            .big_marks
+            .keys()
+            .map(|n| self.big_marks_at(n).len())
+            .sum();
+        if count != self.big_mark_count || (self.bigs.is_empty() && !self.big_marks.is_empty()) {
+            return Err("the count of big marks disagrees with them".into());
+        }
+        Ok(())
+    }
+
+    /// Owners: their lists and sets against the locks they hold, the token index, the expiry
+    /// index, the graveyard, and the counts.
+    fn check_owners(&self, mut owned: BTreeMap<OwnerId, BTreeSet<Tagged>>) -> Result<(), String> {
+        let (mut len, mut buried_locks, mut big_locks, mut token_bytes) = (0, 0, 0, 0);
+        let mut expected = BTreeSet::new();
+        let mut buried = Vec::new();
+        let mut owners = 0;
+        for (id, slot) in self.owners.iter().enumerate() {
+            let id = id as OwnerId;
+            let Some(owner) = slot else {
+                if !self.free_owners.contains(id) {
+                    return Err(format!("owner slot {id} is empty and not free"));
+                }
+                continue;
+            };
+            owners += 1;
+            if self.free_owners.contains(id) {
+                return Err(format!("owner {id} is live and free"));
+            }
+            token_bytes += owner.token.heap_bytes();
+            let held = owned.remove(&id).unwrap_or_default();
+            let listed: BTreeSet<Tagged> = self.all_locks(id).into_iter().collect();
+            if held.is_empty() || listed != held || listed.len() != self.lock_count(id) {
+                return Err(format!(
+                    "owner {:?}'s list disagrees with the tree",
+                    owner.token
+                ));
+            }
+            let big = owner.lock.0 == BIG;
+            if big != self.bigs.contains_key(id)
+                || (owner.lock.0 == SPILLED) != self.owner_locks.contains_key(id)
+                || (owner.lock.0 == SPILLED && !(2..=self.small).contains(&listed.len()))
+            {
+                return Err(format!("owner {:?}'s locks are kept wrongly", owner.token));
+            }
+            if let Some(record) = self.bigs.get(id) {
+                big_locks += listed.len();
+                if !record.buried && listed.len() <= self.small / 2 {
+                    return Err(format!("owner {:?} is big with few locks", owner.token));
+                }
+                if listed
+                    .iter()
+                    .any(|lock| !self.is_at_or_beneath(lock.id(), record.lca))
+                {
+                    return Err(format!("owner {:?}'s lca is below a lock", owner.token));
+                }
+                if record.buried {
+                    buried.push(id);
+                    buried_locks += listed.len();
+                    if owner.filed
+                        || owner.deadline != 0
+                        || self.find_owner(&owner.token) == Some(id)
+                    {
+                        return Err(format!("buried owner {:?} is still indexed", owner.token));
+                    }
+                    continue;
+                }
+            }
+            len += listed.len();
+            if self.find_owner(&owner.token) != Some(id) {
+                return Err(format!("owner {:?} is not indexed", owner.token));
+            }
+            if !owner.filed {
+                return Err(format!("owner {:?} is not filed", owner.token));
+            }
+            expected.insert((owner.deadline, id));
+        }
+        if !owned.is_empty() {
+            return Err("locks held by owners that do not exist".into());
+        }
+        if len != self.len || buried_locks != self.buried_locks || big_locks != self.big_locks {
+            return Err(format!(
+                "the lock counts disagree: {len}/{} live, {buried_locks}/{} buried, {big_locks}/{} big",
+                self.len, self.buried_locks, self.big_locks
+            ));
+        }
+        if owners + self.free_owners.len() != self.owners.len() || token_bytes != self.token_bytes {
+            return Err("the owner counts disagree with the owners".into());
+        }
+        let mut graveyard: Vec<OwnerId> = self.graveyard.iter().copied().collect();
+        graveyard.sort_unstable();
+        buried.sort_unstable();
+        if graveyard != buried {
+            return Err(format!(
+                "the graveyard holds {graveyard:?}, buried are {buried:?}"
+            ));
+        }
+        let mut filed = BTreeSet::new();
+        for (&deadline, &head) in self.expiry.iter() {
+            let (mut prev, mut id) = (NONE, head);
+            while id != NONE {
+                let Some(owner) = self.owners.get(id as usize).and_then(Option::as_ref) else {
+                    return Err(format!("the expiry list of {deadline} holds a free owner"));
+                };
+                if owner.prev != prev || !filed.insert((deadline, id)) {
+                    return Err(format!("the expiry list of {deadline} is linked wrongly"));
+                }
+                (prev, id) = (id, owner.next);
+            }
+        }
+        if expected != filed {
+            return Err("the expiry index disagrees with the owners".into());
+        }
+        if self.tables.len()
+            != self.free_tables.len() + self.tables.iter().filter(|t| !t.is_empty()).count()
+        {
+            return Err("free table slots disagree with the tables".into());
         }
         Ok(())
     }

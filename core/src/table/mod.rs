@@ -3,45 +3,50 @@
 //! Every locked path has a node in a tree with one node per path segment, and so has every
 //! ancestor of a locked path. A node holds the locks taken on its exact path and, as Gray's
 //! intention marks, the number of `READ` and `WRITE` locks held strictly beneath it. A request
-//! for `mode` on `path` by `token` is then decided by looking at O(depth) nodes:
-//!
-//! * the locks held on `path` and on each of its ancestors, because they cover `path`;
-//! * the marks on `path`'s own node, because they count the locks that `path` would cover.
-//!
-//! Locks of the requesting token never conflict with the request, so the marks alone do not
-//! settle a non-zero count: the token's own locks beneath `path` are subtracted. That costs what
-//! the requester itself holds, never what others hold.
+//! for `mode` on `path` by `token` is then decided by looking at O(depth) nodes: the locks held
+//! on `path` and on each of its ancestors, and the marks on `path`'s own node (see `conflicts`
+//! for how the marks are read when the locks beneath are the requester's own or have lapsed).
 //!
 //! Nodes live in an arena. A node with one child points at it directly; a node with more finds
 //! them through a hash table of child ids keyed by the child's own segment, so a step down the
 //! tree is one comparison or one hash of one segment, and a segment is stored once. Owners
-//! (tokens) are interned in a hash table too; a lock refers to its owner by id. Expiry is
-//! indexed per owner by its earliest deadline: the locks of one grant share a deadline, and
-//! `RENEW` moves all of an owner's locks together.
+//! (tokens) are interned in a hash table too; a lock refers to its owner by id.
+//!
+//! An owner is one lease (`owners`): its locks share its deadline, so `RENEW` moves one number
+//! whatever the owner holds, and expiry is indexed per owner (`expiry`). An owner with many
+//! locks is big (`big`): its locks are counted per owner on their ancestors, so its own commands
+//! cost the depth of their paths, not its size, and when it is released whole or lapses it is
+//! buried in one step and its locks are freed in the background (`free_some`), as Redis's lazy
+//! free does with a large value. Every command is thereby independent of how many locks the
+//! project and the owner hold.
 //!
 //! Memory is what a million locks cost, so the common case is kept inline and the rare one
 //! spills: a node (64 bytes, one cache line) holds its one lock and its one child, an owner
 //! holds its one lock and, when short or a canonical UUID, its token. Paths with several locks
-//! and owners with several locks keep them in side maps.
+//! and owners with several locks keep them in side maps. Free slots are handed out lowest first
+//! (`free`), so that the arenas' tails empty as locks go and `trim_some` gives them back.
 //!
 //! Time never comes from inside: every method that needs it takes `now` in milliseconds. A lock
-//! whose deadline is not after `now` is expired. Expired locks linger until something reclaims
-//! them, a few owners at a time, so that no call pays for a mass expiry: the reading methods
-//! filter them by `now` (a replica must hide them without reclaiming them), and the deciding
-//! methods count them, so a caller first reclaims what is in the way of its request
-//! ([`LockTable::reclaim_blockers`]) and its own token's due locks, as [`crate::Project`] does.
+//! whose owner's deadline is not after `now` has lapsed: it blocks nobody and is listed nowhere.
+//! Lapsed locks linger until something reclaims them, a few owners at a time, so that no call
+//! pays for a mass expiry: the reading methods filter them by `now` (a replica must hide them
+//! without reclaiming them), and a request reclaims the lapsed owners it meets in its way (a
+//! bounded number), leaving the rest to the expiry cycle. A request may therefore be granted
+//! over lapsed locks still stored beneath its path; persistence and digests carry only live
+//! locks ([`LockTable::live`]), so no payload ever holds two conflicting locks.
 //!
 //! Each part owns its state, one file each:
 //!
 //! * `ids`: node and owner ids, the sentinels sharing their bits, the mode tag.
 //! * `tree`: the node arena, children, the locks on a path, intention marks, keys and walks.
-//! * `owners`: owner interning and each owner's list of locks.
-//! * `expiry`: the deadline index over owners, and reclaiming what is due.
-//! * `conflicts`: the read-only queries (is it blocked, who blocks it, what lies beneath).
+//! * `owners`: owner interning, leases, and each owner's list of locks.
+//! * `big`: big owners' sets and marks, burying and the background freeing.
+//! * `expiry`: the deadline index over owners, and reclaiming what lapsed.
+//! * `conflicts`: deciding a request, and the read-only queries.
 //! * `integrity`: `check_integrity`, apart from what it checks.
-//! * `chunks`, `rehash`, `idmap`, `sorted`: the storage under them, which never moves what it
-//!   holds and grows or shrinks a small step at a time, so that no call pauses Redis for long at
-//!   any size.
+//! * `chunks`, `rehash`, `idmap`, `sorted`, `free`: the storage under them, which never moves
+//!   what it holds and grows or shrinks a small step at a time, so that no call pauses Redis for
+//!   long at any size.
 //!
 //! Copies share that storage ([`LockTable::share`], what `COPY` does). Every part of it is a
 //! vector of small pieces (chunks of the arenas, segments of the hash tables, runs of the
@@ -49,14 +54,14 @@
 //! 2,048 nodes or owners or 1,024 index entries, and the first write to a piece that the other
 //! copy still holds copies that piece alone. `COPY` of a project of ten million locks therefore
 //! takes some 20,000 steps (under a millisecond), and no write after it copies more than one
-//! piece per element it writes: a chunk per node on its path, one of owners, one segment of
-//! each hash table and one run of the expiry index. The
-//! arenas' chunks stay plain vectors until they are first shared, so a table that was never
-//! copied pays nothing for this on its common path.
+//! piece per element it writes. The arenas' chunks stay plain vectors until they are first
+//! shared, so a table that was never copied pays nothing for this on its common path.
 
+mod big;
 mod chunks;
 mod conflicts;
 mod expiry;
+mod free;
 mod idmap;
 mod ids;
 mod integrity;
@@ -66,11 +71,17 @@ mod rehash;
 mod sorted;
 mod tree;
 
+use std::collections::VecDeque;
+
 use hashbrown::DefaultHashBuilder;
 
-use crate::lock::{LockInfo, Mode, Note, PackedToken, Token};
+use crate::lock::{Mode, Note, PackedToken, Token};
 use crate::path::Path;
+use crate::Freed;
+use big::{BigMark, BigOwner};
 use chunks::Chunks;
+use conflicts::{Verdict, SEARCH_BUDGET};
+use free::FreeSlots;
 use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
 use notes::Notes;
@@ -84,30 +95,76 @@ use tree::{Held, Node};
 #[derive(Clone, Debug)]
 pub struct LockTable {
     nodes: Chunks<Node>,
-    free_nodes: Chunks<NodeId>,
+    free_nodes: FreeSlots,
     /// The children's tables of nodes with two or more children, found by `Node::table`.
     tables: Chunks<LinearTable<NodeId>>,
-    free_tables: Chunks<u32>,
+    free_tables: FreeSlots,
     /// The locks of paths that hold several (readers sharing a path), by node.
     crowded: IdMap<Vec<Held>>,
     owners: Chunks<Option<Owner>>,
-    free_owners: Chunks<OwnerId>,
-    /// The locks of owners that hold several, by owner.
+    free_owners: FreeSlots,
+    /// The locks of small owners that hold several, by owner.
     owner_locks: IdMap<Vec<Tagged>>,
-    /// Owner ids, found by hashing the owner's token.
+    /// Owner ids, found by hashing the owner's token. Buried owners are not in it.
     owner_index: LinearTable<OwnerId>,
     hasher: DefaultHashBuilder,
-    /// The first owner of each earliest deadline; the others follow through `Owner::next`.
-    /// Grants made together share a deadline, so a million locks take few entries, and
-    /// reclaiming costs what it reclaims.
+    /// The first owner of each deadline; the others follow through `Owner::next`. Grants made
+    /// together share a deadline, so a million locks take few entries, and reclaiming costs
+    /// what it reclaims.
     expiry: SortedRuns<u64, OwnerId>,
+    /// Big owners, by owner id (see `big`).
+    bigs: IdMap<BigOwner>,
+    /// By node, the big owners with locks strictly beneath it and how many, sorted by owner.
+    big_marks: IdMap<Vec<BigMark>>,
+    big_mark_count: usize,
+    /// Locks in big owners' sets, buried or not, for the memory estimate.
+    big_locks: usize,
     /// The notes of the locks that have one, by lock.
     notes: Notes,
+    /// Buried owners whose locks are still being freed, oldest first.
+    graveyard: VecDeque<OwnerId>,
+    /// Locks of buried owners still stored; they are not in `len`.
+    buried_locks: usize,
+    /// The most locks a small owner holds (`owners::SMALL`, lower in tests that want big
+    /// owners among a few locks).
+    small: usize,
     next_fence: u64,
+    /// Locks of owners that are not buried, lapsed or not.
     len: usize,
     live_nodes: usize,
     segment_bytes: usize,
     token_bytes: usize,
+}
+
+/// One request to acquire: who asks, for how long, what, and the note kept with what it is
+/// granted (see [`LockTable::grant_noted`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    pub token: &'a Token,
+    /// The token was just made by [`Token::generate`]: 122 random bits that nobody holds yet,
+    /// so the owners' index is not searched for it (at a million owners that search is a cache
+    /// miss or two, a tenth of the command).
+    pub generated: bool,
+    pub ttl: u64,
+    pub items: &'a [(Mode, Path)],
+    pub note: Option<&'a Note>,
+}
+
+/// What an acquire did: the fence of its grant, or `None` when a live lock of another owner
+/// blocks it, and the lapsed owners it reclaimed on the way (its own, and those in its way).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Acquired {
+    pub fence: Option<u64>,
+    pub lapsed: Freed,
+}
+
+/// What a release did: how many locks it freed and where waiters they held up are to be looked
+/// for, and the lapsed owners it reclaimed (its own, when its lease had lapsed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Released {
+    pub count: usize,
+    pub freed: Freed,
+    pub lapsed: Freed,
 }
 
 impl Default for LockTable {
@@ -122,22 +179,38 @@ const NODE_OVERHEAD: usize = std::mem::size_of::<Node>() + 8;
 const LOCK_OVERHEAD: usize = 8;
 /// Bytes an owner costs beyond its token: the slot and its index entry.
 const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8;
+/// Bytes a big owner's lock costs in its set, beyond `LOCK_OVERHEAD`.
+const BIG_LOCK_OVERHEAD: usize = 8;
+/// Bytes one big owner's mark on one node costs, with its share of the map's entry.
+const BIG_MARK_OVERHEAD: usize = std::mem::size_of::<BigMark>() + 16;
+
+/// Lapsed owners a request reclaims among those it met in its way, besides big ones (a step
+/// each): enough for the common case, bounded so that a request meeting a crowd of lapsed
+/// owners costs a fixed share of their reclaiming, the expiry cycle doing the rest.
+const MET_RECLAIMED: usize = 32;
 
 impl LockTable {
     pub fn new() -> LockTable {
         let mut table = LockTable {
             nodes: Chunks::default(),
-            free_nodes: Chunks::default(),
+            free_nodes: FreeSlots::default(),
             tables: Chunks::default(),
-            free_tables: Chunks::default(),
+            free_tables: FreeSlots::default(),
             crowded: IdMap::default(),
             owners: Chunks::default(),
-            free_owners: Chunks::default(),
+            free_owners: FreeSlots::default(),
             owner_locks: IdMap::default(),
             owner_index: LinearTable::default(),
             hasher: DefaultHashBuilder::default(),
             expiry: SortedRuns::default(),
+            bigs: IdMap::default(),
+            big_marks: IdMap::default(),
+            big_mark_count: 0,
+            big_locks: 0,
             notes: Notes::default(),
+            graveyard: VecDeque::new(),
+            buried_locks: 0,
+            small: owners::SMALL,
             next_fence: 1,
             len: 0,
             live_nodes: 0,
@@ -155,20 +228,29 @@ impl LockTable {
     pub fn share(&mut self) -> LockTable {
         LockTable {
             nodes: self.nodes.share(),
-            free_nodes: self.free_nodes.share(),
+            // The free sets are bitmaps, a bit per slot: a copy of one is 1.25 MB at ten
+            // million slots.
+            free_nodes: self.free_nodes.clone(),
             tables: self.tables.share(),
-            free_tables: self.free_tables.share(),
+            free_tables: self.free_tables.clone(),
             // The hash tables and the expiry index always keep their pieces behind `Arc`s
             // (children's tables sit inside the arena's chunks, where a copy of a chunk must not
             // copy their entries), so a clone of them is already a step per piece.
             crowded: self.crowded.clone(),
             owners: self.owners.share(),
-            free_owners: self.free_owners.share(),
+            free_owners: self.free_owners.clone(),
             owner_locks: self.owner_locks.clone(),
             owner_index: self.owner_index.clone(),
             hasher: self.hasher.clone(),
             expiry: self.expiry.clone(),
+            bigs: self.bigs.clone(),
+            big_marks: self.big_marks.clone(),
+            big_mark_count: self.big_mark_count,
+            big_locks: self.big_locks,
             notes: self.notes.clone(),
+            graveyard: self.graveyard.clone(),
+            buried_locks: self.buried_locks,
+            small: self.small,
             next_fence: self.next_fence,
             len: self.len,
             live_nodes: self.live_nodes,
@@ -177,7 +259,18 @@ impl LockTable {
         }
     }
 
-    /// The number of locks stored, including expired ones not yet reclaimed.
+    /// A table whose owners become big past `small` locks instead of `owners::SMALL` (at least
+    /// 2), so that tests with a few paths exercise big owners too.
+    #[doc(hidden)]
+    pub fn with_small_owners_up_to(small: usize) -> LockTable {
+        LockTable {
+            small: small.max(2),
+            ..LockTable::new()
+        }
+    }
+
+    /// The number of locks stored, lapsed ones not yet reclaimed included, but not those of a
+    /// released or reclaimed big owner still being freed (`free_some`).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -186,14 +279,22 @@ impl LockTable {
         self.len == 0
     }
 
+    /// Locks of owners released or reclaimed whole that are still stored, being freed in the
+    /// background (`free_some`); they count for nothing.
+    pub fn freeing(&self) -> usize {
+        self.buried_locks
+    }
+
     /// An estimate of the heap bytes the table uses, for `MEMORY USAGE`. It depends only on what
-    /// the table holds, so a released lock takes its bytes back exactly.
+    /// the table holds, so a released lock takes its bytes back exactly once it is freed.
     pub fn memory_estimate(&self) -> usize {
         let owners = self.owners.len() - self.free_owners.len();
         std::mem::size_of::<LockTable>()
             + (self.live_nodes + 1) * NODE_OVERHEAD
             + self.segment_bytes
-            + self.len * LOCK_OVERHEAD
+            + (self.len + self.buried_locks) * LOCK_OVERHEAD
+            + self.big_locks * BIG_LOCK_OVERHEAD
+            + self.big_mark_count * BIG_MARK_OVERHEAD
             + owners * OWNER_OVERHEAD
             + self.token_bytes
             + self.notes.bytes()
@@ -201,7 +302,7 @@ impl LockTable {
 
     /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
     pub fn free_effort(&self) -> usize {
-        self.live_nodes + self.len + self.owners.len()
+        self.live_nodes + self.len + self.buried_locks + self.owners.len()
     }
 
     /// The fence the next successful acquire will take.
@@ -215,32 +316,124 @@ impl LockTable {
         self.next_fence = self.next_fence.max(next);
     }
 
-    /// Grants every `(mode, path)` to `token` for `ttl` milliseconds, all or nothing. Returns
-    /// the fence of the grant, or `None` when any of them is blocked by another owner's lock.
+    /// Grants every `(mode, path)` to `token` for `ttl` milliseconds at `now`, all or nothing,
+    /// unless a live lock of another owner blocks one of them. The token's lease becomes the
+    /// later of what it was and `now + ttl`. The token's own lapsed locks are reclaimed first
+    /// (a lapsed lease is not revived), and so are the lapsed owners met in the request's way,
+    /// a bounded number of them (see `conflicts`).
     pub fn acquire(
         &mut self,
         now: u64,
         token: &Token,
         ttl: u64,
         items: &[(Mode, Path)],
-    ) -> Option<u64> {
-        let token = PackedToken::new(token);
-        let me = self.find_owner(&token);
-        if items
-            .iter()
-            .any(|(mode, path)| self.is_blocked_for(me, *mode, path))
-        {
-            return None;
-        }
-        let fence = self.next_fence;
-        let owner = me.unwrap_or_else(|| self.add_owner(token));
-        self.grant_to(owner, now.saturating_add(ttl), fence, items, None);
-        Some(fence)
+    ) -> Acquired {
+        let request = Request {
+            token,
+            generated: false,
+            ttl,
+            items,
+            note: None,
+        };
+        self.acquire_with(now, &request, true)
     }
 
-    /// Records a grant that was already decided: by `acquire`, or by a master whose effect a
-    /// replica or an AOF replay applies. Re-granting a `(path, mode)` the token holds refreshes
-    /// its deadline and fence. Returns how many new locks it added.
+    /// [`LockTable::acquire`] of a whole [`Request`], leaving the lapsed owners in its way alone
+    /// unless `reclaim` is set (a caller that cleared the way first, see
+    /// [`LockTable::clear_way`]). The token's own lapsed lease is reclaimed in any case.
+    pub fn acquire_with(&mut self, now: u64, request: &Request, reclaim: bool) -> Acquired {
+        let packed = PackedToken::new(request.token);
+        let mut me = if request.generated {
+            None
+        } else {
+            self.find_owner(&packed)
+        };
+        let mut lapsed = Freed::default();
+        if let Some(id) = me.filter(|&id| !self.is_live(id, now)) {
+            self.reclaim_owner(id, true, &mut lapsed);
+            me = None;
+        }
+        let mut dead = Vec::new();
+        let mut budget = SEARCH_BUDGET;
+        let verdict = request
+            .items
+            .iter()
+            .map(|(mode, path)| self.decide(me, *mode, path, now, &mut dead, &mut budget))
+            .find(|verdict| *verdict != Verdict::Free)
+            .unwrap_or(Verdict::Free);
+        if reclaim {
+            self.reclaim_met(now, &dead, &mut lapsed);
+        }
+        if verdict != Verdict::Free {
+            return Acquired {
+                fence: None,
+                lapsed,
+            };
+        }
+        let fence = self.next_fence;
+        let deadline = now.saturating_add(request.ttl);
+        let owner = match me {
+            Some(id) => {
+                if deadline > self.owner(id).deadline {
+                    self.set_lease(id, deadline);
+                }
+                id
+            }
+            None => self.add_owner(packed, deadline),
+        };
+        self.grant_to(owner, fence, request.items, request.note);
+        Acquired {
+            fence: Some(fence),
+            lapsed,
+        }
+    }
+
+    /// Reclaims what an acquire of `items` by `token` would meet in its way at `now`, without
+    /// deciding it: the token's own lapsed lease and the lapsed owners on and beneath the paths
+    /// (a bounded number), described for the waiters they held up.
+    pub fn clear_way(&mut self, now: u64, token: &Token, items: &[(Mode, Path)]) -> Freed {
+        let mut me = self.find_owner(&PackedToken::new(token));
+        let mut lapsed = Freed::default();
+        if let Some(id) = me.filter(|&id| !self.is_live(id, now)) {
+            self.reclaim_owner(id, true, &mut lapsed);
+            me = None;
+        }
+        let mut dead = Vec::new();
+        let mut budget = SEARCH_BUDGET;
+        for (mode, path) in items {
+            self.decide(me, *mode, path, now, &mut dead, &mut budget);
+        }
+        self.reclaim_met(now, &dead, &mut lapsed);
+        lapsed
+    }
+
+    /// Reclaims the lapsed owners a request met: every big one (a step each) and up to
+    /// `MET_RECLAIMED` small ones.
+    fn reclaim_met(&mut self, now: u64, dead: &[OwnerId], lapsed: &mut Freed) {
+        let mut small = 0;
+        for &owner in dead {
+            // An owner met twice, or freed by an earlier reclaim, is skipped; so is one whose slot
+            // a later owner took meanwhile (it is live).
+            let still = self.owners[owner as usize]
+                .as_ref()
+                .is_some_and(|o| o.filed && o.deadline <= now);
+            if !still {
+                continue;
+            }
+            if !self.is_big(owner) {
+                if small == MET_RECLAIMED {
+                    continue;
+                }
+                small += 1;
+            }
+            self.reclaim_owner(owner, true, lapsed);
+        }
+    }
+
+    /// Records a grant that was already decided: by a master whose effect a replica or an AOF
+    /// replay applies, or by loading a payload. The token's lease becomes the later of what it
+    /// was and `deadline`; re-granting a `(path, mode)` the token holds refreshes its fence.
+    /// Returns how many new locks it added.
     pub fn grant(
         &mut self,
         token: &Token,
@@ -262,14 +455,22 @@ impl LockTable {
         items: &[(Mode, Path)],
         note: Option<&Note>,
     ) -> usize {
-        let owner = self.intern(PackedToken::new(token));
-        self.grant_to(owner, deadline, fence, items, note)
+        let packed = PackedToken::new(token);
+        let owner = match self.find_owner(&packed) {
+            Some(id) => {
+                if deadline > self.owner(id).deadline {
+                    self.set_lease(id, deadline);
+                }
+                id
+            }
+            None => self.add_owner(packed, deadline),
+        };
+        self.grant_to(owner, fence, items, note)
     }
 
     fn grant_to(
         &mut self,
         owner: OwnerId,
-        deadline: u64,
         fence: u64,
         items: &[(Mode, Path)],
         note: Option<&Note>,
@@ -277,12 +478,14 @@ impl LockTable {
         self.raise_next_fence(fence.saturating_add(1));
         let mut added = 0;
         for (mode, path) in items {
-            added += usize::from(self.insert(path, owner, *mode, deadline, fence));
+            added += usize::from(self.insert(path, owner, *mode, fence));
             if let Some(note) = note {
                 self.note_lock(path, Tagged::new(owner, *mode), note);
             }
         }
-        self.refile(owner);
+        // A request that only re-granted what the token holds adds nothing; an owner created for
+        // it holds something, since a request names at least one path.
+        self.forget_if_empty(owner);
         added
     }
 
@@ -299,85 +502,96 @@ impl LockTable {
         }
     }
 
-    /// Frees `token`'s locks at `paths` (every mode held there), or all of its locks when
-    /// `paths` is `None`. Returns the locks freed.
-    pub fn release(&mut self, token: &Token, paths: Option<&[Path]>) -> Vec<LockInfo> {
-        match self.find_owner(&PackedToken::new(token)) {
-            Some(owner) => self.release_owner(owner, paths, true).1,
-            None => Vec::new(),
+    /// Frees `token`'s live locks at `paths` (every mode held there), or all of them when `paths`
+    /// is `None`: all of a big owner's at once, by burying it. A token whose lease lapsed by
+    /// `now` frees nothing and is reclaimed as lapsed. The freed locks are described for the
+    /// waiters they held up when `describe` is set.
+    pub fn release(
+        &mut self,
+        now: u64,
+        token: &Token,
+        paths: Option<&[Path]>,
+        describe: bool,
+    ) -> Released {
+        let mut released = Released::default();
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return released;
+        };
+        if !self.is_live(owner, now) {
+            self.reclaim_owner(owner, describe, &mut released.lapsed);
+            return released;
         }
+        released.count = self.release_owner(owner, paths, describe, &mut released.freed);
+        released
     }
 
-    /// [`LockTable::release`] that only counts what it freed, for callers that need no more
-    /// (a replica applying a `RELEASE`, a release nobody waits behind).
-    pub fn release_count(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {
+    /// [`LockTable::release`] as a master decided it, for a replica or an AOF replay: no time
+    /// involved. Returns how many locks it freed.
+    pub fn release_decided(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {
         match self.find_owner(&PackedToken::new(token)) {
-            Some(owner) => self.release_owner(owner, paths, false).0,
+            Some(owner) => self.release_owner(owner, paths, false, &mut Freed::default()),
             None => 0,
         }
     }
 
-    /// Frees `owner`'s locks at `paths`, or all of them: how many, and their descriptions when
-    /// `describe` is set.
     fn release_owner(
         &mut self,
         owner: OwnerId,
         paths: Option<&[Path]>,
         describe: bool,
-    ) -> (usize, Vec<LockInfo>) {
-        let mut count = 0;
-        let mut freed = Vec::new();
-        let mut take = |table: &mut LockTable, node: NodeId, mode: Mode| {
-            if describe {
-                let info = table.remove(node, owner, mode);
-                count += usize::from(info.is_some());
-                freed.extend(info);
-            } else {
-                count += usize::from(table.remove_silently(node, owner, mode));
-            }
+        freed: &mut Freed,
+    ) -> usize {
+        let Some(paths) = paths else {
+            let count = self.lock_count(owner);
+            self.drop_owner(owner, describe, freed);
+            return count;
         };
-        match paths {
-            None => {
-                // Each removal takes the lock off the owner's list, so this ends.
-                while let Some(&lock) = self.locks_of(owner).last() {
-                    take(self, lock.id(), lock.mode());
-                }
-            }
-            Some(paths) => {
-                for path in paths {
-                    if let Some(node) = self.locate(path) {
-                        for mode in Mode::ALL {
-                            take(self, node, mode);
-                        }
+        let before = freed.locks;
+        for path in paths {
+            let Some(node) = self.locate(path) else {
+                continue;
+            };
+            for mode in Mode::ALL {
+                if describe {
+                    if let Some(info) = self.remove(node, owner, mode) {
+                        freed.probes.push((info.mode, info.path));
+                        freed.locks += 1;
                     }
+                } else if self.remove_silently(node, owner, mode) {
+                    freed.locks += 1;
                 }
             }
         }
-        self.refile(owner);
-        (count, freed)
+        self.forget_if_empty(owner);
+        self.trim_some(TRIM_PER_CHANGE);
+        freed.locks - before
     }
 
-    /// Moves the deadline of every lock of `token` to `deadline`. Returns how many it moved.
-    pub fn renew(&mut self, token: &Token, deadline: u64) -> usize {
+    /// Sets the lease of `token`'s locks to `deadline`, unless it lapsed by `now`: then it is
+    /// reclaimed (a lapsed lease is not revived) and nothing is renewed. Returns how many locks
+    /// it renewed, in one step whatever the owner holds, and what lapsed.
+    pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Freed) {
+        let mut lapsed = Freed::default();
+        let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
+            return (0, lapsed);
+        };
+        if !self.is_live(owner, now) {
+            self.reclaim_owner(owner, true, &mut lapsed);
+            return (0, lapsed);
+        }
+        self.set_lease(owner, deadline);
+        (self.lock_count(owner), lapsed)
+    }
+
+    /// [`LockTable::renew`] as a master decided it, for a replica or an AOF replay.
+    pub fn renew_decided(&mut self, token: &Token, deadline: u64) -> usize {
         match self.find_owner(&PackedToken::new(token)) {
-            Some(owner) => self.renew_owner(owner, deadline),
+            Some(owner) => {
+                self.set_lease(owner, deadline);
+                self.lock_count(owner)
+            }
             None => 0,
         }
-    }
-
-    fn renew_owner(&mut self, owner: OwnerId, deadline: u64) -> usize {
-        let locks = self.locks_of(owner).to_vec();
-        for lock in &locks {
-            if let Some(held) = self
-                .held_mut(lock.id())
-                .iter_mut()
-                .find(|h| h.owner == Tagged::new(owner, lock.mode()))
-            {
-                held.deadline = deadline;
-            }
-        }
-        self.refile(owner);
-        locks.len()
     }
 
     /// The number of nodes in use: locked paths and their ancestors. Zero once every lock is
@@ -385,7 +599,48 @@ impl LockTable {
     pub fn node_count(&self) -> usize {
         self.live_nodes + usize::from(!self.nodes[ROOT as usize].is_unused())
     }
+
+    /// Whether an arena's last slot is free, for `trim_some` to give back.
+    fn has_free_tail(&self) -> bool {
+        let tail = |len: usize, free: &FreeSlots| len > 0 && free.contains((len - 1) as u32);
+        tail(self.nodes.len(), &self.free_nodes)
+            || tail(self.owners.len(), &self.free_owners)
+            || tail(self.tables.len(), &self.free_tables)
+    }
+
+    /// Gives back up to `budget` free slots from the arenas' ends, and returns how many. The
+    /// root's slot is never free.
+    fn trim_some(&mut self, budget: usize) -> usize {
+        let mut done = 0;
+        while done < budget {
+            let before = done;
+            let last = self.nodes.len().saturating_sub(1) as u32;
+            if last != ROOT && self.free_nodes.remove(last) {
+                self.nodes.pop();
+                done += 1;
+            }
+            let last = self.owners.len().saturating_sub(1) as u32;
+            if self.owners.len() > 0 && self.free_owners.remove(last) {
+                self.owners.pop();
+                done += 1;
+            }
+            let last = self.tables.len().saturating_sub(1) as u32;
+            if self.tables.len() > 0 && self.free_tables.remove(last) {
+                self.tables.pop();
+                done += 1;
+            }
+            if done == before {
+                break;
+            }
+        }
+        done
+    }
 }
+
+/// Free slots a change gives back from the arenas' ends after it frees locks: a few dozen
+/// pointer moves, so that a project that shrinks by releases gives its memory back without the
+/// background having to.
+const TRIM_PER_CHANGE: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -406,7 +661,7 @@ mod tests {
         // Releasing one lock on the copy writes to the chunks of its node and of its ancestors
         // (the folder and the root, both in the first chunk), not to the others.
         let path = Path::parse(b"/d7/f9907", &Default::default()).expect("a path");
-        assert_eq!(copy.release(&token, Some(&[path])).len(), 1);
+        assert_eq!(copy.release_decided(&token, Some(&[path])), 1);
         assert_eq!(table.nodes.shared_with(&copy.nodes), chunks - 2);
         assert_eq!(table.len(), copy.len() + 1);
         copy.check_integrity().expect("the copy's integrity");

@@ -1,27 +1,44 @@
-//! Owners: each token that holds locks, interned once, with the list of its locks.
+//! Owners: each token that holds locks, interned once, with its lease and the list of its locks.
+//!
+//! An owner is a lease, as etcd attaches many keys to one lease: its locks share one deadline,
+//! kept here and not on each lock, so renewing an owner of a million locks moves one number and
+//! refiles one entry of the expiry index. An `ACQUIRE` never shortens the lease of what its token
+//! already holds (the new deadline is the later of the two), `RENEW` sets it.
+//!
+//! How an owner lists its locks depends on how many it holds, so that nothing it does costs
+//! what it holds: one lock inline; up to `SMALL` in a short vector (`owner_locks`), which a few
+//! operations scan (its own locks beneath a path, renewing their `latest`); more, and the owner
+//! is big (`big`): a hash set of its locks and marks on the ancestors of each, so that every
+//! one of its commands costs the depth of its paths. An owner becomes big past `SMALL` locks
+//! and small again at half that, so that a count going up and down around the limit does not
+//! convert it back and forth.
 
 use std::hash::BuildHasher;
 
 use hashbrown::DefaultHashBuilder;
 
 use super::chunks::Chunks;
-use super::ids::{OwnerId, Tagged, MAX_ID, NONE, SPILLED};
+use super::ids::{NodeId, OwnerId, Tagged, BIG, MAX_ID, NONE, SPILLED};
 use super::rehash::{prefetch, Rehasher};
 use super::tree::reserve_for_one;
 use super::LockTable;
 use crate::lock::PackedToken;
 
+/// The most locks a small owner holds; one more and it is big.
+pub(super) const SMALL: usize = 64;
+
 /// A token that holds locks. Most owners hold one lock, which is kept inline.
 #[derive(Clone, Debug)]
 pub(super) struct Owner {
     pub(super) token: PackedToken,
-    /// The earliest deadline among the owner's locks, as filed in the expiry index.
-    pub(super) earliest: u64,
-    /// The neighbours in the list of owners filed under the same earliest deadline.
+    /// The lease: every lock of the owner lapses at this time (milliseconds). Zero for an owner
+    /// that was released or reclaimed whole and whose locks are being freed (`big::bury`).
+    pub(super) deadline: u64,
+    /// The neighbours in the list of owners filed under the same deadline.
     pub(super) prev: OwnerId,
     pub(super) next: OwnerId,
-    /// The owner's only lock (`Tagged(node, mode)`), `NONE` before its first, or `SPILLED`
-    /// when it holds several, listed in `LockTable::owner_locks`.
+    /// The owner's only lock (`Tagged(node, mode)`), `NONE` before its first, `SPILLED` when it
+    /// holds several, listed in `LockTable::owner_locks`, or `BIG` (see `big`).
     pub(super) lock: Tagged,
     pub(super) filed: bool,
 }
@@ -38,6 +55,15 @@ impl LockTable {
         self.owners[id as usize].as_mut().expect("a live owner id")
     }
 
+    pub(super) fn is_big(&self, id: OwnerId) -> bool {
+        self.owner(id).lock.0 == BIG
+    }
+
+    /// Whether the owner's lease runs past `now`. An owner being freed (`bury`) never does.
+    pub(super) fn is_live(&self, id: OwnerId, now: u64) -> bool {
+        self.owner(id).deadline > now
+    }
+
     pub(super) fn find_owner(&self, token: &PackedToken) -> Option<OwnerId> {
         let hash = self.hasher.hash_one(token.stored());
         self.owner_index
@@ -49,27 +75,19 @@ impl LockTable {
             .copied()
     }
 
-    /// The owner id of `token`, created when it holds nothing yet.
-    pub(super) fn intern(&mut self, token: PackedToken) -> OwnerId {
-        match self.find_owner(&token) {
-            Some(id) => id,
-            None => self.add_owner(token),
-        }
-    }
-
-    /// A new owner for a token that has none.
-    pub(super) fn add_owner(&mut self, token: PackedToken) -> OwnerId {
+    /// A new owner for a token that has none, with its lease.
+    pub(super) fn add_owner(&mut self, token: PackedToken, deadline: u64) -> OwnerId {
         let hash = self.hasher.hash_one(token.stored());
         self.token_bytes += token.heap_bytes();
         let owner = Owner {
             token,
-            earliest: u64::MAX,
+            deadline,
             prev: NONE,
             next: NONE,
             lock: Tagged(NONE),
             filed: false,
         };
-        let id = match self.free_owners.pop() {
+        let id = match self.free_owners.pop_lowest() {
             Some(id) => {
                 self.owners[id as usize] = Some(owner);
                 id
@@ -86,29 +104,91 @@ impl LockTable {
             hasher: &self.hasher,
         };
         self.owner_index.insert_unique(hash, id, keys);
+        self.file(id, deadline);
         id
     }
 
-    /// The locks an owner holds, as `Tagged(node, mode)`.
-    pub(super) fn locks_of(&self, id: OwnerId) -> &[Tagged] {
+    /// Takes an owner out of the token index, so that its token finds it no more.
+    pub(super) fn unindex(&mut self, id: OwnerId) {
+        let keys = OwnerKeys {
+            owners: &self.owners,
+            hasher: &self.hasher,
+        };
+        let hash = keys.hash(&id);
+        self.owner_index.remove(hash, |&other| other == id, keys);
+    }
+
+    /// Forgets an owner that holds nothing any more: out of the index and the expiry list, its
+    /// slot free for the next owner. (A buried owner is freed by `big` when its last lock goes.)
+    pub(super) fn forget_if_empty(&mut self, id: OwnerId) {
+        if self.owners[id as usize]
+            .as_ref()
+            .is_none_or(|owner| owner.lock.0 != NONE)
+        {
+            return;
+        }
+        self.unfile(id);
+        self.unindex(id);
+        self.free_owner_slot(id);
+    }
+
+    /// Gives an owner's slot back; the owner is out of every index already.
+    pub(super) fn free_owner_slot(&mut self, id: OwnerId) {
+        if let Some(owner) = self.owners[id as usize].take() {
+            self.token_bytes -= owner.token.heap_bytes();
+            self.free_owners.insert(id);
+        }
+    }
+
+    /// The locks of a small owner, as `Tagged(node, mode)`; empty for a big one, whose locks
+    /// are in its set (`big_locks`).
+    pub(super) fn small_locks(&self, id: OwnerId) -> &[Tagged] {
         let owner = self.owner(id);
         match owner.lock.0 {
-            NONE => &[],
+            NONE | BIG => &[],
             SPILLED => self.owner_locks.get(id).map_or(&[], Vec::as_slice),
             _ => std::slice::from_ref(&owner.lock),
         }
     }
 
+    /// How many locks an owner holds.
+    pub(super) fn lock_count(&self, id: OwnerId) -> usize {
+        match self.owner(id).lock.0 {
+            BIG => self.bigs.get(id).map_or(0, |big| big.locks.len()),
+            _ => self.small_locks(id).len(),
+        }
+    }
+
+    /// Every lock of an owner, small or big, for the few callers that take them all.
+    pub(super) fn all_locks(&self, id: OwnerId) -> Vec<Tagged> {
+        match self.owner(id).lock.0 {
+            BIG => self
+                .bigs
+                .get(id)
+                .map(|big| big.locks.iter().copied().collect())
+                .unwrap_or_default(),
+            _ => self.small_locks(id).to_vec(),
+        }
+    }
+
+    /// Adds a lock to its owner's list; past `SMALL` the owner becomes big.
     pub(super) fn add_owner_lock(&mut self, id: OwnerId, lock: Tagged) {
+        self.len += 1;
         let Some(owner) = self.owners[id as usize].as_mut() else {
             return;
         };
         match owner.lock.0 {
             NONE => owner.lock = lock,
+            BIG => self.add_big_lock(id, lock),
             SPILLED => {
+                let mut promote = false;
                 if let Some(all) = self.owner_locks.get_mut(id) {
                     reserve_for_one(all);
                     all.push(lock);
+                    promote = all.len() > self.small;
+                }
+                if promote {
+                    self.promote(id);
                 }
             }
             _ => {
@@ -118,16 +198,21 @@ impl LockTable {
         }
     }
 
+    /// Takes a lock off its owner's list (see `remove_big_lock` for a big owner).
     pub(super) fn remove_owner_lock(&mut self, id: OwnerId, lock: Tagged) {
         let Some(owner) = self.owners[id as usize].as_mut() else {
             return;
         };
+        if owner.lock.0 == BIG {
+            self.remove_big_lock(id, lock);
+            return;
+        }
+        self.len -= 1;
         if owner.lock == lock {
             owner.lock = Tagged(NONE);
         } else if owner.lock.0 == SPILLED {
             if let Some(all) = self.owner_locks.get_mut(id) {
-                // From the end: releasing everything takes the last lock each time, which keeps
-                // it linear in the owner's locks.
+                // From the end: releasing everything takes the last lock each time.
                 if let Some(i) = all.iter().rposition(|&l| l == lock) {
                     all.swap_remove(i);
                 }
@@ -137,6 +222,43 @@ impl LockTable {
                 }
             }
         }
+    }
+
+    /// Moves an owner's lease to `deadline`. A small owner's locks raise the `latest` of their
+    /// ancestors when it moves later, a few walks of a few steps each; a big owner's cost
+    /// nothing, as their liveness is read from the owner itself.
+    pub(super) fn set_lease(&mut self, id: OwnerId, deadline: u64) {
+        let before = self.owner(id).deadline;
+        if deadline == before {
+            return;
+        }
+        self.unfile(id);
+        self.owner_mut(id).deadline = deadline;
+        self.file(id, deadline);
+        if deadline > before && !self.is_big(id) {
+            let locks: smallvec::SmallVec<[Tagged; 4]> =
+                self.small_locks(id).iter().copied().collect();
+            for lock in locks {
+                self.raise_latest(lock.id(), deadline);
+            }
+        }
+    }
+
+    /// How many locks of each mode the small owner `id` holds strictly beneath `node`: a walk
+    /// up from each of its locks, at most `SMALL` of them.
+    pub(super) fn small_beneath(&self, id: OwnerId, node: NodeId) -> [u32; 2] {
+        let mut counts = [0, 0];
+        for lock in self.small_locks(id) {
+            let mut up = lock.id();
+            while up != super::ids::ROOT {
+                up = self.nodes[up as usize].parent;
+                if up == node {
+                    counts[lock.mode().index()] += 1;
+                    break;
+                }
+            }
+        }
+        counts
     }
 }
 

@@ -109,9 +109,17 @@ fn segment_bits(hash: u64) -> usize {
 }
 
 impl<T: Clone> LinearTable<T> {
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.len as usize
+    }
+
+    /// Some entry of the table, for a caller that empties it one entry at a time: from the last
+    /// segment, which the merges that removals cause would move anyway.
+    pub(super) fn any(&self) -> Option<&T> {
+        self.segments
+            .iter()
+            .rev()
+            .find_map(|segment| segment.iter().next())
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -13,19 +13,18 @@ use crate::bytes::SmallBytes;
 use crate::lock::{LockInfo, Mode};
 use crate::path::Path;
 
-/// One lock, as stored on its path's node. Packed to 20 bytes, so that a node holding one lock
-/// fits in a cache line.
+/// One lock, as stored on its path's node: its fence and its owner. The deadline is the
+/// owner's (one lease per owner, see `owners`), so renewing a token's locks touches none of
+/// them. Packed to 12 bytes, so that a node holding one lock fits in a cache line.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, packed(4))]
 pub(super) struct Held {
-    pub(super) deadline: u64,
     pub(super) fence: u64,
     pub(super) owner: Tagged,
 }
 
 impl Held {
     pub(super) const EMPTY: Held = Held {
-        deadline: 0,
         fence: 0,
         owner: Tagged(NONE),
     };
@@ -63,6 +62,13 @@ pub(super) struct Node {
     pub(super) child: NodeId,
     /// The index in `LockTable::tables` of the children's table, or `NONE`.
     pub(super) table: u32,
+    /// No lock of a small owner strictly beneath this node has a deadline after this one: an
+    /// upper bound, raised when such a lock comes or its owner's lease moves later, and never
+    /// lowered when one goes. When it is not after `now`, everything small owners hold beneath
+    /// has lapsed, so a request is decided without looking at a mountain of lapsed locks (see
+    /// `conflicts`). Big owners' locks are not in it: their leases move in one step, and their
+    /// liveness is read from their marks (`big`).
+    pub(super) latest: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<Node>() == 64);
@@ -76,6 +82,7 @@ impl Default for Node {
             below: [0, 0],
             child: NONE,
             table: NONE,
+            latest: 0,
         }
     }
 }
@@ -135,11 +142,6 @@ impl LockTable {
                 .map_or(&mut [], Vec::as_mut_slice),
             _ => std::slice::from_mut(slot),
         }
-    }
-
-    pub(super) fn held_by(&self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<&Held> {
-        let wanted = Tagged::new(owner, mode);
-        self.held(node).iter().find(|h| h.owner == wanted)
     }
 
     pub(super) fn insert_held(&mut self, node: NodeId, at: usize, held: Held) {
@@ -227,6 +229,20 @@ impl LockTable {
         Walk::Reached(node)
     }
 
+    /// Whether `node` is `top` or lies beneath it: a walk up, O(depth).
+    pub(super) fn is_at_or_beneath(&self, node: NodeId, top: NodeId) -> bool {
+        let mut up = node;
+        loop {
+            if up == top {
+                return true;
+            }
+            if up == ROOT {
+                return false;
+            }
+            up = self.nodes[up as usize].parent;
+        }
+    }
+
     /// The node of `path`, when it exists.
     pub(super) fn locate(&self, path: &Path) -> Option<NodeId> {
         path.escaped_segments()
@@ -243,7 +259,7 @@ impl LockTable {
             parent: node,
             ..Node::default()
         };
-        let id = match self.free_nodes.pop() {
+        let id = match self.free_nodes.pop_lowest() {
             Some(id) => {
                 self.nodes[id as usize] = fresh;
                 id
@@ -269,7 +285,7 @@ impl LockTable {
         }
         let mut moved = None;
         if p.table == NONE {
-            p.table = match self.free_tables.pop() {
+            p.table = match self.free_tables.pop_lowest() {
                 Some(slot) => slot,
                 None => {
                     self.tables.push(LinearTable::default());
@@ -308,22 +324,15 @@ impl LockTable {
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
             self.nodes[parent as usize].table = NONE;
-            self.free_tables.push(slot);
+            self.free_tables.insert(slot);
         }
     }
 
-    /// Adds one lock, or refreshes it when the owner already holds that mode on that path.
-    /// Returns whether the lock is new.
-    pub(super) fn insert(
-        &mut self,
-        path: &Path,
-        owner: OwnerId,
-        mode: Mode,
-        deadline: u64,
-        fence: u64,
-    ) -> bool {
+    /// Adds one lock, or refreshes its fence when the owner already holds that mode on that
+    /// path. Returns whether the lock is new. The marks of every ancestor count it; a small
+    /// owner's lease raises their `latest`, a big owner's lock goes into its marks instead.
+    pub(super) fn insert(&mut self, path: &Path, owner: OwnerId, mode: Mode, fence: u64) -> bool {
         let held = Held {
-            deadline,
             fence,
             owner: Tagged::new(owner, mode),
         };
@@ -337,13 +346,22 @@ impl LockTable {
             .find(|h| h.owner == held.owner)
         {
             // The path existed, so nothing was created on the way down.
-            *existing = held;
+            existing.fence = fence;
             return false;
         }
+        let big = self.is_big(owner);
+        let deadline = self.owner(owner).deadline;
         let mut up = node;
         while up != ROOT {
             up = self.nodes[up as usize].parent;
-            self.nodes[up as usize].below[mode.index()] += 1;
+            let ancestor = &mut self.nodes[up as usize];
+            ancestor.below[mode.index()] += 1;
+            if !big && ancestor.latest < deadline {
+                ancestor.latest = deadline;
+            }
+        }
+        if big {
+            self.mark_ancestors(node, owner, mode, 1);
         }
         let token = &self.owner(owner).token;
         let locks = self.held(node);
@@ -358,11 +376,25 @@ impl LockTable {
             .unwrap_or(locks.len());
         self.insert_held(node, position, held);
         self.add_owner_lock(owner, Tagged::new(node, mode));
-        self.len += 1;
         true
     }
 
-    /// Removes one lock and every node that only it needed. The caller refiles the owner.
+    /// Raises the `latest` of every strict ancestor of `node` to `deadline`, stopping at the
+    /// first that is already there: every ancestor above it is too.
+    pub(super) fn raise_latest(&mut self, node: NodeId, deadline: u64) {
+        let mut up = node;
+        while up != ROOT {
+            up = self.nodes[up as usize].parent;
+            let ancestor = &mut self.nodes[up as usize];
+            if ancestor.latest >= deadline {
+                return;
+            }
+            ancestor.latest = deadline;
+        }
+    }
+
+    /// Removes one lock and every node that only it needed, and takes it off its owner's list.
+    /// The caller forgets an owner left with nothing (`forget_if_empty`).
     pub(super) fn remove(&mut self, node: NodeId, owner: OwnerId, mode: Mode) -> Option<LockInfo> {
         self.take_lock(node, owner, mode, true).flatten()
     }
@@ -390,6 +422,9 @@ impl LockTable {
         if !self.notes.is_empty() {
             self.notes.remove(node, wanted);
         }
+        if self.is_big(owner) {
+            self.mark_ancestors(node, owner, mode, -1);
+        }
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
@@ -400,7 +435,6 @@ impl LockTable {
             current = parent;
         }
         self.remove_owner_lock(owner, Tagged::new(node, mode));
-        self.len -= 1;
         Some(info)
     }
 
@@ -409,7 +443,7 @@ impl LockTable {
         let node = std::mem::take(&mut self.nodes[id as usize]);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
-        self.free_nodes.push(id);
+        self.free_nodes.insert(id);
     }
 
     /// The trie key of a node, built by walking up to the root twice: once to size it, so that
@@ -433,51 +467,66 @@ impl LockTable {
 
     /// The description of the lock `held` on `node`, whose trie key is `key`.
     pub(super) fn info(&self, node: NodeId, key: &[u8], held: &Held) -> LockInfo {
+        let owner = self.owner(held.owner());
         LockInfo {
             path: Path::from_trusted_key(key),
             mode: held.mode(),
-            token: self.owner(held.owner()).token.to_token(),
-            deadline: held.deadline,
+            token: owner.token.to_token(),
+            deadline: owner.deadline,
             fence: held.fence,
             note: self.notes.get(node, held.owner).cloned(),
         }
     }
 
     /// Visits every lock at and beneath `node` in tree order: a node's locks, then its children
-    /// in byte order of their segments, with the node that holds it and its trie key. `key` is
-    /// `node`'s trie key on entry and on return.
+    /// in byte order of their segments. `key` is the node's trie key on entry and on return.
+    pub(super) fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut Visit<'_>) {
+        self.walk_where(node, key, &|_, _| true, visit);
+    }
+
+    /// `walk`, descending beneath a node only when `descend` says something there matters.
     ///
     /// The walk keeps its own stack rather than recursing: a path may be thousands of segments
     /// deep, and neither the server's stack nor a test thread's may bound what it can list.
     /// Each entry is a node still to visit and the length of its parent's key, a prefix of the
     /// key at the time the entry is taken, since everything visited in between lies beneath
     /// that parent.
-    pub(super) fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut Visit<'_>) {
+    pub(super) fn walk_where(
+        &self,
+        node: NodeId,
+        key: &mut Vec<u8>,
+        descend: &dyn Fn(&Self, NodeId) -> bool,
+        visit: &mut Visit<'_>,
+    ) {
         let start = key.len();
         for held in self.held(node) {
             visit(self, node, key, held);
         }
         let mut stack: Vec<(NodeId, usize)> = Vec::new();
         // Children go on the stack last first, so they come off it in byte order.
-        stack.extend(
-            self.sorted_children(node)
-                .into_iter()
-                .rev()
-                .map(|c| (c, start)),
-        );
+        if descend(self, node) {
+            stack.extend(
+                self.sorted_children(node)
+                    .into_iter()
+                    .rev()
+                    .map(|c| (c, start)),
+            );
+        }
         while let Some((child, parent_length)) = stack.pop() {
             key.truncate(parent_length);
             push_segment(key, &self.nodes[child as usize].segment);
             for held in self.held(child) {
                 visit(self, child, key, held);
             }
-            let length = key.len();
-            stack.extend(
-                self.sorted_children(child)
-                    .into_iter()
-                    .rev()
-                    .map(|c| (c, length)),
-            );
+            if descend(self, child) {
+                let length = key.len();
+                stack.extend(
+                    self.sorted_children(child)
+                        .into_iter()
+                        .rev()
+                        .map(|c| (c, length)),
+                );
+            }
         }
         key.truncate(start);
     }

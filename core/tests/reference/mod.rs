@@ -87,7 +87,8 @@ impl Reference {
         fence
     }
 
-    /// Records a grant decided elsewhere, at its deadline and fence.
+    /// Records a grant decided elsewhere, at its deadline and fence. A token's locks are one
+    /// lease: the grant moves every one of them to the later of their deadline and `deadline`.
     pub fn record(
         &mut self,
         token: &Token,
@@ -97,6 +98,15 @@ impl Reference {
         note: Option<&Note>,
     ) {
         self.next_fence = self.next_fence.max(fence + 1);
+        let deadline = self
+            .locks
+            .iter()
+            .filter(|l| l.token == *token)
+            .map(|l| l.deadline)
+            .fold(deadline, u64::max);
+        for lock in self.locks.iter_mut().filter(|l| l.token == *token) {
+            lock.deadline = deadline;
+        }
         for (mode, path) in items {
             let same = |l: &LockInfo| l.token == *token && l.mode == *mode && l.path == *path;
             let old = self

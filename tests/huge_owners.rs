@@ -1,0 +1,300 @@
+//! Every owner and every mountain: a token holding more locks than a small owner may (so that
+//! the engine keeps it as a big owner), its release and its expiry, which take its locks out of
+//! every count and conflict at once and free them in the background; and a request over a
+//! mountain of lapsed locks, decided without reclaiming them. Each holds on a master and its
+//! replica, through RDB and AOF, and while the background is still at work. Speed is measured
+//! by `make bench-owners`; these tests check the promises.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::Duration;
+
+use common::*;
+
+/// More locks than a small owner holds (the engine's `SMALL`, 64), so the token is big.
+const BIG: usize = 300;
+
+/// Grants `BIG` locks to `token`, requests of 50 paths each (64 is the default limit per call):
+/// `WRITE /d<i % 10>/f<i>`.
+fn hold_big(con: &mut Connection, key: &str, token: &str, ttl: u64) {
+    for part in 0..BIG / 50 {
+        let mut command = cmd("PATHLOCK.ACQUIRE");
+        command.arg(key).arg("TOKEN").arg(token).arg("TTL").arg(ttl);
+        for i in (part * 50)..((part + 1) * 50) {
+            command.arg("WRITE").arg(format!("/d{}/f{i}", i % 10));
+        }
+        let granted: Option<(String, i64)> = command.query(con).expect("ACQUIRE");
+        assert!(granted.is_some(), "part {part} of {token}'s locks");
+    }
+}
+
+fn count_locks(con: &mut Connection, key: &str, under: &str) -> usize {
+    let listed: Vec<Value> = cmd("PATHLOCK.LOCKS")
+        .arg(key)
+        .arg(under)
+        .query(con)
+        .expect("LOCKS");
+    listed.len()
+}
+
+fn freeing(con: &mut Connection) -> i64 {
+    info_number(con, "pathlock", "pathlock_locks_freeing")
+}
+
+/// Waits until no key has background work left on this server.
+fn wait_for_background(con: &mut Connection) {
+    wait_until(Duration::from_secs(30), "the background to free", || {
+        freeing(con) == 0 && info_number(con, "pathlock", "pathlock_background_keys") == 0
+    });
+}
+
+/// A waiting `ACQUIRE` on a connection of its own, answered on a thread.
+fn wait_for(
+    server: &Server,
+    key: &'static str,
+    token: &'static str,
+    path: &'static str,
+) -> std::thread::JoinHandle<Option<(String, i64)>> {
+    let mut con = server.conn();
+    std::thread::spawn(move || {
+        acquire(
+            &mut con,
+            key,
+            &["TOKEN", token, "WAIT", "10000", "WRITE", path],
+        )
+    })
+}
+
+fn wait_until_waiting(con: &mut Connection, n: i64) {
+    wait_until(Duration::from_secs(10), "the waiter to queue", || {
+        info_number(con, "pathlock", "pathlock_clients_waiting") == n
+    });
+}
+
+#[test]
+fn a_big_owner_costs_its_commands_nothing_and_its_release_takes_everything_at_once() {
+    let master = Server::start_with(&["--appendonly", "yes"]);
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    hold_big(&mut m, "p", "big", 600_000);
+    assert!(take(&mut m, "p", "small", &["WRITE", "/other"]));
+    assert_eq!(
+        info_number(&mut m, "pathlock", "pathlock_locks"),
+        BIG as i64 + 1
+    );
+    // Its own commands: a new path, a folder over its own locks (they never block it),
+    // a release of one path, a renewal of all, its own locks left out of CHECK.
+    assert!(take(&mut m, "p", "big", &["WRITE", "/new"]));
+    assert!(
+        take(&mut m, "p", "big", &["WRITE", "/d3"]),
+        "own locks beneath"
+    );
+    assert_eq!(release(&mut m, "p", "big", &["/d3/f3"]), 1);
+    assert_eq!(renew(&mut m, "p", "big", 600_000), BIG as i64 + 1);
+    let own: Vec<Value> = cmd("PATHLOCK.CHECK")
+        .arg(&["p", "TOKEN", "big", "WRITE", "/d4"])
+        .query(&mut m)
+        .expect("CHECK");
+    assert!(own.is_empty(), "its own locks do not block it");
+    assert_eq!(count_locks(&mut m, "p", "/d4"), 30);
+    // Another owner is blocked by it, beneath and above, and waits.
+    assert!(!take(&mut m, "p", "other", &["READ", "/d5"]));
+    assert!(!take(&mut m, "p", "other", &["WRITE", "/"]));
+    let waiter = wait_for(&master, "p", "waiter", "/d5");
+    wait_until_waiting(&mut m, 1);
+    // Its release of everything answers how many it freed, and from that moment its locks
+    // count for nothing: not listed, not blocking, not in the gauge; the waiter is granted.
+    let freed = release(&mut m, "p", "big", &[]);
+    assert_eq!(freed, BIG as i64 + 1);
+    assert_eq!(count_locks(&mut m, "p", "/d4"), 0);
+    assert_eq!(info_number(&mut m, "pathlock", "pathlock_locks"), 2);
+    assert!(take(&mut m, "p", "other", &["READ", "/d6"]));
+    let granted = waiter.join().expect("the waiter's thread");
+    assert!(granted.is_some(), "the waiter behind it is granted");
+    assert_eq!(
+        release(&mut m, "p", "big", &[]),
+        0,
+        "nothing left to release"
+    );
+    assert_eq!(renew(&mut m, "p", "big", 1000), 0, "nothing left to renew");
+    // The token is free to lock again at once, while its old locks are still being freed.
+    assert!(take(&mut m, "p", "big", &["WRITE", "/d7/f7"]));
+    // The replica reaches the same locks, each server freeing at its own pace.
+    pause_and_sync(&mut m);
+    assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
+    assert_eq!(lock_set(&mut m, "p"), lock_set(&mut r, "p"));
+    resume_writes(&mut m);
+    wait_for_background(&mut m);
+    wait_for_background(&mut r);
+    assert_eq!(info_number(&mut m, "pathlock", "pathlock_locks"), 4);
+    assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
+    // The AOF replays to the same locks.
+    let digest = digest_of(&mut m, "p");
+    let _: () = cmd("DEBUG").arg("LOADAOF").query(&mut m).expect("LOADAOF");
+    assert_eq!(digest_of(&mut m, "p"), digest);
+}
+
+#[test]
+fn a_big_owner_that_lapses_lets_its_waiter_in_and_is_freed_in_the_background() {
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    hold_big(&mut m, "p", "big", 600);
+    let waiter = wait_for(&master, "p", "waiter", "/d2");
+    wait_until_waiting(&mut m, 1);
+    let granted = waiter.join().expect("the waiter's thread");
+    assert!(granted.is_some(), "granted when the lease lapsed");
+    assert_eq!(info_number(&mut m, "pathlock", "pathlock_locks"), 1);
+    assert_eq!(count_locks(&mut m, "p", "/"), 1);
+    wait_for_background(&mut m);
+    wait_for_background(&mut r);
+    pause_and_sync(&mut m);
+    assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
+    assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 1);
+    resume_writes(&mut m);
+}
+
+#[test]
+fn a_project_saved_copied_or_renamed_while_it_frees_keeps_only_what_counts() {
+    let server = Server::start();
+    let mut con = server.conn();
+    hold_big(&mut con, "p", "big", 600_000);
+    assert!(take(&mut con, "p", "kept", &["WRITE", "/kept"]));
+    let live = lock_set(&mut con, "p");
+    assert_eq!(live.len(), BIG + 1);
+    // Pause the expiry cycle's ticks by keeping the server busy is not possible from here, so
+    // the copies are made right after the release, in one transaction, before a tick runs.
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("PATHLOCK.RELEASE")
+        .arg(&["p", "big"])
+        .cmd("COPY")
+        .arg(&["p", "copy"])
+        .cmd("INFO")
+        .arg("pathlock");
+    let (freed, copied, info): (i64, i64, String) = pipe.query(&mut con).expect("MULTI");
+    assert_eq!((freed, copied), (BIG as i64, 1));
+    assert!(info.contains(&format!("pathlock_locks_freeing:{}", 2 * BIG)));
+    let _: () = cmd("RENAME")
+        .arg(&["copy", "renamed"])
+        .query(&mut con)
+        .expect("RENAME");
+    // Both projects hold the one lock that counts, and the background frees both.
+    for key in ["p", "renamed"] {
+        assert_eq!(count_locks(&mut con, key, "/"), 1, "{key}");
+    }
+    wait_for_background(&mut con);
+    assert_eq!(digest_of(&mut con, "p"), digest_of(&mut con, "renamed"));
+    let usage = |con: &mut Connection, key: &str| -> i64 {
+        cmd("MEMORY")
+            .arg(&["USAGE", key])
+            .query(con)
+            .expect("MEMORY USAGE")
+    };
+    assert!(take(&mut con, "fresh", "kept", &["WRITE", "/kept"]));
+    assert_eq!(
+        usage(&mut con, "p"),
+        usage(&mut con, "fresh"),
+        "a released owner leaves nothing behind"
+    );
+    // An RDB made while a released owner is being freed holds only what counts.
+    hold_big(&mut con, "p", "again", 600_000);
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("PATHLOCK.RELEASE")
+        .arg(&["p", "again"])
+        .cmd("DEBUG")
+        .arg("RELOAD");
+    let (freed, _): (i64, Value) = pipe.query(&mut con).expect("MULTI");
+    assert_eq!(freed, BIG as i64);
+    assert_eq!(freeing(&mut con), 0, "nothing to free after a reload");
+    assert_eq!(lock_set(&mut con, "p").len(), 1);
+}
+
+#[test]
+fn a_request_over_a_mountain_of_lapsed_locks_is_decided_without_reclaiming_them() {
+    const LAPSED: usize = 20_000;
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    for chunk in (0..LAPSED).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("PATHLOCK.ACQUIRE")
+                .arg(&["p", "TOKEN", &format!("h{i}"), "TTL", "1500", "WRITE"])
+                .arg(format!("/d{}/f{i}", i % 100))
+                .ignore();
+        }
+        let _: () = pipe.query(&mut m).expect("pipelined acquires");
+    }
+    // The server sleeps past every deadline, then runs the transaction before its expiry
+    // cycle can reclaim anything: each request meets the whole mountain.
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEBUG").arg(&["SLEEP", "1.6"]).ignore();
+    pipe.cmd("MULTI").ignore();
+    pipe.cmd("PATHLOCK.ACQUIRE")
+        .arg(&["p", "TOKEN", "root", "WRITE", "/"])
+        .ignore();
+    pipe.cmd("PATHLOCK.RELEASE").arg(&["p", "root"]).ignore();
+    pipe.cmd("PATHLOCK.ACQUIRE")
+        .arg(&["p", "TOKEN", "live", "TTL", "600000", "WRITE", "/live"])
+        .ignore();
+    pipe.cmd("PATHLOCK.ACQUIRE")
+        .arg(&["p", "TOKEN", "folder", "WRITE", "/d7"])
+        .ignore();
+    pipe.cmd("PATHLOCK.ACQUIRE")
+        .arg(&["p", "TOKEN", "refused", "WRITE", "/"])
+        .ignore();
+    pipe.cmd("INFO").arg("pathlock").ignore();
+    pipe.cmd("EXEC");
+    type Replies = (
+        Option<(String, i64)>,
+        i64,
+        Option<(String, i64)>,
+        Option<(String, i64)>,
+        Option<(String, i64)>,
+        String,
+    );
+    let (replies,): (Replies,) = pipe.query(&mut m).expect("the transaction");
+    let (root, released, live, folder, refused, info) = replies;
+    assert!(
+        root.is_some(),
+        "the root over lapsed locks alone is granted"
+    );
+    assert_eq!(released, 1);
+    assert!(live.is_some() && folder.is_some());
+    assert!(refused.is_none(), "a live lock still blocks the root");
+    // The lapsed locks are still stored: no request reclaimed the mountain (each reclaims at
+    // most a few owners besides what it needs).
+    let stored: i64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("pathlock_locks:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("pathlock_locks");
+    assert!(stored > LAPSED as i64 - 100, "{stored} stored");
+    assert_eq!(
+        count_locks(&mut m, "p", "/"),
+        2,
+        "only the live locks are listed"
+    );
+    pause_and_sync(&mut m);
+    assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
+    assert_eq!(
+        info_number(&mut m, "pathlock", "pathlock_locks"),
+        info_number(&mut r, "pathlock", "pathlock_locks"),
+        "the replica stores the same lapsed locks"
+    );
+    resume_writes(&mut m);
+    wait_until(Duration::from_secs(30), "the expiry cycle", || {
+        info_number(&mut m, "pathlock", "pathlock_locks") == 2
+    });
+    sleep(Duration::from_millis(100));
+    pause_and_sync(&mut m);
+    assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 2);
+    assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
+    resume_writes(&mut m);
+}
