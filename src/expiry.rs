@@ -34,6 +34,7 @@ use redis_module::{raw, Context, ContextFlags, RedisString};
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
 use crate::context::in_db;
+use crate::store::Redis;
 use crate::{clock, schedule, slot};
 
 /// The next tick when the last one ran out of time with locks still due.
@@ -90,7 +91,7 @@ fn free_pending(ctx: &Context, until: Instant) -> bool {
         };
         let more = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            free_until(ctx, &name, until)
+            free_until(&Redis::new(ctx, &name), until)
         });
         if more {
             schedule::still_pending((db, key));
@@ -148,7 +149,7 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
         }
         let done = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            expire_until(ctx, &name, now, until)
+            expire_until(&Redis::new(ctx, &name), now, until)
         });
         if !done {
             break;

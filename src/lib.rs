@@ -78,7 +78,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         eviction::refresh(ctx);
         // The registry of waiters queues signals; the waits layer above it works them off.
         registry::set_worker(ctx, waits::work_off_signals);
-        docs::register(ctx);
+        commands::describe(ctx);
         Status::Ok
     })
 }
