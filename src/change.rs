@@ -4,7 +4,7 @@
 //! a client, a replica or INFO's lock counts can see: freeing a buried owner's locks in the
 //! background (`free_until`, below) and a demoted master dropping its queue (`waits`).
 //!
-//! Level 4: imports `effects`, `fences`, `grants`, `registry`, `stats`, `store`. Called by the
+//! Level 5: imports `effects`, `fences`, `grants`, `registry`, `stats`, `store`. Called by the
 //! writing commands, `waits` and `expiry`. Generic over the storage seam (`store::Store`), so
 //! the fuzz harness runs it as Redis does.
 //!

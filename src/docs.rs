@@ -1,6 +1,7 @@
-//! What the server is told about a command besides its registration, in the server's form: the
-//! argument tree of `COMMAND DOCS` (so that `redis-cli` shows hints), the summary, complexity
-//! and version, the arity (which Redis then enforces), the key spec, and the ACL categories.
+//! What the server is told of a command besides its registration: its `COMMAND DOCS`, arity, key
+//! spec and ACL categories, in the server's form.
+//!
+//! The argument tree of `COMMAND DOCS` makes `redis-cli` show hints; Redis enforces the arity.
 //! The table in `commands/mod.rs` declares all of it, command by command, with the types and
 //! builders of this file ([`Arg`], [`Docs`], [`Keys`]); `commands::describe` hands each
 //! command's declaration to [`describe`] and [`categorize`] while the module loads.

@@ -22,8 +22,8 @@
 //! command: the commands read two atomics.
 //!
 //! Level 1: imports `config`, `stats`, `contain`. Used by `lib.rs` (load), the ACQUIRE handler,
-//! `change` (protection), `keytype` (a project leaving its key) and `events` (the `evicted`
-//! keyspace event).
+//! `store` (protection after every change), `keytype` (a project leaving its key) and `events`
+//! (the `evicted` keyspace event).
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};

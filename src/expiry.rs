@@ -4,7 +4,8 @@
 //! engine's `big`). Background work runs on every server, replicas included, since it changes
 //! nothing anyone sees; when there is some it keeps a quarter of each tick.
 //!
-//! Level 5: imports `change`, `schedule`, `slot`, `context`, `clock`, `contain`. Started by `lib.rs`.
+//! Level 6: imports `change`, `clock`, `contain`, `context`, `schedule`, `slot`, `store`. Started
+//! by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. Only a master acts, and not while clients are paused or

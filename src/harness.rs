@@ -1,5 +1,5 @@
 //! The module's three byte-facing surfaces, run without a server, for the fuzz targets in
-//! `fuzz/` and for the unit tests that replay their corpus and every crasher found:
+//! `fuzz/` and for the unit tests that replay their corpus and every crasher found.
 //!
 //! * [`command`]: a client's argument vector through the command handlers themselves, found in
 //!   the commands' table and run over projects in memory (`store::Memory`, the other side of the
@@ -13,7 +13,8 @@
 //! round trip that changes what it carries. Built only for tests and with the `system-alloc`
 //! feature, never into the module Redis loads.
 //!
-//! Level 3: imports `args`, `reply`, `effects`, `errors`. Called by the fuzz targets
+//! Level 8: imports `commands`, `effects`, `store`.
+//! Called by the fuzz targets
 //! and its own unit tests.
 
 use std::cell::RefCell;

@@ -1,9 +1,9 @@
 //! Blocking `ACQUIRE ... WAIT ms`: queueing a waiter, its timeout, and working off the signals
 //! that the rest of the module queued about waiters.
 //!
-//! Level 5: imports `change`, `store`, `grants`, `registry`, `blocked`, `context`, `clock`,
-//! `stats`, `errors`, `slot`, `contain`. Called by the ACQUIRE handler (`block`); `lib.rs` registers `work_off_signals` as
-//! the registry's worker.
+//! Level 6: imports `blocked`, `change`, `clock`, `contain`, `context`, `errors`, `grants`,
+//! `registry`, `slot`, `stats`, `store`. Called by the ACQUIRE handler (`block`, through
+//! `commands::Call`); `lib.rs` registers `work_off_signals` as the registry's worker.
 //!
 //! The engine decides who waits and who is granted (`pathlock_core::Project`); this file ties
 //! its waiter ids to Redis's blocked clients. A waiter is granted inside the change that freed

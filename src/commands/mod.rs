@@ -1,7 +1,9 @@
-//! The commands: [`COMMANDS`] declares each one once (name, handler, flags, arity, key positions
-//! and key spec, ACL categories, `COMMAND DOCS`), and everything else is derived from it: the
-//! registration (`register`), what the server is told of each (`describe`, through `docs`),
-//! the arity every call is held to before its handler runs, and the fuzz harness's commands.
+//! The commands, each declared once in one table, and their handlers.
+//!
+//! [`COMMANDS`] holds each command's name, handler, flags, arity, key positions and key spec, ACL
+//! categories and `COMMAND DOCS`, and everything else is derived from it: the registration
+//! (`register`), what the server is told of each (`describe`, through `docs`), the arity every
+//! call is held to before its handler runs, and the fuzz harness's commands.
 //!
 //! Level 7: imports `args`, `change`, `context`, `docs`, `effects`, `errors`, `eviction`,
 //! `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`. Registered by `lib.rs`;
