@@ -16,8 +16,9 @@ fn lock(key: &[u8], mode: u64, token: &[u8], deadline: u64, fence: u64) -> Vec<u
     [buf(key), u(mode), buf(token), u(deadline), u(fence)].concat()
 }
 
+/// Decoded with no ceiling of its own: the fence rule is the module's, tested below on its own.
 fn decoded(payload: &[u8]) -> Result<LockTable, DecodeError> {
-    decode(&mut ByteSource::new(payload))
+    decode(&mut ByteSource::new(payload), u64::MAX)
 }
 
 fn path(text: &str) -> Path {
@@ -114,4 +115,31 @@ fn forged_payloads_are_refused_with_their_reason() {
         lock(b"a\0", 1, b"u", 9, 2),
     ];
     assert_eq!(decoded(&readers.concat()).map(|t| t.len()), Ok(2));
+}
+
+#[test]
+fn a_counter_above_the_ceiling_is_refused_before_anything_is_read() {
+    let one_lock = |counter: u64| [u(counter), u(1), lock(b"a\0", 0, b"t", 9, 5)].concat();
+    let ceiling = 1_000;
+    assert_eq!(
+        decode(&mut ByteSource::new(&one_lock(ceiling)), ceiling).map(|t| t.next_fence()),
+        Ok(ceiling)
+    );
+    // The payload: one lock, its counter set to 2^53 + 5.
+    let poisoned = (1 << 53) + 5;
+    assert_eq!(
+        decode(&mut ByteSource::new(&one_lock(poisoned)), ceiling).err(),
+        Some(DecodeError::CounterAboveCeiling {
+            next: poisoned,
+            ceiling
+        })
+    );
+    // Refused at the counter, so a payload cut right after it is refused for the same reason.
+    assert_eq!(
+        decode(&mut ByteSource::new(&u(ceiling + 1)), ceiling).err(),
+        Some(DecodeError::CounterAboveCeiling {
+            next: ceiling + 1,
+            ceiling
+        })
+    );
 }

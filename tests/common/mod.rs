@@ -20,6 +20,9 @@ pub use redis::{cmd, Connection, Value};
 mod history;
 #[allow(unused_imports)]
 pub use history::*;
+mod payload;
+#[allow(unused_imports)]
+pub use payload::*;
 
 /// The built module: `PATHLOCK_MODULE`, or the release build in this checkout.
 pub fn module_path() -> PathBuf {
@@ -131,6 +134,12 @@ impl Server {
         let (child, port) = spawn(&self.dir, &self.args, Some(self.port), self.module);
         self.child = child;
         self.port = port;
+    }
+
+    /// `crash_and_restart`, with `extra` as its arguments from now on (its module configs, say).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.args = extra.iter().map(|s| s.to_string()).collect();
+        self.crash_and_restart();
     }
 
     /// The server's log, for assertion messages.
