@@ -393,6 +393,14 @@ mod checks {
         )));
     }
 
+    /// The fuzzed property fails where the issue's server failed: a mark of 2^53 + 5 stops
+    /// every new key.
+    #[test]
+    #[should_panic(expected = "stops every new key")]
+    fn the_property_fails_after_the_issues_mark() {
+        super::a_new_key_still_grants((1 << 53) + 5);
+    }
+
     #[test]
     fn the_two_byte_mode_is_answered_with_an_escaped_error() {
         let result = super::reply::safe(super::run(

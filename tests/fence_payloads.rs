@@ -18,30 +18,11 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const LIMIT: u64 = 1 << 53;
-/// The rule's constants (`src/fences.rs`): fences per ms, and the margin for clock skew.
-const PER_MS: u64 = 1000;
-const SKEW_MS: u64 = 365 * 24 * 3600 * 1000;
+const LIMIT: u64 = FENCE_LIMIT;
+const PER_MS: u64 = FENCES_PER_MS;
 /// The counter.
 const POISON: u64 = LIMIT + 5;
 const LOWER: [&str; 2] = ["--pathlock.lower-impossible-fences", "yes"];
-
-/// The server's clock, in ms.
-fn server_ms(con: &mut Connection) -> u64 {
-    let (secs, micros): (u64, u64) = cmd("TIME").query(con).expect("TIME");
-    secs * 1000 + micros / 1000
-}
-
-/// The highest counter a client's `RESTORE` may bring at `now_ms`, and where lowering puts an
-/// impossible one.
-fn admissible(now_ms: u64) -> u64 {
-    ((now_ms + SKEW_MS) * PER_MS).min(LIMIT)
-}
-
-/// The highest counter any server can hold at `now_ms`.
-fn ceiling(now_ms: u64) -> u64 {
-    ((now_ms + 2 * SKEW_MS) * PER_MS).min(LIMIT)
-}
 
 fn fence_mark(con: &mut Connection) -> u64 {
     info_number(con, "pathlock", "pathlock_fence_mark") as u64

@@ -313,6 +313,12 @@ pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
     }
 }
 
+/// The server's clock (`TIME`), in ms.
+pub fn server_ms(con: &mut Connection) -> u64 {
+    let (secs, micros): (u64, u64) = cmd("TIME").query(con).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
 /// One field of an `INFO` section.
 pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
     let text: String = cmd("INFO").arg(section).query(con).ok()?;

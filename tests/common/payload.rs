@@ -7,6 +7,22 @@
 //! RDB length for a number or a length and bytes for a string; the first item is the fence
 //! counter), the module EOF opcode (0), the RDB version (2 bytes) and the CRC-64 of all of it.
 
+/// The fence rule as the README states it ("Fences"), which payloads are held to.
+pub const FENCE_LIMIT: u64 = 1 << 53;
+pub const FENCES_PER_MS: u64 = 1000;
+pub const SKEW_MS: u64 = 365 * 24 * 3600 * 1000;
+
+/// The highest counter a client's `RESTORE` may bring into a master at `now_ms`, and where
+/// `pathlock.lower-impossible-fences` puts an impossible one.
+pub fn admissible(now_ms: u64) -> u64 {
+    ((now_ms + SKEW_MS) * FENCES_PER_MS).min(FENCE_LIMIT)
+}
+
+/// The highest counter any server can hold at `now_ms`, which effects and files may carry.
+pub fn ceiling(now_ms: u64) -> u64 {
+    ((now_ms + 2 * SKEW_MS) * FENCES_PER_MS).min(FENCE_LIMIT)
+}
+
 /// Redis's CRC-64 (Jones polynomial, reflected), which seals a DUMP payload and an RDB file.
 pub fn crc64(bytes: &[u8]) -> u64 {
     const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
