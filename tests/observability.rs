@@ -81,7 +81,7 @@ fn the_example_config_sets_every_module_config_to_its_default() {
             (name.to_string(), value.trim().to_string())
         })
         .collect();
-    assert_eq!(settings.len(), 6, "{settings:?}");
+    assert_eq!(settings.len(), 7, "{settings:?}");
     let plain = Server::start();
     let mut con = plain.conn();
     for (name, value) in &settings {
@@ -125,7 +125,7 @@ fn configs_are_validated_and_changed_at_run_time() {
         .arg(&["GET", "pathlock.*"])
         .query(&mut con)
         .expect("GET");
-    assert_eq!(all.len(), 12, "six configs: {all:?}");
+    assert_eq!(all.len(), 14, "seven configs: {all:?}");
     for (name, bad) in [
         ("pathlock.max-ttl", "0"),
         ("pathlock.default-ttl", "-1"),
