@@ -545,3 +545,35 @@ fn lowering_never_lowers_a_possible_mark() {
     assert_eq!(a_new_key_grants(&mut con, "new"), higher);
     assert!(!server.log().contains("lowered the"));
 }
+
+/// `MIGRATE` hands its payload to the target's `RESTORE`, so the target holds it to the bound of
+/// a client's payload: a key whose counter is above it (here from a file, which may hold up to
+/// the ceiling) is refused there and stays where it was, and both servers go on granting.
+#[test]
+fn migrate_is_held_to_the_bound_of_a_restore() {
+    let mut source = Server::start();
+    let target = Server::start();
+    let mut s = source.conn();
+    let mut t = target.conn();
+    let payload = one_lock_payload(&mut s, "p");
+    let above = ceiling(server_ms(&mut s)) - 86_400_000 * PER_MS;
+    let high = with_counter(&payload, above);
+    replace_rdb(
+        &source,
+        &rdb_file(module_id(&payload), Some(1), &[(b"k", &high)]),
+    );
+    source.restart_with(&[]);
+    let mut s = source.conn();
+    assert_eq!(fence_mark(&mut s), above, "a file may hold it");
+    let mark = fence_mark(&mut t);
+    let port = target.port.to_string();
+    let migrated = cmd("MIGRATE")
+        .arg(&["127.0.0.1", &port, "k", "0", "5000"])
+        .query::<String>(&mut s);
+    let error = error_of(migrated);
+    assert!(error.contains("Bad data format"), "{error}");
+    assert!(exists(&mut s, "k") && !exists(&mut t, "k"));
+    assert_eq!(fence_mark(&mut t), mark);
+    a_new_key_grants(&mut t, "new");
+    assert!(a_new_key_grants(&mut s, "new") >= above);
+}
