@@ -469,26 +469,28 @@ fn interesting_counter(rng: &mut Rng, now_ms: u64) -> u64 {
 fn mutate(rng: &mut Rng, payload: &[u8], now_ms: u64) -> Vec<u8> {
     let mut out = payload.to_vec();
     for _ in 0..=rng.below(3) {
-        let body = 10..out.len().saturating_sub(10).max(11);
-        let at = body.start + rng.below((body.end - body.start) as u64) as usize;
+        // The body: after the type byte and the module id, before the RDB version and checksum.
+        let end = out.len().saturating_sub(10);
+        if end <= 10 {
+            break;
+        }
+        let at = 10 + rng.below((end - 10) as u64) as usize;
+        let len = 1 + rng.below(8) as usize;
         match rng.below(6) {
             0 if read_rdb_len(&out, COUNTER_AT).is_some() => {
                 out = with_counter(&out, interesting_counter(rng, now_ms));
             }
-            1 if at + 8 <= out.len() - 10 => {
+            1 if at + 8 <= end => {
                 let value = interesting_counter(rng, now_ms);
                 out[at..at + 8].copy_from_slice(&value.to_be_bytes());
             }
             2 => out[at] ^= 1 << rng.below(8),
             3 => out[at] = rng.below(256) as u8,
-            4 if out.len() > 20 => {
-                let len = (1 + rng.below(8) as usize).min(out.len() - 10 - at.min(out.len() - 10));
-                out.drain(at..at + len);
+            4 => {
+                out.drain(at..(at + len).min(end));
             }
             _ => {
-                let len = 1 + rng.below(8) as usize;
-                let end = (at + len).min(out.len() - 10);
-                let copy = out[at..end].to_vec();
+                let copy = out[at..(at + len).min(end)].to_vec();
                 out.splice(at..at, copy);
             }
         }
