@@ -4,7 +4,7 @@ use crate::change::change;
 use crate::context::{decides, notify};
 use crate::effects::Effect;
 use crate::errors::ERR_EFFECT_INTERNAL;
-use crate::stats;
+use crate::{clock, stats};
 
 /// PATHLOCK.EFFECT key GRANT|RELEASE|RENEW|EXPIRE|FENCE ...: a master's decision, applied.
 /// Accepted only from the replication link and from the AOF; clients get an error.
@@ -16,6 +16,9 @@ pub fn effect(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult 
         return Err(RedisError::WrongArity);
     }
     let effect = Effect::parse(&words[2..])?;
+    // Before the key is opened, so a refused effect creates no key and moves no mark. The
+    // error reaches no client: the server logs it as an error it sent its master or the AOF.
+    effect.check_fences(clock::wall_ms())?;
     let applied = change(ctx, key, effect.creates_key(), |project| {
         effect.apply(project)
     })?;
