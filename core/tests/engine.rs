@@ -700,3 +700,44 @@ fn a_crowd_on_one_path_costs_each_reader_a_step_and_lapses_at_once() {
         .expect("integrity after the crowd went");
     assert_eq!(table.len(), 1);
 }
+
+/// Where live and lapsed locks lie together beneath a path in the thousands, the request's
+/// search for a live one is bounded: past its budget the request is refused as if blocked, the
+/// lapsed owners it met are reclaimed (so a retry goes further), and once the expiry cycle has
+/// reclaimed the rest the request is decided at once.
+#[test]
+fn a_search_among_thousands_of_lapsed_locks_is_bounded_and_the_expiry_cycle_clears_the_way() {
+    let mut table = LockTable::new();
+    for i in 0..5_000 {
+        let granted = table.acquire(
+            0,
+            &t(&format!("o{i}")),
+            10,
+            &[(Write, p(&format!("/f/{i}")))],
+        );
+        assert!(granted.fence.is_some());
+    }
+    // A long lease beneath /f, released early: the folder's bound stays at its deadline, so
+    // the bound alone cannot say that everything beneath has lapsed.
+    assert!(table
+        .acquire(0, &t("long"), 1_000, &[(Write, p("/f/long"))])
+        .fence
+        .is_some());
+    assert_eq!(table.release_decided(&t("long"), None), 1);
+    let first = table.acquire(100, &t("w"), 10, &[(Write, p("/f"))]);
+    assert_eq!(first.fence, None, "refused past the search's budget");
+    assert!(
+        !first.lapsed.tokens.is_empty(),
+        "it reclaimed some of what it met"
+    );
+    table.check_integrity().expect("integrity");
+    // The expiry cycle reclaims the rest in steps; then the request is granted.
+    while !table
+        .reclaim_some_expired(100, 512, false)
+        .tokens
+        .is_empty()
+    {}
+    let granted = table.acquire(100, &t("w"), 10, &[(Write, p("/f"))]);
+    assert!(granted.fence.is_some());
+    table.check_integrity().expect("integrity");
+}
