@@ -12,8 +12,7 @@ type Failure = Box<dyn std::error::Error + Send + Sync>;
 async fn main() -> Result<(), Failure> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1/".into());
     let client = redis::Client::open(url)?;
-    let locks = PathLocks::new(client.get_connection_manager().await?, "proj:42")
-        .ttl(Duration::from_secs(30));
+    let locks = PathLocks::new(client, "proj:42").ttl(Duration::from_secs(30));
 
     // Move folder /A/C into /B: WRITE /A/C and WRITE /B/C, all or nothing.
     let lease = match locks.move_into("/A/C", "/B").await {
