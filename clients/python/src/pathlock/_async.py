@@ -1,6 +1,6 @@
 """The asyncio client: `AsyncPathLocks` on `redis.asyncio.Redis` or `redis.asyncio.RedisCluster`.
 
-Level 5: builds on `_operations`, `_requests`, `_errors`, `_types` and `_timers`.
+Level 3: builds on `_operations`, `_requests`, `_errors`, `_types` and `_timers`.
 """
 
 from __future__ import annotations

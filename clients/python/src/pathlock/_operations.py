@@ -1,6 +1,6 @@
 """The README's cloud-drive operations, each mapped to the locks it needs, shared by both handles.
 
-Level 3: builds on `_requests` and `_types`.
+Level 2: builds on `_requests` and `_types`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What goes on the wire: checked options and paths, command arguments, and replies turned into
 Python values.
 
-Level 2: builds on `_types` and `_errors`.
+Level 1: builds on `_types`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The blocking client: `PathLocks` on `redis.Redis` or `redis.RedisCluster`, and its `Lease`.
 
-Level 4: builds on `_operations`, `_requests`, `_errors`, `_types` and `_scheduler`.
+Level 3: builds on `_operations`, `_requests`, `_errors`, `_types` and `_scheduler`.
 """
 
 from __future__ import annotations
