@@ -400,7 +400,9 @@ class AsyncLease:
         self._usable()
         sent = self._timers.loop.time()
         try:
-            renewed = int(await self._owner._run("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms))
+            renewed = int(
+                await self._owner._run("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+            )
         except WrongType:
             self._lose("replaced")
             renewed = 0

@@ -54,9 +54,7 @@ class Operations(Generic[L]):
         """Any `(mode, path)` pairs, `mode` being `"READ"` or `"WRITE"`; `"/"` is the whole
         project."""
         locks = checked(list(requests))
-        return self._operation(
-            locks, described(locks), ttl_ms, wait_ms, replicas, note, on_lost
-        )
+        return self._operation(locks, described(locks), ttl_ms, wait_ms, replicas, note, on_lost)
 
     def upload(
         self,

@@ -75,7 +75,9 @@ class PathLocks(Operations["Lease"]):
 
     # Inspecting.
 
-    def check(self, requests: Iterable[LockRequest], *, token: Optional[str] = None) -> List[Blocker]:
+    def check(
+        self, requests: Iterable[LockRequest], *, token: Optional[str] = None
+    ) -> List[Blocker]:
         """The live locks that would block `requests` now (`PATHLOCK.CHECK`): empty when they
         would be granted, waiters aside. With `token`, that owner's own locks do not count."""
         return blockers_of(self._run(*check_args(self.key, token, checked(list(requests)))))
