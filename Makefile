@@ -144,7 +144,7 @@ fuzz:
 lint:
 	@scripts/deps.sh build
 	$(CARGO) fmt --all -- --check
-	python3 scripts/import-cycles.py src core/src
+	python3 scripts/import-cycles.py src core/src clients/rust/src clients/python/src/pathlock clients/node/src
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 clean:
