@@ -7,8 +7,9 @@
 //! same tick works off on every server (`pending`).
 //!
 //! An entry can go stale (the key was deleted or renamed), and it is left early on purpose when a
-//! key's earliest deadline moves later; `SWAPDB` moves every entry with its database (`Slots`); the cycle finds no path-lock key, or
-//! nothing due, under that name and drops or reschedules the entry.
+//! key's earliest deadline moves later; the cycle finds no path-lock key, or nothing due, under
+//! that name and drops or reschedules the entry. `SWAPDB` moves every entry with its database
+//! (`Slots`).
 //!
 //! **The wake-up.** There is no periodic timer: one Redis timer is armed for the earliest time
 //! something has to be done, and none when nothing is due, so an idle server, or one whose next
