@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners fuzz clean dist test-dist
+.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-instructions fuzz clean dist test-dist
 
 # The servers of the README's compatibility table. `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
@@ -107,6 +107,12 @@ bench-owners: build
 	@scripts/deps.sh bench
 	python3 bench/owners.py
 
+# Instructions per command inside redis-server (callgrind: repeatable where time is not), for
+# ACQUIRE, RELEASE and RENEW beside SET NX PX, DEL and PEXPIRE; see bench/README.md.
+bench-instructions: build
+	@scripts/deps.sh bench
+	python3 bench/instructions.py
+
 # Blocking waits with 1,000 to 10,000 waiting clients, beside BLPOP and XREAD BLOCK; see
 # bench/README.md. Not part of `make bench`: it opens 10,000 connections.
 bench-waits: build
@@ -138,7 +144,7 @@ fuzz:
 lint:
 	@scripts/deps.sh build
 	$(CARGO) fmt --all -- --check
-	python3 scripts/import-cycles.py src core/src
+	python3 scripts/import-cycles.py src core/src clients/rust/src clients/python/src/pathlock clients/node/src
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 clean:

@@ -23,8 +23,9 @@ def main():
     alice = PathLocks(client, "proj:example", ttl_ms=600)
     bob = PathLocks(client, "proj:example")
 
-    # Moving folder /A/C into /B locks /A/C and /B/C; the lease is renewed in the background.
-    with alice.move("/A/C", "/B") as lease:
+    # Moving folder /A/C into /B locks /A/C and /B/C; the lease is renewed in the background,
+    # and its note tells others who is doing what.
+    with alice.move("/A/C", "/B", note="alice: move /A/C into /B") as lease:
         print(f"moving /A/C into /B as {lease.token} with fence {lease.fence}")
 
         # Another user cannot upload into the folder being moved, and is told why...
@@ -34,10 +35,17 @@ def main():
         except Busy as busy:
             [blocker] = busy.blockers
             assert (blocker.path, blocker.token) == ("/A/C", lease.token)
-            print(f"upload refused: {blocker.path} is locked ({blocker.mode}) by {blocker.token}")
+            print(f"upload refused: {blocker.path} is locked ({blocker.mode}) by {blocker.note}")
         # ...but works freely beside it, even in a folder whose name starts the same way.
         with bob.upload("/A/CD/notes.txt") as beside:
             assert beside.fence == lease.fence + 1
+
+        # The move itself may write inside what it holds: more locks under its own token, renewed
+        # and released with it.
+        lease.lock([("WRITE", "/B/C/new.txt")])
+        held = [(lock.path, lock.note) for lock in alice.locks(token=lease.token)]
+        assert [path for path, _ in held] == ["/A/C", "/B/C", "/B/C/new.txt"]
+        print(f"the move holds {held}")
 
         # A move that takes longer than the TTL keeps its lease: the watchdog renews it.
         time.sleep(1.0)

@@ -117,6 +117,30 @@ def main():
     noted = lambda key, mode, token, deadline, fence, note: lock(key, mode, token, deadline, fence) + buf(note)
     write("rdb", "two-noted-locks", u(3) + u(2) + noted(b"A\0", 0, b"t1", 10, 1, b"move \x00\r\n\xc4\x80")
           + noted(b"B\0", 1, b"t2", 10, 2, b""))
+    # Issue 28: counters no server can have reached, around the bounds of src/harness.rs's clock
+    # (NOW_MS): the issue's one-lock project with its counter at 2^53 + 5, the edges of what a
+    # RESTORE may bring (admissible) and of what any server may hold (ceiling), and a lock whose
+    # fence is above the ceiling under a counter past 2^64's end.
+    now, skew, per_ms = 1_795_000_000_000, 365 * 24 * 3600 * 1000, 1000
+    admissible, ceiling = (now + skew) * per_ms, (now + 2 * skew) * per_ms
+    fence = now * per_ms
+    write("rdb", "counter-2-pow-53-plus-5", u(2**53 + 5) + u(1) + lock(b"A\0", 0, b"t", now + 600000, fence))
+    for name, counter in [("admissible", admissible), ("ceiling", ceiling)]:
+        for delta in (0, 1):
+            write("rdb", f"counter-{name}-plus-{delta}", u(counter + delta) + u(1) + lock(b"A\0", 0, b"t", now, fence))
+    write("rdb", "lock-above-the-ceiling", u(2**64 - 1) + u(2) + lock(b"A\0", 0, b"t", now, fence)
+          + lock(b"B\0", 0, b"t", now, ceiling + 7))
+    write("effect", "impossible-fences", b"".join([
+        record(0, ["GRANT", "t", str(now + 600000), str(fence), "WRITE", "/a"]),
+        record(0, ["FENCE", str(2**53 + 5)]),
+        record(0, ["GRANT", "t", "1", str(2**53 + 4), "WRITE", "/b"]),
+        record(0, ["FENCE", str(ceiling)]),
+        record(0, ["FENCE", str(ceiling + 1)]),
+        record(0, ["GRANT", "t", "1", str(ceiling - 1), "WRITE", "/c"]),
+        record(0, ["GRANT", "t", "1", str(ceiling), "WRITE", "/d"]),
+        record(0, ["FENCE", str(2**64 - 1)]),
+        record(0, ["GRANT", "t", "1", str(2**64 - 1), "WRITE", "/e"]),
+    ]))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,21 @@
 #!/usr/bin/env python3
-"""Fails when the modules of a crate import each other in a circle, or when what is written
-about their levels disagrees with their imports.
+"""Fails when the modules of a crate (or of a client's package) import each other in a circle,
+or when what is written about a crate's levels disagrees with its imports.
 
-    scripts/import-cycles.py [--write] src core/src
+    scripts/import-cycles.py [--write] src core/src clients/rust/src clients/python/src/pathlock clients/node/src
 
-A module is a file of the crate's source folder (`change.rs` is `change`), or a folder with its
-files (`commands/`, `table/`). An import is any `crate::name` in the file, in a `use` line or in
-the code; `super::` inside a folder stays inside its module. Prints each circle found, and the
-modules by level when there is none.
+A module is a file of the source folder (`change.rs` is `change`), or a folder with its files
+(`commands/`, `table/`). In Rust an import is any `crate::name` in the file, in a `use` line or
+in the code; `super::` inside a folder stays inside its module. In Python it is a relative
+import (`from ._errors import ...`, also under `if TYPE_CHECKING:`), in TypeScript a relative
+one (`from "./errors"`). Prints each circle found, and the modules by level when there is none.
 
-A crate whose `lib.rs` holds a map of its levels (lines `// N  a, b, c` under the comment "The
-modules by level") is written in levels, and three things about them are derived from the
+A Rust crate whose `lib.rs` holds a map of its levels (lines `// N  a, b, c` under the comment
+"The modules by level") is written in levels, and three things about them are derived from the
 imports, never kept by hand:
 
 * each module's header (its `//!` lines; a folder's `mod.rs`) has the sentence
-  `Level N: imports `a`, `b`.` (or `imports nothing of the crate.`), on lines of its own;
+  `Level N: imports `a`, `b`.` (or `imports nothing of the crate.`), in any order;
 * the map in `lib.rs`;
 * the table of its files in the project's Markdown, between `<!-- levels of ROOT -->` and
   `<!-- end of levels -->`: a row per module with its level and what it holds, which is the
@@ -24,29 +25,40 @@ Each that disagrees fails the check; `--write` rewrites them instead.
 """
 import os, re, subprocess, sys
 
-CRATE_PATH = re.compile(r"\bcrate::(?:\{([^}]*)\}|([a-z_][a-z0-9_]*))")
+# Per language: the files' extension, the entry files that are not modules, the comment
+# marker, and what an import of a sibling module looks like (each group is a list of names).
+LANGUAGES = {
+    ".rs": ({"lib.rs", "main.rs"}, "//", re.compile(r"\bcrate::(?:\{([^}]*)\}|([a-z_][a-z0-9_]*))")),
+    ".py": ({"__init__.py"}, "#", re.compile(r"^\s*from \.(?:([a-z_][a-z0-9_]*)| import ([a-z_][a-z0-9_, ]*))", re.M)),
+    ".ts": ({"index.ts"}, "//", re.compile(r"""from ["']\./([A-Za-z_][A-Za-z0-9_]*)["']()""")),
+}
 
 
-def modules(root):
+def language(root):
+    for ext in LANGUAGES:
+        if any(f.endswith(ext) for _, _, fs in os.walk(root) for f in fs):
+            return ext
+    sys.exit(f"{root}: no .rs, .py or .ts files")
+
+
+def modules(root, ext):
+    entries = LANGUAGES[ext][0]
     found = {}
     for entry in sorted(os.listdir(root)):
         path = os.path.join(root, entry)
-        if entry.endswith(".rs") and entry not in ("lib.rs", "main.rs"):
-            found[entry[:-3]] = [path]
-        elif os.path.isdir(path):
-            found[entry] = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(".rs")]
+        if entry.endswith(ext) and entry not in entries:
+            found[entry[: -len(ext)]] = [path]
+        elif os.path.isdir(path) and not entry.startswith((".", "__")):
+            found[entry] = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f.endswith(ext)]
     return found
 
 
-def strip_comments(text):
-    return "\n".join(line.split("//", 1)[0] for line in text.splitlines())
-
-
-def imports(files, names):
+def imports(files, names, ext):
+    _, comment, pattern = LANGUAGES[ext]
     out = set()
     for file in files:
-        text = strip_comments(open(file, encoding="utf-8").read())
-        for group, single in CRATE_PATH.findall(text):
+        text = "\n".join(line.split(comment, 1)[0] for line in open(file, encoding="utf-8").read().splitlines())
+        for group, single in pattern.findall(text):
             words = [w.strip().split("::")[0] for w in group.split(",")] if group else [single]
             out.update(w for w in words if w in names)
     return out
@@ -174,7 +186,13 @@ def check_header(path, level, imported, write):
             return None
         if not write:
             return f"{path}: says \"{found}\", but it is: {want}"
-        lines[start:end + 1] = wrapped(f"{want} {rest}" if rest else want)
+        # The rest of its paragraph (who uses the module, in a human's words) is wrapped anew
+        # after it.
+        stop = end + 1
+        while stop < count and lines[stop][3:].strip():
+            rest = f"{rest} {lines[stop][4:].strip()}".strip()
+            stop += 1
+        lines[start:stop] = wrapped(f"{want} {rest}" if rest else want)
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
     print(f"{path}: wrote \"{want}\"")
@@ -209,7 +227,8 @@ def markdown_files():
     """The project's Markdown files (tracked by git, or any under the current folder)."""
     try:
         out = subprocess.run(["git", "ls-files", "*.md"], capture_output=True, text=True, check=True).stdout
-        return [f for f in out.splitlines() if os.path.exists(f)]
+        # A file in a merge's conflict is listed once per stage.
+        return sorted({f for f in out.splitlines() if os.path.exists(f)})
     except (OSError, subprocess.CalledProcessError):
         return [os.path.join(d, f) for d, _, fs in os.walk(".") for f in fs if f.endswith(".md")]
 
@@ -275,8 +294,9 @@ def main():
     failed = False
     write = "--write" in sys.argv[1:]
     for root in [a for a in sys.argv[1:] if a != "--write"]:
-        mods = modules(root)
-        graph = {m: sorted(imports(files, mods) - {m}) for m, files in mods.items()}
+        ext = language(root)
+        mods = modules(root, ext)
+        graph = {m: sorted(imports(files, mods, ext) - {m}) for m, files in mods.items()}
         found = cycles(graph)
         for circle in found:
             edges = [f"{a} -> {b}" for a in circle for b in graph[a] if b in circle]

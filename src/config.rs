@@ -36,6 +36,15 @@ pub static NOTE_BYTES: AtomicI64 = AtomicI64::new(MAX_NOTE_BYTES);
 /// `pathlock.accept-eviction`: grant locks even where the `maxmemory` policy can evict project
 /// keys (`eviction`).
 pub static ACCEPT_EVICTION: AtomicBool = AtomicBool::new(false);
+/// `pathlock.lower-impossible-fences`: while loading (a restart, `DEBUG RELOAD`, a full sync, an
+/// AOF replay), lower a fence mark or counter above the ceiling to the admissible one instead of
+/// refusing the file (`fences`, `keytype`). Off by default: it is the operator's recovery of a
+/// server whose files an older version let a forged value into.
+pub static LOWER_IMPOSSIBLE_FENCES: AtomicBool = AtomicBool::new(false);
+
+pub fn lower_impossible_fences() -> bool {
+    LOWER_IMPOSSIBLE_FENCES.load(Ordering::Relaxed)
+}
 
 pub fn max_ttl() -> i64 {
     MAX_TTL.load(Ordering::Relaxed)

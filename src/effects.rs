@@ -33,8 +33,13 @@
 //! expiry, an applied effect) goes through `store::Store::announce` with the kind, so the event
 //! names and the counters are written here alone.
 //!
-//! Level 2: imports `errors`, `propagation`, `stats`. Used by `change`, `grants`, `store`, the
-//! writing commands and the harness.
+//! A `GRANT` or `FENCE` that would set a counter above the ceiling, which no server can have
+//! reached (`fences`), is refused before it touches anything ([`Effect::check_fences`]):
+//! effects come from a master or the AOF, but a damaged file or a forged stream must not raise
+//! the server's fence mark past what every new key could still grant from.
+//!
+//! Level 2: imports `errors`, `fences`, `propagation`, `stats`. Used by `change`, `grants`,
+//! `store`, the writing commands and the harness.
 
 use std::ffi::CStr;
 use std::sync::atomic::AtomicU64;
@@ -43,7 +48,7 @@ use pathlock_core::{Items, Mode, Note, Path, PathLimits, Project, Token, NOTE_CE
 use redis_module::{raw, Context, RedisString};
 
 use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
-use crate::{propagation, stats};
+use crate::{fences, propagation, stats};
 
 pub const COMMAND: &std::ffi::CStr = c"PATHLOCK.EFFECT";
 
@@ -318,6 +323,31 @@ impl Effect {
         }
     }
 
+    /// The fence counter applying the effect raises its key to at least: a grant's fence + 1,
+    /// a `FENCE`'s value; `None` for effects that set no fence.
+    pub fn fence_counter(&self) -> Option<u64> {
+        match self {
+            Effect::Grant { fence, .. } => Some(fence.saturating_add(1)),
+            Effect::Fence { next } => Some(*next),
+            _ => None,
+        }
+    }
+
+    /// Refuses an effect whose fence no server can have handed out by `now_ms`.
+    pub fn check_fences(&self, now_ms: u64) -> Result<(), Error> {
+        match self.fence_counter() {
+            Some(counter) => {
+                fences::check(counter, fences::ceiling(now_ms)).map_err(|impossible| {
+                    Error::ImpossibleFence {
+                        counter: impossible.counter,
+                        ceiling: impossible.bound,
+                    }
+                })
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Whether applying the effect to a missing key creates it.
     pub fn creates_key(&self) -> bool {
         matches!(self, Effect::Grant { .. } | Effect::Fence { .. })
@@ -504,5 +534,38 @@ mod tests {
         }
         let deep = b"/a".repeat(PathLimits::CEILING.max_depth + 1);
         assert!(Effect::parse(&[b"RELEASE", b"t", &deep]).is_err());
+    }
+
+    #[test]
+    fn a_fence_no_server_can_have_reached_is_refused() {
+        let now = 1_800_000_000_000;
+        let ceiling = fences::ceiling(now);
+        let checked = |words: &[&[u8]]| {
+            Effect::parse(words)
+                .expect("a well-formed effect")
+                .check_fences(now)
+        };
+        let last = (ceiling - 1).to_string();
+        let above = ceiling.to_string();
+        let poisoned = ((1u64 << 53) + 5).to_string();
+        assert_eq!(
+            checked(&[b"GRANT", b"t", b"1", last.as_bytes(), b"WRITE", b"/a"]),
+            Ok(())
+        );
+        assert_eq!(checked(&[b"FENCE", above.as_bytes()]), Ok(()));
+        assert_eq!(checked(&[b"RENEW", b"t", b"99"]), Ok(()));
+        assert_eq!(
+            checked(&[b"GRANT", b"t", b"1", above.as_bytes(), b"WRITE", b"/a"]),
+            Err(Error::ImpossibleFence {
+                counter: ceiling + 1,
+                ceiling
+            })
+        );
+        let error = checked(&[b"FENCE", poisoned.as_bytes()]).expect_err("refused");
+        assert!(error
+            .to_string()
+            .starts_with("ERR impossible fence counter 9007199254740997"));
+        let max = u64::MAX.to_string();
+        assert!(checked(&[b"GRANT", b"t", b"1", max.as_bytes(), b"WRITE", b"/a"]).is_err());
     }
 }

@@ -16,6 +16,9 @@ pub const ERR_EFFECT_INTERNAL: &str = "ERR PATHLOCK.EFFECT is internal: it carri
 pub const ERR_EFFECT_SYNTAX: &str = "ERR malformed PATHLOCK.EFFECT";
 pub const ERR_FENCES_EXHAUSTED: &str =
     "ERR fences reached 2^53, beyond which JavaScript clients cannot read them exactly";
+/// What the log adds where the server refuses a file for an impossible fence, since only the
+/// operator can choose to load it.
+pub const HINT_LOWER_IMPOSSIBLE_FENCES: &str = "to load it with such fences lowered to the highest possible one, start the server with pathlock.lower-impossible-fences yes (README, Fences)";
 pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not applied";
 /// The answers of a waiter whose project left the key name it waited on (see `registry`).
 pub const ERR_MOVED_RENAMED: &str = "ERR project moved: its key was renamed or moved to another database while this client waited; acquire it under its new name";
@@ -76,6 +79,11 @@ pub enum Error {
     },
     /// A word after `LOCKS key path` other than `TOKEN`.
     UnknownLocksWord(String),
+    /// An effect's fence counter above `fences::ceiling`: a forged or damaged stream or file.
+    ImpossibleFence {
+        counter: u64,
+        ceiling: u64,
+    },
     Path(PathError),
     Token(TokenError),
 }
@@ -109,6 +117,11 @@ impl fmt::Display for Error {
             Error::UnknownLocksWord(word) => write!(
                 f,
                 "ERR unknown option '{word}' after the path: expected TOKEN token (a folder named TOKEN is written /TOKEN)"
+
+            ),
+            Error::ImpossibleFence { counter, ceiling } => write!(
+                f,
+                "ERR impossible fence counter {counter}: no server can have reached more than {ceiling} by now (README, Fences); refused"
             ),
             Error::Path(e) => write!(f, "ERR {e}"),
             Error::Token(e) => write!(f, "ERR {e}"),
@@ -152,6 +165,12 @@ pub fn shown(word: &[u8]) -> String {
         text.push_str("...");
     }
     text
+}
+
+/// A key name or other foreign word for the server's log, shown as in a reply and with `%`
+/// doubled: the server takes a module's log message as a printf format.
+pub fn logged(word: &[u8]) -> String {
+    shown(word).replace('%', "%%")
 }
 
 /// `bytes` with everything but printable ASCII escaped, as `redis-cli` prints a reply.

@@ -21,9 +21,9 @@
 //! changes `maxmemory` or `maxmemory-policy` (the server's config-change event), never per
 //! command: the commands read two atomics.
 //!
-//! Level 1: imports `config`, `stats`, `contain`. Used by `lib.rs` (load), the ACQUIRE handler,
-//! `store` (protection after every change), `keytype` (a project leaving its key) and `events`
-//! (the `evicted` keyspace event).
+//! Level 1: imports `config`, `contain`, `errors`, `stats`. Used by `lib.rs` (load), the ACQUIRE
+//! handler, `store` (protection after every change), `keytype` (a project leaving its key) and
+//! `events` (the `evicted` keyspace event).
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use redis_module::{raw, Context, RedisString, RedisValue};
 
 use crate::contain::contained;
-use crate::{config, stats};
+use crate::{config, errors, stats};
 
 /// Whether the server's policy and limit can evict a project key.
 static EVICTS: AtomicBool = AtomicBool::new(false);
@@ -163,10 +163,11 @@ pub fn evicted(ctx: &Context, key: &[u8]) {
     }
     stats::count(&stats::EVICTED_PROJECTS, 1);
     let policy = POLICY.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    // The log line is a format to the server: the key's bytes go in escaped, `%` doubled.
     ctx.log_warning(&format!(
         "pathlock: maxmemory-policy {policy} evicted project key '{}' holding {locks} locks; \
          their holders lost them, and their next RENEW answers 0",
-        String::from_utf8_lossy(key)
+        errors::logged(key)
     ));
 }
 

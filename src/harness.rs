@@ -5,28 +5,31 @@
 //!   the commands' table and run over projects in memory (`store::Memory`, the other side of the
 //!   storage seam from Redis), ending with the conversion that redis-module applies when it
 //!   writes the reply;
-//! * [`rdb`]: an RDB (or `RESTORE`) payload through the engine's decoder;
-//! * [`effect`]: `PATHLOCK.EFFECT` arguments as a replica or an AOF replay receives them.
+//! * [`rdb`]: an RDB (or `RESTORE`) payload through the engine's decoder, held to the fence
+//!   bounds as `keytype` holds it, and lowered as `pathlock.lower-impossible-fences` loads it;
+//! * [`effect`]: `PATHLOCK.EFFECT` arguments as a replica or an AOF replay receives them, with
+//!   the fence check of the effect command.
 //!
 //! Each panics, as a fuzz target must, when a promise breaks: a reply that redis-module could not
-//! write, an error that is not `ERR ...` printable ASCII, an engine whose indexes disagree, or a
-//! round trip that changes what it carries. Built only for tests and with the `system-alloc`
-//! feature, never into the module Redis loads.
+//! write, an error that is not `ERR ...` printable ASCII, an engine whose indexes disagree, a
+//! round trip that changes what it carries, or an accepted payload or effect after which a new
+//! key could not be granted (its fences would start at or past 2^53). Built only for tests and
+//! with the `system-alloc` feature, never into the module Redis loads.
 //!
-//! Level 8: imports `commands`, `effects`, `store`.
-//! Called by the fuzz targets
-//! and its own unit tests.
+//! Level 8: imports `commands`, `effects`, `fences`, `store`. Called by the fuzz targets and its
+//! own unit tests.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CString;
 
 use pathlock_core::persist::{self, ByteSink, ByteSource};
-use pathlock_core::{LockTable, Path, Project};
+use pathlock_core::{LockTable, Mode, Path, Project, Token};
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::commands::{self, Command, COMMANDS};
 use crate::effects::Effect;
+use crate::fences;
 use crate::store::Memory;
 
 /// Splits fuzz input into records of `[command byte, clock step in ms, argc, (len, bytes)*]`.
@@ -127,23 +130,81 @@ fn check_value(value: &RedisValue) {
     }
 }
 
-/// Decodes an RDB payload (in `persist::ByteSource`'s framing), as each encoding version that
-/// a server may load. A payload that decodes must give a consistent table that encodes back to
-/// the same items (in the current version) and decodes again to the same locks.
+/// The clock of the payloads and effects the harness loads (November 2026), so that the fence
+/// ceiling is today's.
+const NOW_MS: u64 = 1_795_000_000_000;
+
+/// The fuzzed property of issue 28: after the server took in a payload or an effect that raised
+/// its mark to `mark`, a new key still starts below 2^53 (the ACQUIRE handler answers `fences
+/// reached 2^53` from there) and gets a grant.
+fn a_new_key_still_grants(mark: u64) {
+    let first = fences::start(mark, NOW_MS);
+    assert!(
+        first < fences::LIMIT,
+        "a mark of {mark} stops every new key"
+    );
+    let mut project = Project::new();
+    project.locks_mut().raise_next_fence(first);
+    let token = Token::new(b"fresh").expect("a token");
+    let fence = project.acquire(NOW_MS, &token, 1_000, &[(Mode::Write, Path::root())]);
+    assert!(
+        fence.is_some_and(|fence| fence < fences::LIMIT),
+        "a new key was not granted after a mark of {mark}: {fence:?}"
+    );
+}
+
+/// Decodes an RDB payload (in `persist::ByteSource`'s framing), as a `RESTORE` and a load do, as
+/// each encoding version that a server may load. A payload that decodes must give a consistent
+/// table with a counter within the bound that encodes back to the same items (in the current
+/// version) and decodes again to the same locks, and leave new keys grantable. The same payload
+/// loaded with `pathlock.lower-impossible-fences` must come out within the ceiling, and
+/// unchanged when it was within it already.
 pub fn rdb(data: &[u8]) {
     for version in 1..=persist::VERSION {
-        if let Ok(table) = persist::decode_version(&mut ByteSource::new(data), version) {
-            rdb_round_trip(&table);
-        }
+        rdb_as(data, version);
     }
 }
 
-fn rdb_round_trip(table: &LockTable) {
+fn rdb_as(data: &[u8], version: u32) {
+    let decode = |bound| persist::decode_version(&mut ByteSource::new(data), version, bound);
+    let (admissible, ceiling) = (fences::admissible(NOW_MS), fences::ceiling(NOW_MS));
+    if let Ok(any) = decode(u64::MAX) {
+        let before = (any.next_fence() <= ceiling)
+            .then(|| (any.iter().collect::<Vec<_>>(), any.next_fence()));
+        let (lowered, _) = fences::lowered(any, NOW_MS);
+        if let Err(problem) = lowered.check_integrity() {
+            panic!("a lowered table whose indexes disagree: {problem}");
+        }
+        assert!(
+            lowered.next_fence() <= ceiling,
+            "lowering left an impossible counter"
+        );
+        if let Some(before) = before {
+            assert_eq!(
+                (lowered.iter().collect::<Vec<_>>(), lowered.next_fence()),
+                before,
+                "lowering changed a possible table"
+            );
+        }
+        a_new_key_still_grants(lowered.next_fence());
+    }
+    for bound in [admissible, ceiling] {
+        if let Ok(table) = decode(bound) {
+            assert!(
+                table.next_fence() <= bound,
+                "a counter above the bound was accepted"
+            );
+            a_new_key_still_grants(table.next_fence());
+        }
+    }
+    let Ok(table) = decode(ceiling) else {
+        return;
+    };
     if let Err(problem) = table.check_integrity() {
         panic!("a decoded table whose indexes disagree: {problem}");
     }
-    let encoded = encode(table);
-    let again = persist::decode(&mut ByteSource::new(&encoded))
+    let encoded = encode(&table);
+    let again = persist::decode(&mut ByteSource::new(&encoded), ceiling)
         .unwrap_or_else(|e| panic!("a table's own encoding refused: {e}"));
     assert_eq!(
         encode(&again),
@@ -164,12 +225,18 @@ fn encode(table: &LockTable) -> Vec<u8> {
 }
 
 /// Applies a sequence of effects (records as for [`command`]; the command byte is ignored and
-/// the words start after the key) to one project, as a replica or an AOF replay does. An effect
-/// that parses must survive its own encoding unchanged.
+/// the words start after the key) to one project, as a replica or an AOF replay does, refusing
+/// those the effect command refuses. An effect that parses must survive its own encoding
+/// unchanged, and after each applied one the counter is possible and a new key still grants.
 pub fn effect(data: &[u8]) {
     let mut project = Project::new();
+    let mut mark = 1;
     for (_, _, words) in records(data) {
-        let effect = match Effect::parse(&words) {
+        let checked = Effect::parse(&words).and_then(|effect| {
+            effect.check_fences(NOW_MS)?;
+            Ok(effect)
+        });
+        let effect = match checked {
             Ok(effect) => effect,
             Err(error) => {
                 check_reply(&Err(error.into()));
@@ -189,6 +256,13 @@ pub fn effect(data: &[u8]) {
         if let Err(problem) = project.locks().check_integrity() {
             panic!("{effect:?} left a table whose indexes disagree: {problem}");
         }
+        let counter = project.locks().next_fence();
+        assert!(
+            counter <= fences::ceiling(NOW_MS),
+            "{effect:?} raised the counter to an impossible {counter}"
+        );
+        mark = counter.max(mark);
+        a_new_key_still_grants(mark);
     }
 }
 
@@ -259,6 +333,14 @@ mod checks {
         super::check_reply(&Err(RedisError::String(
             "ERR invalid mode '\u{100}'".into(),
         )));
+    }
+
+    /// The fuzzed property fails where the issue's server failed: a mark of 2^53 + 5 stops
+    /// every new key.
+    #[test]
+    #[should_panic(expected = "stops every new key")]
+    fn the_property_fails_after_the_issues_mark() {
+        super::a_new_key_still_grants((1 << 53) + 5);
     }
 
     #[test]

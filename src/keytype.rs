@@ -1,12 +1,18 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `clock`, `contain`, `eviction`, `fences`, `registry`, `selected_db`, `stats`.
-//! Its callbacks are called by Redis; `store` and `events` use its type handle. A value leaving
-//! its key only queues a signal in `registry`; it never calls into the waiting machinery.
+//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`, `registry`,
+//! `selected_db`, `stats`. Its callbacks are called by Redis; `store` and `events` use its type
+//! handle. A value leaving its key only queues a signal in `registry`; it never calls into the
+//! waiting machinery.
 //!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
 //! only carries its items through `RedisModule_Save*`/`Load*`, so the checks that refuse a
-//! corrupt payload live in the engine, where they are unit-tested and fuzzed without Redis.
+//! corrupt payload live in the engine, where they are unit-tested and fuzzed without Redis. The
+//! one rule it adds is the module's: a value's fence counter, and the fence mark in the aux
+//! data, must be possible by this server's clock (`fences::admissible` for a client's `RESTORE`
+//! on a master, `fences::ceiling` for the rest), or the value (or the whole file, for the mark)
+//! is refused, unless the operator asked to lower them while loading
+//! (`pathlock.lower-impossible-fences`).
 
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
 
@@ -14,7 +20,8 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::{clock, eviction, fences, registry, selected_db, stats};
+use crate::errors::{logged, HINT_LOWER_IMPOSSIBLE_FENCES};
+use crate::{clock, config, eviction, fences, registry, selected_db, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -360,14 +367,79 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         }
         // `encver` is at most ENCODING_VERSION here, and not negative on any server.
         let version = u32::try_from(encver).unwrap_or(0);
-        match persist::decode_version(&mut Rdb(rdb), version) {
-            Ok(table) => into_value(Project::from_locks(table)),
+        let now = clock::wall_ms();
+        // A client's RESTORE or MIGRATE payload on a master is held to what a client may bring
+        // in; a file being loaded, and a RESTORE that a replica's master sent, to what a server
+        // may hold, unless the operator asked for a file's impossible counters to be lowered.
+        let (loading, replica) = server_state(rdb);
+        let lower = loading && config::lower_impossible_fences();
+        let bound = match (lower, loading || replica) {
+            (true, _) => u64::MAX,
+            (false, true) => fences::ceiling(now),
+            (false, false) => fences::admissible(now),
+        };
+        match persist::decode_version(&mut Rdb(rdb), version, bound) {
+            Ok(table) => {
+                let counter = table.next_fence();
+                let (table, dropped) = fences::lowered(table, now);
+                if table.next_fence() != counter {
+                    logging::log_warning(format!(
+                        "pathlock: lowered the impossible fence counter {counter} of key '{}' to \
+                         {} (pathlock.lower-impossible-fences), dropping the {dropped} locks \
+                         whose fences were at or above that",
+                        key_name(rdb),
+                        table.next_fence()
+                    ));
+                }
+                into_value(Project::from_locks(table))
+            }
             Err(reason) => {
-                logging::log_warning(format!("pathlock: refusing a path-lock value: {reason}"));
+                let hint = match reason {
+                    persist::DecodeError::CounterAboveCeiling { .. } if loading => {
+                        format!("; {HINT_LOWER_IMPOSSIBLE_FENCES}")
+                    }
+                    _ => String::new(),
+                };
+                logging::log_warning(format!(
+                    "pathlock: refusing the path-lock value of key '{}': {reason}{hint}",
+                    key_name(rdb)
+                ));
                 std::ptr::null_mut()
             }
         }
     })
+}
+
+/// Whether the server is loading a file (a restart, `DEBUG RELOAD`, a full sync, an AOF
+/// replay) rather than running a `RESTORE`, and whether it is a replica, whose `RESTORE`s come
+/// from its master (or, with `replica-read-only no`, from clients it lets write).
+fn server_state(rdb: *mut raw::RedisModuleIO) -> (bool, bool) {
+    // SAFETY: the server passes a live IO; the context it returns belongs to the IO.
+    let flags = unsafe {
+        match (
+            raw::RedisModule_GetContextFromIO,
+            raw::RedisModule_GetContextFlags,
+        ) {
+            (Some(context_of), Some(flags_of)) => flags_of(context_of(rdb)),
+            _ => 0,
+        }
+    };
+    let set = |flag: u32| flags & flag as c_int != 0;
+    (
+        set(raw::REDISMODULE_CTX_FLAGS_LOADING),
+        set(raw::REDISMODULE_CTX_FLAGS_SLAVE),
+    )
+}
+
+/// The name of the key an RDB value is loaded into, escaped for the log.
+fn key_name(rdb: *mut raw::RedisModuleIO) -> String {
+    // SAFETY: the server passes a live IO; the name, when there is one, lives as long as it.
+    let name = unsafe {
+        raw::RedisModule_GetKeyNameFromIO
+            .map(|f| f(rdb))
+            .and_then(|name| name_of(name.cast_mut()))
+    };
+    logged(name.unwrap_or_default())
 }
 
 /// Saves the server's fence mark (`fences`) ahead of the keys of every RDB: snapshots, the AOF's
@@ -379,7 +451,10 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     })
 }
 
-/// Raises the server's fence mark to the one an RDB carries; it never lowers it.
+/// Raises the server's fence mark to the one an RDB carries; it never lowers it. A mark above
+/// the ceiling refuses the whole file (a server cannot start from it with its mark pushed out of
+/// reach), unless `pathlock.lower-impossible-fences` is set: then the mark is raised to the
+/// admissible one, the most any payload could have brought, instead.
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     contained("aux_load", raw::REDISMODULE_ERR as c_int, || {
         if encver > ENCODING_VERSION {
@@ -388,13 +463,30 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int
             ));
             return raw::REDISMODULE_ERR as c_int;
         }
-        match raw::load_unsigned(rdb) {
-            Ok(high) => {
-                fences::observe(high);
-                raw::REDISMODULE_OK as c_int
+        let Ok(mark) = raw::load_unsigned(rdb) else {
+            return raw::REDISMODULE_ERR as c_int;
+        };
+        let now = clock::wall_ms();
+        match fences::check(mark, fences::ceiling(now)) {
+            Ok(()) => fences::observe(mark),
+            Err(_) if config::lower_impossible_fences() => {
+                let lowered = fences::lowered_counter(mark, now);
+                logging::log_warning(format!(
+                    "pathlock: lowered the RDB's impossible fence mark {mark} to {lowered} \
+                     (pathlock.lower-impossible-fences)"
+                ));
+                fences::observe(lowered);
             }
-            Err(_) => raw::REDISMODULE_ERR as c_int,
+            Err(impossible) => {
+                logging::log_warning(format!(
+                    "pathlock: refusing the RDB: its fence mark {mark} is impossible, above {}, \
+                     the highest any server can have reached by now; {HINT_LOWER_IMPOSSIBLE_FENCES}",
+                    impossible.bound
+                ));
+                return raw::REDISMODULE_ERR as c_int;
+            }
         }
+        raw::REDISMODULE_OK as c_int
     })
 }
 

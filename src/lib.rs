@@ -125,6 +125,7 @@ redis_module! {
         string: [],
         bool: [
             ["accept-eviction", &config::ACCEPT_EVICTION, false, ConfigurationFlags::DEFAULT, None],
+            ["lower-impossible-fences", &config::LOWER_IMPOSSIBLE_FENCES, false, ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         module_args_as_configuration: true,

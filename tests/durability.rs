@@ -466,37 +466,6 @@ fn dump_and_restore_round_trip() {
     assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 16);
 }
 
-/// Redis's CRC-64 (Jones polynomial, reflected), which seals a DUMP payload.
-fn crc64(bytes: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &byte in bytes {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
-fn rdb_len(out: &mut Vec<u8>, n: u64) {
-    if n < 64 {
-        out.push(n as u8);
-    } else if n < 16384 {
-        out.extend([0x40 | (n >> 8) as u8, n as u8]);
-    } else if n <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend((n as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend(n.to_be_bytes());
-    }
-}
-
 /// Builds a DUMP payload for a module value from scratch: what a forged or damaged file would
 /// hold, with a valid checksum so that only the module's own checks stand in the way.
 struct Payload {

@@ -99,6 +99,11 @@ fn locking_is_refused_while_the_policy_can_evict_projects_unless_the_risk_is_acc
 /// The scenario with the risk accepted: each project either keeps its lock or its loss
 /// is logged, counted, announced and seen by the holder; never silent, and fences go up.
 fn scenario(policy: &str) -> (usize, usize) {
+    scenario_with(policy, "proj:", "proj:")
+}
+
+/// `scenario` with project keys named `prefix<p>`, which the server's log shows as `logged<p>`.
+fn scenario_with(policy: &str, prefix: &str, logged: &str) -> (usize, usize) {
     let server = Server::start_with(&[
         "--maxmemory",
         "20mb",
@@ -112,7 +117,7 @@ fn scenario(policy: &str) -> (usize, usize) {
     let projects = 20;
     let mut fences = Vec::new();
     for p in 0..projects {
-        let key = format!("proj:{p}");
+        let key = format!("{prefix}{p}");
         let (_, fence) = acquire(
             &mut con,
             &key,
@@ -144,7 +149,8 @@ fn scenario(policy: &str) -> (usize, usize) {
     }
     let mut lost = 0;
     for (p, fence) in fences.iter().enumerate() {
-        let key = format!("proj:{p}");
+        let key = format!("{prefix}{p}");
+        let shown = format!("{logged}{p}");
         let exists: i64 = cmd("EXISTS").arg(&key).query(&mut con).expect("EXISTS");
         if exists == 1 {
             assert!(
@@ -159,7 +165,7 @@ fn scenario(policy: &str) -> (usize, usize) {
         assert!(
             server
                 .log()
-                .contains(&format!("evicted project key '{key}' holding 1 locks")),
+                .contains(&format!("evicted project key '{shown}' holding 1 locks")),
             "{key}: logged:\n{}",
             server.log()
         );
@@ -200,4 +206,17 @@ fn under_allkeys_random_an_evicted_project_is_never_lost_silently() {
     let (lost, projects) = scenario("allkeys-random");
     println!("allkeys-random: {lost} of {projects} projects evicted, each reported");
     assert!(lost > 0);
+}
+
+/// A project key whose name holds what a log format or a C string cannot take (`%s%n`, NUL, a
+/// byte beyond ASCII) is logged escaped when it is evicted, and the server lives on.
+#[test]
+fn an_evicted_project_with_a_hostile_name_is_logged_escaped() {
+    let (lost, projects) = scenario_with(
+        "allkeys-random",
+        "proj:%s%n\0\u{100}:",
+        "proj:%s%n\\x00\\xc4\\x80:",
+    );
+    println!("allkeys-random, hostile names: {lost} of {projects} projects evicted, each reported");
+    assert!(lost > 0, "no project was evicted, so nothing was shown");
 }

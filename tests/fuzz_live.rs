@@ -9,6 +9,13 @@
 //! It runs a fixed seed, so CI always covers the same ground, and one fresh seed per run, printed,
 //! so that a failure can be replayed with `PATHLOCK_FUZZ_SEED=<seed> cargo test --release --test
 //! fuzz_live`.
+//!
+//! The payload surfaces are fuzzed for issue 28's property, that no value of one key can harm
+//! another: mutated DUMP payloads, sealed with a valid checksum, through `RESTORE` (what
+//! `MIGRATE` sends), and mutated `PATHLOCK.EFFECT` streams replayed from the AOF (what a replica
+//! applies). After every accepted payload a key never used before is granted, below 2^53 and
+//! within the fence ceiling, and the server reloads what it took (`DEBUG RELOAD`). Set
+//! `PATHLOCK_FUZZ_ROUNDS` to run more rounds than CI does.
 
 mod common;
 
@@ -416,4 +423,307 @@ fn a_mode_of_u0100_is_an_escaped_error_not_an_abort() {
     );
     let pong: String = cmd("PING").query(&mut con).expect("PING");
     assert_eq!(pong, "PONG");
+}
+
+/// Rounds of the payload fuzzers: `PATHLOCK_FUZZ_ROUNDS`, or what CI runs.
+fn rounds(ci: usize) -> usize {
+    std::env::var("PATHLOCK_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(ci)
+}
+
+/// The fixed seed and a fresh one, or `PATHLOCK_FUZZ_SEED` alone.
+fn seeds() -> Vec<u64> {
+    match std::env::var("PATHLOCK_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(seed) => vec![seed],
+        None => vec![
+            FIXED_SEED,
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64),
+        ],
+    }
+}
+
+/// Counters worth trying: the edges of the rule at `now_ms`, 2^53 and around it, the clock
+/// floor, the extremes of 64 bits, and random ones below and above the ceiling.
+fn interesting_counter(rng: &mut Rng, now_ms: u64) -> u64 {
+    let floor = now_ms * FENCES_PER_MS;
+    let picks = [
+        0,
+        1,
+        2,
+        floor,
+        admissible(now_ms) - 1,
+        admissible(now_ms),
+        admissible(now_ms) + 1,
+        ceiling(now_ms),
+        ceiling(now_ms) + 1,
+        FENCE_LIMIT - 1,
+        FENCE_LIMIT,
+        FENCE_LIMIT + 5,
+        u64::MAX,
+        u64::MAX - 1,
+        1 << 63,
+        floor + rng.below(ceiling(now_ms) - floor),
+        rng.next(),
+    ];
+    *rng.pick(&picks)
+}
+
+/// One to three mutations of a DUMP payload, then a fresh checksum: the issue's shape (the
+/// counter replaced, re-encoded), an 8-byte big-endian window overwritten (where locks keep
+/// their fences and deadlines), a bit flipped, a byte set, bytes cut or repeated.
+fn mutate(rng: &mut Rng, payload: &[u8], now_ms: u64) -> Vec<u8> {
+    let mut out = payload.to_vec();
+    for _ in 0..=rng.below(3) {
+        // The body: after the type byte and the module id, before the RDB version and checksum.
+        let end = out.len().saturating_sub(10);
+        if end <= 10 {
+            break;
+        }
+        let at = 10 + rng.below((end - 10) as u64) as usize;
+        let len = 1 + rng.below(8) as usize;
+        match rng.below(6) {
+            0 if read_rdb_len(&out, COUNTER_AT).is_some() => {
+                out = with_counter(&out, interesting_counter(rng, now_ms));
+            }
+            1 if at + 8 <= end => {
+                let value = interesting_counter(rng, now_ms);
+                out[at..at + 8].copy_from_slice(&value.to_be_bytes());
+            }
+            2 => out[at] ^= 1 << rng.below(8),
+            3 => out[at] = rng.below(256) as u8,
+            4 => {
+                out.drain(at..(at + len).min(end));
+            }
+            _ => {
+                let copy = out[at..(at + len).min(end)].to_vec();
+                out.splice(at..at, copy);
+            }
+        }
+    }
+    reseal(&mut out);
+    out
+}
+
+/// The property after a payload was taken in: the mark is within the ceiling, and a key never
+/// used before is granted, at a fence below 2^53 and within the ceiling. (The mark is read
+/// first: a grant at the ceiling takes the mark one past it until the clock moves on.)
+fn a_new_key_grants(con: &mut Connection, key: &str, what: &str) {
+    let mark = info_number(con, "pathlock", "pathlock_fence_mark") as u64;
+    assert!(mark <= ceiling(server_ms(con)), "{what}: fence mark {mark}");
+    let granted = try_acquire(con, key, &["WRITE", "/"])
+        .unwrap_or_else(|e| panic!("{what}: a new key was refused: {e}"))
+        .unwrap_or_else(|| panic!("{what}: a new key was not granted"));
+    let fence = granted.1 as u64;
+    assert!(
+        fence < FENCE_LIMIT && fence <= ceiling(server_ms(con)),
+        "{what}: fence {fence}"
+    );
+}
+
+/// Projects of every shape to take payloads from: one lock (the issue's), shared and exclusive
+/// locks of many owners, binary and deep paths, and a project whose locks were all released.
+fn source_payloads(con: &mut Connection) -> Vec<Vec<u8>> {
+    assert!(take(con, "src:1", "t", &["TTL", "600000", "WRITE", "/A"]));
+    for (i, mode) in ["READ", "READ", "WRITE"].iter().enumerate() {
+        let path = if *mode == "READ" { "/docs/a" } else { "/B/c" };
+        assert!(take(
+            con,
+            "src:2",
+            &format!("o{i}"),
+            &["TTL", "600000", mode, path]
+        ));
+    }
+    assert!(take(
+        con,
+        "src:2",
+        "o0",
+        &["READ", "/docs/a/x", "WRITE", "/C"]
+    ));
+    let binary = "/\u{100}/\u{0}x/%s";
+    assert!(take(
+        con,
+        "src:3",
+        "\u{400}",
+        &["TTL", "1", "WRITE", binary]
+    ));
+    let deep = "/d".repeat(40);
+    assert!(take(con, "src:4", "t", &["READ", &deep]));
+    assert!(take(con, "src:5", "t", &["WRITE", "/gone"]));
+    assert_eq!(release(con, "src:5", "t", &[]), 1);
+    (1..=5)
+        .map(|i| {
+            cmd("DUMP")
+                .arg(format!("src:{i}"))
+                .query(con)
+                .expect("DUMP")
+        })
+        .collect()
+}
+
+fn restore_payloads(seed: u64, rounds: usize) -> (usize, usize) {
+    let server = Server::start();
+    let mut con = server.conn();
+    let payloads = source_payloads(&mut con);
+    let mut rng = Rng::new(seed);
+    let mut accepted = 0;
+    for round in 0..rounds {
+        let now = server_ms(&mut con);
+        let source = rng.pick(&payloads).clone();
+        let payload = mutate(&mut rng, &source, now);
+        let key = format!("fz:r:{}", round % 8);
+        let restored = cmd("RESTORE")
+            .arg(&key)
+            .arg(0)
+            .arg(&payload)
+            .arg("REPLACE")
+            .query::<()>(&mut con);
+        let what = format!("seed {seed}, round {round}, payload {payload:02x?}");
+        if restored.is_ok() {
+            accepted += 1;
+            // The restored key itself answers a grant or nil, never an error.
+            answered_without_error(&mut con, &key, &what);
+        }
+        a_new_key_grants(&mut con, &format!("fresh:{round}"), &what);
+        if round % 50 == 49 {
+            let _: () = cmd("DEBUG")
+                .arg("RELOAD")
+                .query(&mut con)
+                .unwrap_or_else(|e| panic!("{what}: DEBUG RELOAD failed: {e}"));
+            a_new_key_grants(&mut con, &format!("reloaded:{round}"), &what);
+        }
+    }
+    let refused_for_fences = server
+        .log()
+        .lines()
+        .filter(|line| {
+            line.contains("refusing the path-lock value") && line.contains("above the ceiling")
+        })
+        .count();
+    (accepted, refused_for_fences)
+}
+
+fn answered_without_error(con: &mut Connection, key: &str, what: &str) {
+    let reply = try_acquire(con, key, &["TOKEN", "fuzz", "WRITE", "/fuzz/new"]);
+    assert!(
+        reply.is_ok(),
+        "{what}: ACQUIRE on the restored key: {reply:?}"
+    );
+}
+
+#[test]
+fn mutated_dump_payloads_never_stop_new_keys() {
+    let rounds = rounds(1000);
+    for seed in seeds() {
+        eprintln!("fuzz_live: payload seed {seed} (replay with PATHLOCK_FUZZ_SEED={seed})");
+        let (accepted, refused_for_fences) = restore_payloads(seed, rounds);
+        eprintln!(
+            "fuzz_live: payload seed {seed}: {rounds} RESTOREs, {accepted} accepted, \
+             {refused_for_fences} refused for their fences; a new key was granted after each"
+        );
+        assert!(
+            refused_for_fences > 0,
+            "the fuzzer never reached the fence check"
+        );
+        assert!(accepted > 0, "the fuzzer never made an acceptable payload");
+    }
+}
+
+/// One random effect, well formed or not, whose fences are drawn from `interesting_counter`.
+fn random_effect(rng: &mut Rng, now_ms: u64, deadline: &str) -> Vec<Vec<u8>> {
+    let key = format!("fz:e:{}", rng.below(4)).into_bytes();
+    let fence = interesting_counter(rng, now_ms)
+        .saturating_sub(rng.below(2))
+        .to_string();
+    let token = rng.pick(TOKENS).to_vec();
+    let mut words: Vec<Vec<u8>> = vec![b"PATHLOCK.EFFECT".to_vec(), key];
+    match rng.below(5) {
+        0 | 1 => {
+            words.extend([
+                b"GRANT".to_vec(),
+                token,
+                deadline.as_bytes().to_vec(),
+                fence.into_bytes(),
+            ]);
+            words.extend([rng.pick(MODES).to_vec(), rng.pick(PATHS).to_vec()]);
+        }
+        2 => words.extend([b"FENCE".to_vec(), fence.into_bytes()]),
+        3 => words.extend([b"RELEASE".to_vec(), token]),
+        _ => words.extend([b"EXPIRE".to_vec(), now_ms.to_string().into_bytes()]),
+    }
+    if rng.below(10) == 0 {
+        let at = 2 + rng.below(words.len() as u64 - 2) as usize;
+        words[at] = rng.pick(HOSTILE).to_vec();
+    }
+    words
+}
+
+fn resp_command(words: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for word in words {
+        out.extend(format!("${}\r\n", word.len()).bytes());
+        out.extend_from_slice(word);
+        out.extend(b"\r\n");
+    }
+    out
+}
+
+fn replay_effects(seed: u64, rounds: usize) -> usize {
+    let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.conn();
+    let incr = std::fs::read_dir(server.dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("the incremental AOF");
+    let mut rng = Rng::new(seed);
+    for round in 0..rounds {
+        let now = server_ms(&mut con);
+        let deadline = (now + 600_000).to_string();
+        let effects: Vec<u8> = (0..20)
+            .flat_map(|_| resp_command(&random_effect(&mut rng, now, &deadline)))
+            .collect();
+        let mut aof = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&incr)
+            .expect("open the AOF");
+        std::io::Write::write_all(&mut aof, &effects).expect("append");
+        drop(aof);
+        let what = format!(
+            "seed {seed}, round {round}, effects {:?}",
+            String::from_utf8_lossy(&effects)
+        );
+        let _: () = cmd("DEBUG")
+            .arg("LOADAOF")
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("{what}: DEBUG LOADAOF failed: {e}"));
+        a_new_key_grants(&mut con, &format!("fresh:{round}"), &what);
+    }
+    server
+        .log()
+        .lines()
+        .filter(|line| line.contains("ERR impossible fence counter"))
+        .count()
+}
+
+#[test]
+fn mutated_effects_replayed_from_the_aof_never_stop_new_keys() {
+    let rounds = rounds(1000) / 20;
+    for seed in seeds() {
+        eprintln!("fuzz_live: effect seed {seed} (replay with PATHLOCK_FUZZ_SEED={seed})");
+        let refused = replay_effects(seed, rounds);
+        eprintln!(
+            "fuzz_live: effect seed {seed}: {} effects in {rounds} AOF replays, {refused} refusals \
+             for their fences (counted once per replay); a new key was granted after each",
+            rounds * 20
+        );
+        assert!(refused > 0, "the fuzzer never reached the fence check");
+    }
 }

@@ -20,9 +20,10 @@
 //!
 //! The Redis layer reads and writes the items through `RedisModule_Load*`/`Save*`; tests and the
 //! fuzz target read them from plain bytes ([`ByteSource`]). Decoding checks every field, the
-//! strict order, the fences against the counter and that no two locks conflict, so a damaged
-//! file or a hand-made `RESTORE` payload is refused instead of becoming a table whose indexes
-//! disagree or that grants one path to two owners.
+//! strict order, the counter against the caller's ceiling, the fences against the counter and
+//! that no two locks conflict, so a damaged file or a hand-made `RESTORE` payload is refused
+//! instead of becoming a table whose indexes disagree, that grants one path to two owners, or
+//! whose counter no server can have reached.
 
 use std::fmt;
 
@@ -54,7 +55,15 @@ pub enum DecodeError {
     MalformedPath,
     UnknownMode(u64),
     BadToken,
-    FenceOutOfRange { fence: u64, next: u64 },
+    FenceOutOfRange {
+        fence: u64,
+        next: u64,
+    },
+    /// The counter is above the highest one the caller accepts (the module's fence rule).
+    CounterAboveCeiling {
+        next: u64,
+        ceiling: u64,
+    },
     OutOfOrder,
     Conflicting,
     NoteTooLong(usize),
@@ -70,6 +79,9 @@ impl fmt::Display for DecodeError {
             DecodeError::BadToken => f.write_str("token of 0 or more than 128 bytes"),
             DecodeError::FenceOutOfRange { fence, next } => {
                 write!(f, "fence {fence} outside 1..{next}")
+            }
+            DecodeError::CounterAboveCeiling { next, ceiling } => {
+                write!(f, "fence counter {next} above the ceiling {ceiling}")
             }
             DecodeError::OutOfOrder => f.write_str("locks out of order or repeated"),
             DecodeError::Conflicting => f.write_str("two owners hold conflicting locks"),
@@ -123,18 +135,29 @@ pub fn encode(table: &LockTable, now: u64, sink: &mut impl Sink) {
     });
 }
 
-/// Reads a table written by [`encode`], refusing anything `encode` cannot have written.
-pub fn decode(source: &mut impl Source) -> Result<LockTable, DecodeError> {
-    decode_version(source, VERSION)
+/// Reads a table written by [`encode`], refusing anything `encode` cannot have written and a
+/// fence counter above `ceiling` (so every fence too, as each is below the counter).
+pub fn decode(source: &mut impl Source, ceiling: u64) -> Result<LockTable, DecodeError> {
+    decode_version(source, VERSION, ceiling)
 }
 
 /// Reads a table written at `version` ([`VERSION`] or an earlier one), refusing anything an
-/// encoder of that version cannot have written.
-pub fn decode_version(source: &mut impl Source, version: u32) -> Result<LockTable, DecodeError> {
+/// encoder of that version cannot have written and a fence counter above `ceiling`.
+pub fn decode_version(
+    source: &mut impl Source,
+    version: u32,
+    ceiling: u64,
+) -> Result<LockTable, DecodeError> {
     if version > VERSION {
         return Err(DecodeError::UnknownVersion(version));
     }
     let next_fence = source.unsigned().ok_or(DecodeError::Short)?;
+    if next_fence > ceiling {
+        return Err(DecodeError::CounterAboveCeiling {
+            next: next_fence,
+            ceiling,
+        });
+    }
     let count = source.unsigned().ok_or(DecodeError::Short)?;
     let mut table = LockTable::new();
     let mut previous: Option<(Path, Mode, Token)> = None;

@@ -655,3 +655,89 @@ fn a_generated_token_is_granted_and_found_again_like_any_other() {
     project.locks().check_integrity().expect("integrity");
     assert_eq!(project.locks().len(), 1);
 }
+
+/// A path that a crowd of readers holds: each reader is taken and dropped in a step (the crowd
+/// keeps its readers by owner), a writer's request sees at once that every reader's lease lapsed
+/// (the crowd's bound), a live reader still blocks it, and listings give the crowd in canonical
+/// order.
+#[test]
+fn a_crowd_on_one_path_costs_each_reader_a_step_and_lapses_at_once() {
+    let mut table = LockTable::with_small_owners_up_to(2);
+    let shared = p("/shared");
+    for i in 0..20_000 {
+        let granted = table.acquire(0, &t(&format!("r{i:05}")), 100, &[(Read, shared.clone())]);
+        assert!(granted.fence.is_some());
+    }
+    // A big owner (past its limit of 2) among the readers, and one reader renewed later.
+    let big = t("big");
+    let items = [(Read, shared.clone()), (Write, p("/x")), (Write, p("/y"))];
+    assert!(table.acquire(0, &big, 100, &items).fence.is_some());
+    assert_eq!(table.renew_decided(&t("r00007"), 500), 1);
+    table.check_integrity().expect("integrity with a crowd");
+    let listed = table.locks(50, &shared);
+    assert_eq!(listed.len(), 20_001);
+    assert!(
+        listed.windows(2).all(|w| w[0].token < w[1].token),
+        "a crowd is listed by token"
+    );
+    // At 200 every lease but r00007's lapsed: a writer is blocked by it alone.
+    let blockers = table.blockers(200, Some(&t("w")), &[(Write, shared.clone())]);
+    assert_eq!(blockers.len(), 1);
+    assert_eq!(blockers[0].token, t("r00007"));
+    assert!(table
+        .acquire(200, &t("w"), 100, &[(Write, shared.clone())])
+        .fence
+        .is_none());
+    // At 600 none is live: the writer is granted over the lapsed crowd.
+    let granted = table.acquire(600, &t("w"), 100, &[(Write, shared.clone())]);
+    assert!(granted.fence.is_some());
+    assert!(table.locks(600, &shared).iter().all(|l| l.token == t("w")));
+    // Dropping readers one by one empties the crowd back to its writer.
+    table.reclaim_expired(600, false);
+    while table.free_some(1000) > 0 {}
+    table
+        .check_integrity()
+        .expect("integrity after the crowd went");
+    assert_eq!(table.len(), 1);
+}
+
+/// Where live and lapsed locks lie together beneath a path in the thousands, the request's
+/// search for a live one is bounded: past its budget the request is refused as if blocked, the
+/// lapsed owners it met are reclaimed (so a retry goes further), and once the expiry cycle has
+/// reclaimed the rest the request is decided at once.
+#[test]
+fn a_search_among_thousands_of_lapsed_locks_is_bounded_and_the_expiry_cycle_clears_the_way() {
+    let mut table = LockTable::new();
+    for i in 0..5_000 {
+        let granted = table.acquire(
+            0,
+            &t(&format!("o{i}")),
+            10,
+            &[(Write, p(&format!("/f/{i}")))],
+        );
+        assert!(granted.fence.is_some());
+    }
+    // A long lease beneath /f, released early: the folder's bound stays at its deadline, so
+    // the bound alone cannot say that everything beneath has lapsed.
+    assert!(table
+        .acquire(0, &t("long"), 1_000, &[(Write, p("/f/long"))])
+        .fence
+        .is_some());
+    assert_eq!(table.release_decided(&t("long"), None), 1);
+    let first = table.acquire(100, &t("w"), 10, &[(Write, p("/f"))]);
+    assert_eq!(first.fence, None, "refused past the search's budget");
+    assert!(
+        !first.lapsed.tokens.is_empty(),
+        "it reclaimed some of what it met"
+    );
+    table.check_integrity().expect("integrity");
+    // The expiry cycle reclaims the rest in steps; then the request is granted.
+    while !table
+        .reclaim_some_expired(100, 512, false)
+        .tokens
+        .is_empty()
+    {}
+    let granted = table.acquire(100, &t("w"), 10, &[(Write, p("/f"))]);
+    assert!(granted.fence.is_some());
+    table.check_integrity().expect("integrity");
+}

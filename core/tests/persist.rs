@@ -21,9 +21,10 @@ fn noted(key: &[u8], mode: u64, token: &[u8], deadline: u64, fence: u64, note: &
     [lock(key, mode, token, deadline, fence), buf(note)].concat()
 }
 
-/// Decodes a payload of version 1, the layout the forged payloads below are written in.
+/// Decodes a payload of version 1, the layout the forged payloads below are written in, with no
+/// ceiling of its own: the fence rule is the module's, tested below on its own.
 fn decoded(payload: &[u8]) -> Result<LockTable, DecodeError> {
-    decode_version(&mut ByteSource::new(payload), 1)
+    decode_version(&mut ByteSource::new(payload), 1, u64::MAX)
 }
 
 fn path(text: &str) -> Path {
@@ -47,7 +48,7 @@ fn a_table_comes_back_as_it_was_written() {
     table.grant(&t("lapsed"), 50, 7, &[(Mode::Write, path("/A/C/old"))]);
     let mut sink = ByteSink::default();
     encode(&table, 60, &mut sink);
-    let again = decode(&mut ByteSource::new(&sink.bytes)).expect("its own payload");
+    let again = decode(&mut ByteSource::new(&sink.bytes), u64::MAX).expect("its own payload");
     assert_eq!(again.locks(0, &path("/D"))[0].note, Some(note));
     // The lapsed lease is left out, though it conflicts with nothing stored: a payload carries
     // what a client could still see.
@@ -135,7 +136,7 @@ fn version_two_carries_notes_and_version_one_loads_without_them() {
         noted(b"B\0", 1, b"t2", 9, 2, b""),
     ]
     .concat();
-    let table = decode(&mut ByteSource::new(&v2)).expect("a version 2 payload");
+    let table = decode(&mut ByteSource::new(&v2), u64::MAX).expect("a version 2 payload");
     let notes: Vec<Option<Note>> = table.iter().map(|l| l.note).collect();
     assert_eq!(notes, [Some(Note::from(&b"move \x00 \r\n"[..])), None]);
     table.check_integrity().expect("consistent");
@@ -151,18 +152,45 @@ fn version_two_carries_notes_and_version_one_loads_without_them() {
     assert!(old.iter().all(|l| l.note.is_none()));
     assert_eq!(old.len(), 2);
     // Read as version 2, version 1's payload is short: each lock lacks its note.
-    assert!(decode(&mut ByteSource::new(&v1)).is_err());
+    assert!(decode(&mut ByteSource::new(&v1), u64::MAX).is_err());
     let too_long = [
         u(2),
         u(1),
         noted(b"A\0", 0, b"t", 9, 1, &vec![b'x'; NOTE_CEILING + 1]),
     ];
     assert_eq!(
-        decode(&mut ByteSource::new(&too_long.concat())).err(),
+        decode(&mut ByteSource::new(&too_long.concat()), u64::MAX).err(),
         Some(DecodeError::NoteTooLong(NOTE_CEILING + 1))
     );
     assert_eq!(
-        decode_version(&mut ByteSource::new(&v2), 3).err(),
+        decode_version(&mut ByteSource::new(&v2), 3, u64::MAX).err(),
         Some(DecodeError::UnknownVersion(3))
+    );
+}
+
+#[test]
+fn a_counter_above_the_ceiling_is_refused_before_anything_is_read() {
+    let one_lock = |counter: u64| [u(counter), u(1), noted(b"a\0", 0, b"t", 9, 5, b"")].concat();
+    let ceiling = 1_000;
+    assert_eq!(
+        decode(&mut ByteSource::new(&one_lock(ceiling)), ceiling).map(|t| t.next_fence()),
+        Ok(ceiling)
+    );
+    // The payload: one lock, its counter set to 2^53 + 5.
+    let poisoned = (1 << 53) + 5;
+    assert_eq!(
+        decode(&mut ByteSource::new(&one_lock(poisoned)), ceiling).err(),
+        Some(DecodeError::CounterAboveCeiling {
+            next: poisoned,
+            ceiling
+        })
+    );
+    // Refused at the counter, so a payload cut right after it is refused for the same reason.
+    assert_eq!(
+        decode(&mut ByteSource::new(&u(ceiling + 1)), ceiling).err(),
+        Some(DecodeError::CounterAboveCeiling {
+            next: ceiling + 1,
+            ceiling
+        })
     );
 }

@@ -4,6 +4,7 @@ use redis_module::{RedisError, RedisResult, RedisValue};
 
 use super::Call;
 use crate::change::change;
+use crate::clock;
 use crate::effects::Effect;
 use crate::errors::ERR_EFFECT_INTERNAL;
 
@@ -14,6 +15,9 @@ pub fn effect(call: &impl Call, words: &[&[u8]]) -> RedisResult {
         return Err(RedisError::Str(ERR_EFFECT_INTERNAL));
     }
     let effect = Effect::parse(&words[2..])?;
+    // Before the key is opened, so a refused effect creates no key and moves no mark. The
+    // error reaches no client: the server logs it as an error it sent its master or the AOF.
+    effect.check_fences(clock::wall_ms())?;
     let applied = change(call, effect.creates_key(), |project| effect.apply(project))?;
     if let Some(applied) = applied {
         call.announce(applied.kind, applied.count);

@@ -20,6 +20,9 @@ pub use redis::{cmd, Connection, Value};
 mod history;
 #[allow(unused_imports)]
 pub use history::*;
+mod payload;
+#[allow(unused_imports)]
+pub use payload::*;
 
 /// The built module: `PATHLOCK_MODULE`, or the release build in this checkout.
 pub fn module_path() -> PathBuf {
@@ -131,6 +134,12 @@ impl Server {
         let (child, port) = spawn(&self.dir, &self.args, Some(self.port), self.module);
         self.child = child;
         self.port = port;
+    }
+
+    /// `crash_and_restart`, with `extra` as its arguments from now on (its module configs, say).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.args = extra.iter().map(|s| s.to_string()).collect();
+        self.crash_and_restart();
     }
 
     /// The server's log, for assertion messages.
@@ -302,6 +311,12 @@ pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
         assert!(started.elapsed() < limit, "timed out waiting for {what}");
         sleep(Duration::from_millis(10));
     }
+}
+
+/// The server's clock (`TIME`), in ms.
+pub fn server_ms(con: &mut Connection) -> u64 {
+    let (secs, micros): (u64, u64) = cmd("TIME").query(con).expect("TIME");
+    secs * 1000 + micros / 1000
 }
 
 /// One field of an `INFO` section.

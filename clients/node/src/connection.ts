@@ -1,3 +1,5 @@
+// Sending a command about a project key to the node that serves it, and telling errors apart.
+// Level 0: imports nothing of the package.
 import type { Cluster, Redis } from "ioredis";
 import calculateSlot from "cluster-key-slot";
 
@@ -13,6 +15,11 @@ export type Arg = string | number;
  */
 export function isReplyError(error: unknown): boolean {
   return error instanceof Error && error.name === "ReplyError";
+}
+
+/** True for the server's answer that the key holds another type of value than a project. */
+export function isWrongType(error: unknown): boolean {
+  return isReplyError(error) && (error as Error).message.startsWith("WRONGTYPE");
 }
 
 function isRedirect(error: unknown): boolean {

@@ -1,10 +1,12 @@
+// The errors the client raises, and why a lease can be lost.
+// Level 1: builds on `types`.
 import type { Blocker, LockRequest } from "./types";
 
 /**
  * The locks were busy: another owner holds a conflicting lock, or an earlier waiter is queued for
  * one (the server serves waiters first come, first served). `blockers` are the live locks that
- * `PATHLOCK.CHECK` reported right after the refusal; it is empty when only a queued waiter stood in
- * the way or the holder let go in between.
+ * `PATHLOCK.CHECK` reported right after the refusal, with their notes; it is empty when only a
+ * queued waiter stood in the way or the holder let go in between.
  */
 export class BusyError extends Error {
   override readonly name = "BusyError";
@@ -23,13 +25,15 @@ function busyMessage(key: string, locks: LockRequest[], blockers: Blocker[]): st
   if (blockers.length === 0) {
     return `busy: ${wanted} in ${key} (an earlier request is waiting for it)`;
   }
-  const held = blockers.map((b) => `${b.path} (${b.mode}, owner ${b.token})`).join(", ");
+  const held = blockers
+    .map((b) => `${b.path} (${b.mode}, owner ${b.token}${b.note === null ? "" : `: ${b.note}`})`)
+    .join(", ");
   return `busy: ${wanted} in ${key} is blocked by ${held}`;
 }
 
 /** Why a lease was lost. */
 export type LostReason =
-  /** A renewal answered 0: the locks expired, were released with the token, or the key was deleted. */
+  /** A renewal answered 0 (or fewer locks than before): locks expired, were released with the token, or the key was deleted. */
   | "gone"
   /** No renewal succeeded before the deadline the client last knew, counted on its own clock. */
   | "expired"
@@ -52,11 +56,11 @@ export class LeaseLostError extends Error {
 function lostMessage(key: string, token: string, reason: LostReason): string {
   switch (reason) {
     case "gone":
-      return `lease ${token} on ${key} is lost: the server no longer holds its locks`;
+      return `lease ${token} on ${key} is lost: a renewal answered 0 (its locks expired, were released with its token, or the key was deleted)`;
     case "expired":
       return `lease ${token} on ${key} is lost: no renewal succeeded before its deadline`;
     case "replaced":
-      return `lease ${token} on ${key} is lost: the key no longer holds path locks`;
+      return `lease ${token} on ${key} is lost: the key now holds another type of value`;
   }
 }
 
@@ -75,5 +79,14 @@ export class NotReplicatedError extends Error {
     super(
       `grant on ${key} reached ${acknowledged} of ${replicas} replicas in time; it was released`,
     );
+  }
+}
+
+/** The key holds another type of value than a pathlock project (the server's `WRONGTYPE`). */
+export class WrongTypeError extends Error {
+  override readonly name = "WrongTypeError";
+
+  constructor(readonly key: string) {
+    super(`key '${key}' is not a pathlock project: it holds another type of value (check the key name)`);
   }
 }

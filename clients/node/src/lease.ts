@@ -1,8 +1,11 @@
+// A held lease: its watchdog, its loss signals, and the locks it takes under its own token.
+// Level 2: builds on `operations`, `errors`, `connection` and `types`.
 import { EventEmitter } from "node:events";
 import { performance } from "node:perf_hooks";
-import { type Client, isReplyError, send } from "./connection";
+import { type Client, isWrongType, send } from "./connection";
 import { LeaseLostError, type LostReason } from "./errors";
-import type { LockRequest } from "./types";
+import { normaliseRequests } from "./operations";
+import type { LockMoreOptions, LockRequest, LockRequestLike } from "./types";
 
 /** The client's own monotonic clock, in milliseconds. The server's clock is never consulted. */
 export const now = (): number => performance.now();
@@ -15,10 +18,13 @@ export interface Grant {
   fence: number;
   locks: LockRequest[];
   ttlMs: number;
+  note: string | undefined;
   /** When the lease's locks certainly still live until, on `now()`'s clock. */
   deadline: number;
   /** When the command that set that deadline was sent. */
   sentAt: number;
+  /** Acquires more locks under the lease's token and answers the grant's fence. */
+  lockMore: (locks: LockRequest[], options: LockMoreOptions) => Promise<number>;
 }
 
 export interface Lease {
@@ -35,6 +41,8 @@ export interface Lease {
  * renewal answers 0, or when no renewal has succeeded before the deadline the client last knew:
  * the time it sent the last successful renewal (or the acquire) plus `ttlMs`. A loss shows at
  * once in `lost`, as the `'lost'` event, and as `signal` aborting with a `LeaseLostError`.
+ * `lock(requests)` takes more locks under the same token, which the watchdog renews and
+ * `release()` frees.
  */
 export class Lease extends EventEmitter implements AsyncDisposable {
   /** The project key. */
@@ -43,12 +51,20 @@ export class Lease extends EventEmitter implements AsyncDisposable {
   readonly token: string;
   /** The fence of the grant: pass it with every write to the storage the locks protect. */
   readonly fence: number;
-  /** What the lease holds. */
-  readonly locks: readonly LockRequest[];
   /** The lease length the watchdog renews to. */
   readonly ttlMs: number;
+  /** The note sent with the grant, shown with the locks to whoever they block. */
+  readonly note: string | undefined;
 
   private readonly client: Client;
+  private readonly lockMore: Grant["lockMore"];
+  private held: readonly LockRequest[];
+  /**
+   * The most locks a renewal has found: the watchdog's renewals are one at a time, so the count
+   * they see only falls when locks of the lease are gone (released by someone with the token, or
+   * expired), even while `lock()` grants more.
+   */
+  private most = 0;
   private readonly period: number;
   private readonly controller = new AbortController();
   private deadline: number;
@@ -69,13 +85,20 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     this.key = grant.key;
     this.token = grant.token;
     this.fence = grant.fence;
-    this.locks = Object.freeze(grant.locks.map((l) => Object.freeze({ ...l })));
+    this.held = Object.freeze(grant.locks.map((l) => Object.freeze({ ...l })));
     this.ttlMs = grant.ttlMs;
+    this.note = grant.note;
+    this.lockMore = grant.lockMore;
     this.period = Math.max(1, Math.floor(grant.ttlMs / 3));
     this.deadline = grant.deadline;
     this.lastSent = grant.sentAt;
     this.armLossTimer();
     this.scheduleRenewal(this.lastSent + this.period);
+  }
+
+  /** Every lock the lease holds: the operation's, then those `lock()` added. */
+  get locks(): readonly LockRequest[] {
+    return this.held;
   }
 
   /** True once the lease is known lost. Stays false after a plain release. */
@@ -109,6 +132,63 @@ export class Lease extends EventEmitter implements AsyncDisposable {
   }
 
   /**
+   * Takes more locks under this lease's token, inside or beside what it holds, and resolves to
+   * the fence of that grant. They have the lease's TTL and replicas, are renewed by its watchdog
+   * and freed by its release; `note` defaults to the lease's. Locking what the lease already
+   * holds is an idempotent re-acquire (a new fence; `note` replaces theirs). Rejects with
+   * `BusyError` when another owner is in the way, `LeaseLostError` once the lease is lost.
+   */
+  async lock(requests: readonly LockRequestLike[], options: LockMoreOptions = {}): Promise<number> {
+    const locks = normaliseRequests(requests);
+    await this.proveHeld();
+    const fence = await this.lockMore(locks, options);
+    if (this.stopped) {
+      // The lease ended while the grant was on its way: nobody renews those locks now.
+      await this.sendRelease().catch(() => undefined);
+      this.throwIfUnusable();
+    }
+    const added = locks.filter(
+      (l, i) =>
+        locks.findIndex((m) => m.mode === l.mode && m.path === l.path) === i &&
+        !this.held.some((h) => h.mode === l.mode && h.path === l.path),
+    );
+    this.held = Object.freeze([...this.held, ...added.map((l) => Object.freeze({ ...l }))]);
+    return fence;
+  }
+
+  /**
+   * Renews the lease before it takes more locks: once its own locks are gone (its key deleted,
+   * its token released elsewhere), an ACQUIRE under its token would make new ones that keep
+   * answering its renewals, and the loss would go unseen.
+   */
+  private async proveHeld(): Promise<void> {
+    this.throwIfUnusable();
+    const sentAt = now();
+    try {
+      const renewed = Number(await send(this.client, this.key, "PATHLOCK.RENEW", [this.key, this.token, this.ttlMs]));
+      if (renewed <= 0) {
+        this.markLost("gone");
+      } else if (!this.stopped) {
+        this.deadline = Math.max(this.deadline, sentAt + this.ttlMs);
+        this.armLossTimer();
+      }
+    } catch (error) {
+      if (!isWrongType(error)) {
+        throw error;
+      }
+      this.markLost("replaced");
+    }
+    this.throwIfUnusable();
+  }
+
+  private throwIfUnusable(): void {
+    this.throwIfLost();
+    if (this.isReleased) {
+      throw new Error(`lease ${this.token} is released: it can take no more locks`);
+    }
+  }
+
+  /**
    * Stops the watchdog, then frees the locks with `PATHLOCK.RELEASE key token`. Calling it again,
    * or on a lost lease, is not an error. A renewal still in flight is allowed to finish first
    * and its answer is ignored, so it can neither outlive the release nor report a loss.
@@ -138,7 +218,12 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     if (this.inflight !== undefined) {
       await this.inflight;
     }
-    await this.sendRelease();
+    await this.sendRelease().catch((error: unknown) => {
+      // A key overwritten by another value took the locks with it: nothing left to free.
+      if (!isWrongType(error)) {
+        throw error;
+      }
+    });
   }
 
   private sendRelease(): Promise<unknown> {
@@ -186,10 +271,11 @@ export class Lease extends EventEmitter implements AsyncDisposable {
       // Released (or already lost) while the renewal was in flight: its answer means nothing now.
       return;
     }
-    if (renewed <= 0) {
+    if (renewed <= 0 || renewed < this.most) {
       this.markLost("gone");
       return;
     }
+    this.most = renewed;
     // The server set the deadline at some moment after sentAt; sentAt + ttl is the earliest it
     // can be, so the client never believes in a lease longer than the server keeps it.
     this.deadline = Math.max(this.deadline, sentAt + this.ttlMs);
@@ -201,7 +287,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     if (this.stopped) {
       return;
     }
-    if (isReplyError(error) && (error as Error).message.startsWith("WRONGTYPE")) {
+    if (isWrongType(error)) {
       this.markLost("replaced");
       return;
     }

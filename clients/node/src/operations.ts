@@ -1,18 +1,36 @@
+// The operations' paths and notes: checked before anything is sent.
+// Level 1: builds on `types`.
 import type { LockRequest, LockRequestLike, Mode } from "./types";
 
-/** The last segment of `path`, as the server splits it (empty segments and `.` dropped). */
-export function lastSegment(path: string): string {
-  const segments = path.split("/").filter((s) => s !== "" && s !== ".");
-  const last = segments[segments.length - 1];
-  if (last === undefined) {
-    throw new TypeError(`the project root has no name to move or copy: ${JSON.stringify(path)}`);
-  }
-  return last;
+/** The path's segments as the server counts them: empty ones and `.` are dropped. */
+function segments(path: string): string[] {
+  return path.split("/").filter((s) => s !== "" && s !== ".");
 }
 
-/** `folder/name`, without doubling a slash the folder already ends with. */
-export function inside(folder: string, name: string): string {
-  return folder.endsWith("/") ? `${folder}${name}` : `${folder}/${name}`;
+/**
+ * `path` as an operation helper takes it: a file or folder, never the whole project. A helper
+ * called with `""` or `/` most likely got a variable that was never set; locking the whole project
+ * must be asked for in so many words, with `lock([["WRITE", "/"]])`.
+ */
+export function named(path: string, what = "path"): string {
+  if (typeof path !== "string") {
+    throw new TypeError(`${what} must be a string, not ${typeof path}`);
+  }
+  if (segments(path).length === 0) {
+    throw new TypeError(
+      `${what} ${JSON.stringify(path)} names the whole project, not a file or folder; to lock the whole project, say so: lock([["WRITE", "/"]]) or lock([["READ", "/"]])`,
+    );
+  }
+  return path;
+}
+
+/** Where `path` lands when it is moved or copied into `folder`: `folder/<last segment of path>`. */
+export function into(folder: string, path: string): string {
+  if (typeof folder !== "string" || folder === "") {
+    throw new TypeError(`intoFolder must name a folder ("/" for the project root), not ${JSON.stringify(folder)}`);
+  }
+  const last = segments(named(path)).pop() as string;
+  return folder.endsWith("/") ? `${folder}${last}` : `${folder}/${last}`;
 }
 
 /** Validates requests given as objects or `[mode, path]` pairs and returns them as objects. */
@@ -31,9 +49,37 @@ export function normaliseRequests(requests: readonly LockRequestLike[]): LockReq
     if (typeof path !== "string") {
       throw new TypeError(`path must be a string, not ${typeof path}`);
     }
+    if (path === "") {
+      throw new TypeError(`lock path is empty; write "/" to lock the whole project`);
+    }
     return { mode: upper, path };
   });
 }
 
 export const write = (path: string): LockRequest => ({ mode: "WRITE", path });
 export const read = (path: string): LockRequest => ({ mode: "READ", path });
+
+/** The default note of `lock(requests)`. */
+export function described(locks: readonly LockRequest[]): string {
+  return `lock ${locks.map((l) => `${l.mode} ${l.path}`).join(", ")}`;
+}
+
+/**
+ * The longest default note, in bytes: well under the server's `pathlock.max-note-bytes` (256 by
+ * default), however long the paths it names.
+ */
+export const DEFAULT_NOTE_BYTES = 100;
+
+/** An operation's default note, `"move /A/C -> /B"`, cut to `DEFAULT_NOTE_BYTES`. */
+export function defaultNote(words: string): string {
+  const bytes = Buffer.from(words, "utf8");
+  if (bytes.length <= DEFAULT_NOTE_BYTES) {
+    return words;
+  }
+  // Cut at a character boundary: drop the continuation bytes of a character cut in two.
+  let end = DEFAULT_NOTE_BYTES - 3;
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) {
+    end -= 1;
+  }
+  return `${bytes.subarray(0, end).toString("utf8")}...`;
+}

@@ -1,26 +1,58 @@
+// The handle: one project key on one ioredis client, its operations, and inspection.
+// Level 3: builds on `lease`, `pool`, `operations`, `errors`, `connection` and `types`.
 import { randomUUID } from "node:crypto";
-import { type Arg, type Client, isReplyError, send, sleep, waitForReplicas } from "./connection";
-import { BusyError, LeaseLostError, NotReplicatedError } from "./errors";
+import { type Arg, type Client, isReplyError, isWrongType, send, sleep, waitForReplicas } from "./connection";
+import { BusyError, LeaseLostError, NotReplicatedError, WrongTypeError } from "./errors";
 import { Lease, now } from "./lease";
-import { inside, lastSegment, normaliseRequests, read, write } from "./operations";
+import { defaultNote, described, into, named, normaliseRequests, read, write } from "./operations";
 import { BlockingPool } from "./pool";
-import type { AcquireOptions, Blocker, LockRequest, LockRequestLike, Mode, PathLocksOptions } from "./types";
+import type {
+  AcquireOptions,
+  Blocker,
+  LockMoreOptions,
+  LockRequest,
+  LockRequestLike,
+  Mode,
+  PathLocksOptions,
+  Waiter,
+} from "./types";
 
-const DEFAULTS: Required<PathLocksOptions> = {
+/** The settings of one acquire: the handle's defaults with the call's overrides applied. */
+interface Settings {
+  ttlMs: number;
+  waitMs: number;
+  replicas: number;
+  replicasTimeoutMs: number;
+  note: string | undefined;
+}
+
+const DEFAULTS: Settings = {
   ttlMs: 30000,
   waitMs: 0,
   replicas: 0,
   replicasTimeoutMs: 1000,
+  note: undefined,
+};
+
+/** Each number an acquire takes: its least value and its unit, for the message that refuses it. */
+const LIMITS: Record<Exclude<keyof Settings, "note">, [number, string]> = {
+  ttlMs: [1, "a whole number of milliseconds"],
+  waitMs: [0, "a whole number of milliseconds (0: do not wait)"],
+  replicas: [0, "a whole number of replicas"],
+  // WAIT with a timeout of 0 would block forever.
+  replicasTimeoutMs: [1, "a whole number of milliseconds"],
 };
 
 /**
  * Path locks of one project key on one Redis connection (ioredis `Redis`) or cluster (ioredis
  * `Cluster`). Each operation takes the locks of one cloud-drive operation in a single
- * `PATHLOCK.ACQUIRE` and returns a `Lease`, or throws `BusyError`.
+ * `PATHLOCK.ACQUIRE` and returns a `Lease`, or throws `BusyError`. The helpers refuse an empty
+ * path and the project root; `lock([["WRITE", "/"]])` asks for the whole project in so many words.
  */
 export class PathLocks implements AsyncDisposable {
   readonly key: string;
-  readonly options: Readonly<Required<PathLocksOptions>>;
+  readonly options: Readonly<PathLocksOptions>;
+  private readonly settings: Settings;
   private readonly client: Client;
   private readonly blocking: BlockingPool;
 
@@ -30,72 +62,91 @@ export class PathLocks implements AsyncDisposable {
     }
     this.client = client;
     this.key = key;
-    this.options = Object.freeze(resolve(DEFAULTS, options));
+    this.settings = resolve(DEFAULTS, options);
+    this.options = Object.freeze({ ...this.settings });
     this.blocking = new BlockingPool(client);
   }
 
   /** Creating or uploading a file or folder: `WRITE path`. */
   async upload(path: string, options?: AcquireOptions): Promise<Lease> {
-    return this.acquire([write(path)], options);
+    return this.operation([write(named(path))], `upload ${path}`, options);
   }
 
   /** Same as `upload`. */
   async create(path: string, options?: AcquireOptions): Promise<Lease> {
-    return this.acquire([write(path)], options);
+    return this.operation([write(named(path))], `create ${path}`, options);
   }
 
   /** Reading or downloading: `READ path`. */
   async read(path: string, options?: AcquireOptions): Promise<Lease> {
-    return this.acquire([read(path)], options);
+    return this.operation([read(named(path))], `read ${path}`, options);
   }
 
   /** Renaming: `WRITE path`, `WRITE newPath`. */
   async rename(path: string, newPath: string, options?: AcquireOptions): Promise<Lease> {
-    return this.acquire([write(path), write(newPath)], options);
+    const locks = [write(named(path)), write(named(newPath, "newPath"))];
+    return this.operation(locks, `rename ${path} -> ${newPath}`, options);
   }
 
   /** Moving `path` into `intoFolder`: `WRITE path`, `WRITE intoFolder/<last segment of path>`. */
   async move(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
-    return this.acquire([write(path), write(inside(intoFolder, lastSegment(path)))], options);
+    const locks = [write(path), write(into(intoFolder, path))];
+    return this.operation(locks, `move ${path} -> ${intoFolder}`, options);
   }
 
   /** Copying `path` into `intoFolder`: `READ path`, `WRITE intoFolder/<last segment of path>`. */
   async copy(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
-    return this.acquire([read(path), write(inside(intoFolder, lastSegment(path)))], options);
+    const locks = [read(path), write(into(intoFolder, path))];
+    return this.operation(locks, `copy ${path} -> ${intoFolder}`, options);
   }
 
   /** Deleting a file or folder: `WRITE path`. */
   async delete(path: string, options?: AcquireOptions): Promise<Lease> {
-    return this.acquire([write(path)], options);
+    return this.operation([write(named(path))], `delete ${path}`, options);
   }
 
   /** Emptying the recycle bin: `WRITE` each path, all or nothing. */
   async purge(paths: readonly string[], options?: AcquireOptions): Promise<Lease> {
-    return this.acquire(
-      paths.map((p) => write(p)),
-      options,
-    );
+    const locks = normaliseRequests(paths.map((p) => write(named(p))));
+    return this.operation(locks, `purge ${paths.join(" ")}`, options);
   }
 
-  /** Any `(mode, path)` pairs, all or nothing. */
+  /** Any `(mode, path)` pairs, all or nothing; `"/"` is the whole project. */
   async lock(requests: readonly LockRequestLike[], options?: AcquireOptions): Promise<Lease> {
-    return this.acquire(requests, options);
+    const locks = normaliseRequests(requests);
+    return this.operation(locks, described(locks), options);
   }
 
   /**
    * The live locks that would block `requests` now (`PATHLOCK.CHECK`); empty when they would be
    * granted, waiters aside. With `token`, that owner's own locks do not count.
    */
-  async check(requests: readonly LockRequestLike[], token?: string): Promise<Blocker[]> {
+  async check(requests: readonly LockRequestLike[], options: { token?: string } = {}): Promise<Blocker[]> {
     const words = normaliseRequests(requests).flatMap((r) => [r.mode, r.path]);
+    const { token } = options;
     const args: Arg[] = token === undefined ? [this.key, ...words] : [this.key, "TOKEN", token, ...words];
-    return parseLocks(await send(this.client, this.key, "PATHLOCK.CHECK", args));
+    return parseLocks(await this.call("PATHLOCK.CHECK", args));
   }
 
-  /** The live locks at or under `path` (the whole project by default), `PATHLOCK.LOCKS`. */
-  async locks(path?: string): Promise<Blocker[]> {
+  /**
+   * The live locks at or under `path` (the whole project by default), only `token`'s when it is
+   * given (`PATHLOCK.LOCKS`).
+   */
+  async locks(path?: string, options: { token?: string } = {}): Promise<Blocker[]> {
+    const args: Arg[] = [this.key];
+    if (path !== undefined) {
+      args.push(path);
+    }
+    if (options.token !== undefined) {
+      args.push("TOKEN", options.token);
+    }
+    return parseLocks(await this.call("PATHLOCK.LOCKS", args));
+  }
+
+  /** The waiting acquires for paths at or under `path`, in queue order (`PATHLOCK.WAITERS`). */
+  async waiters(path?: string): Promise<Waiter[]> {
     const args: Arg[] = path === undefined ? [this.key] : [this.key, path];
-    return parseLocks(await send(this.client, this.key, "PATHLOCK.LOCKS", args));
+    return parseWaiters(await this.call("PATHLOCK.WAITERS", args));
   }
 
   /**
@@ -111,17 +162,85 @@ export class PathLocks implements AsyncDisposable {
     return Promise.resolve();
   }
 
-  private async acquire(requests: readonly LockRequestLike[], overrides: AcquireOptions = {}): Promise<Lease> {
-    const locks = normaliseRequests(requests);
-    const options = resolve(this.options, overrides);
-    const blocks = options.waitMs > 0 || options.replicas > 0;
+  private async call(command: string, args: Arg[], connection: Client = this.client): Promise<unknown> {
+    try {
+      return await send(connection, this.key, command, args);
+    } catch (error) {
+      throw isWrongType(error) ? new WrongTypeError(this.key) : error;
+    }
+  }
+
+  private async operation(locks: LockRequest[], name: string, overrides: AcquireOptions = {}): Promise<Lease> {
+    const settings = resolve(this.settings, overrides);
+    if (overrides.note === undefined && this.settings.note === undefined) {
+      settings.note = defaultNote(name);
+    }
+    // The client makes the token, so that a retry after a lost reply is the same owner: the
+    // server then refreshes the grant instead of refusing or doubling it.
+    const token = randomUUID();
+    const granted = await this.take(token, locks, settings, true);
+    let sentAt = granted.sentAt;
+    if (now() - sentAt > settings.ttlMs / 3) {
+      // The grant waited on the server: the client cannot tell when in that wait it was made,
+      // so it proves the lease alive with a renewal, which dates its deadline.
+      sentAt = now();
+      const renewed = Number(await this.call("PATHLOCK.RENEW", [this.key, token, settings.ttlMs]));
+      if (renewed <= 0) {
+        throw new LeaseLostError(this.key, token, "gone");
+      }
+    }
+    return new Lease({
+      client: this.client,
+      key: this.key,
+      token,
+      fence: granted.fence,
+      locks,
+      ttlMs: settings.ttlMs,
+      note: settings.note,
+      deadline: sentAt + settings.ttlMs,
+      sentAt,
+      lockMore: async (more: LockRequest[], options: LockMoreOptions) =>
+        (await this.take(token, more, resolve(settings, options), false)).fence,
+    });
+  }
+
+  /**
+   * Sends the ACQUIRE (and the replicas' WAIT). A call that blocks on the server holds its
+   * connection up, so it runs on one of its own and the renewals of other leases never queue
+   * behind it; WAIT counts the writes of its own connection, so it follows the ACQUIRE there.
+   *
+   * `fresh` is a new owner's first grant, whose token holds nothing else: on a failure after
+   * which it may hold locks anyway, the token is released. A lease's own further locks (`fresh`
+   * false) are never released that way, since that would free the lease too.
+   */
+  private async take(
+    token: string,
+    locks: LockRequest[],
+    settings: Settings,
+    fresh: boolean,
+  ): Promise<{ fence: number; sentAt: number }> {
+    const blocks = settings.waitMs > 0 || settings.replicas > 0;
     const connection = blocks ? await this.blocking.take() : this.client;
     try {
-      const lease = await this.grant(connection, locks, options);
-      if (options.replicas > 0) {
-        await this.replicate(connection, lease, options);
+      const granted = await this.grant(connection, token, locks, settings, fresh);
+      if (settings.replicas > 0) {
+        let acknowledged: number;
+        try {
+          acknowledged = await waitForReplicas(connection, this.key, settings.replicas, settings.replicasTimeoutMs);
+        } catch (error) {
+          if (fresh) {
+            await this.release(token, settings.ttlMs);
+          }
+          throw error;
+        }
+        if (acknowledged < settings.replicas) {
+          if (fresh) {
+            await this.release(token, settings.ttlMs);
+          }
+          throw new NotReplicatedError(this.key, settings.replicas, acknowledged);
+        }
       }
-      return lease;
+      return granted;
     } finally {
       if (connection !== this.client) {
         this.blocking.give(connection);
@@ -129,11 +248,14 @@ export class PathLocks implements AsyncDisposable {
     }
   }
 
-  private async grant(connection: Client, locks: LockRequest[], options: Required<PathLocksOptions>): Promise<Lease> {
-    const { ttlMs, waitMs } = options;
-    // The client makes the token, so that a retry after a lost reply is the same owner: the
-    // server then refreshes the grant instead of refusing or doubling it.
-    const token = randomUUID();
+  private async grant(
+    connection: Client,
+    token: string,
+    locks: LockRequest[],
+    settings: Settings,
+    fresh: boolean,
+  ): Promise<{ fence: number; sentAt: number }> {
+    const { ttlMs, waitMs, note } = settings;
     const words = locks.flatMap((l) => [l.mode, l.path]);
     const budgetEnd = now() + waitMs;
     let attempt = 0;
@@ -146,76 +268,62 @@ export class PathLocks implements AsyncDisposable {
       if (waitLeft > 0) {
         args.push("WAIT", waitLeft);
       }
+      if (note !== undefined) {
+        args.push("NOTE", note);
+      }
       args.push(...words);
       sentAt = now();
       try {
-        reply = await send(connection, this.key, "PATHLOCK.ACQUIRE", args);
+        reply = await this.call("PATHLOCK.ACQUIRE", args, connection);
         break;
       } catch (error) {
-        if (isReplyError(error)) {
+        if (isReplyError(error) || error instanceof WrongTypeError) {
           throw error;
         }
         // The connection failed with the command's fate unknown: it may have been granted.
         // Retry as the same owner at least once, and for as long as the wait budget lasts.
         if (attempt >= 2 && now() >= budgetEnd) {
-          this.releaseLater(token, ttlMs);
+          if (fresh) {
+            this.releaseLater(token, waitMs + ttlMs);
+          }
           throw error;
         }
         await sleep(Math.min(20 * attempt, 200));
       }
     }
     if (reply === null || reply === undefined) {
-      if (attempt > 1) {
+      if (fresh && attempt > 1) {
         // An earlier attempt may have been granted before its reply was lost; a waiter that
         // queued since can make the retry fail. Do not leave that grant behind.
         this.releaseLater(token, ttlMs);
       }
-      throw new BusyError(this.key, locks, await this.check(locks, token));
+      const blockers = await this.check(locks, { token }).catch((error: unknown) => {
+        if (isReplyError(error) || error instanceof WrongTypeError) {
+          throw error;
+        }
+        return [];
+      });
+      throw new BusyError(this.key, locks, blockers);
     }
-    const [grantedToken, fence] = reply as [string, number | string];
-    let deadline = sentAt + ttlMs;
-    if (deadline - now() < ttlMs / 3) {
-      // The grant waited long on the server: the client cannot tell when in that wait it was
-      // made, so it proves the lease alive with a renewal before handing it out.
-      sentAt = now();
-      const renewed = Number(await send(this.client, this.key, "PATHLOCK.RENEW", [this.key, token, ttlMs]));
-      if (renewed <= 0) {
-        throw new LeaseLostError(this.key, token, "expired");
-      }
-      deadline = sentAt + ttlMs;
-    }
-    return new Lease({
-      client: this.client,
-      key: this.key,
-      token: String(grantedToken),
-      fence: Number(fence),
-      locks,
-      ttlMs,
-      deadline,
-      sentAt,
-    });
+    const [, fence] = reply as [string, number | string];
+    return { fence: Number(fence), sentAt };
   }
 
-  private async replicate(connection: Client, lease: Lease, options: Required<PathLocksOptions>): Promise<void> {
-    let acknowledged: number;
+  /** Releases `token` now, or in the background if the server cannot be reached. */
+  private async release(token: string, ttlMs: number): Promise<void> {
     try {
-      acknowledged = await waitForReplicas(connection, this.key, options.replicas, options.replicasTimeoutMs);
-    } catch (error) {
-      await lease.release().catch(() => this.releaseLater(lease.token, lease.ttlMs));
-      throw error;
-    }
-    if (acknowledged < options.replicas) {
-      await lease.release().catch(() => this.releaseLater(lease.token, lease.ttlMs));
-      throw new NotReplicatedError(this.key, options.replicas, acknowledged);
+      await send(this.client, this.key, "PATHLOCK.RELEASE", [this.key, token]);
+    } catch {
+      this.releaseLater(token, ttlMs);
     }
   }
 
   /**
    * Releases `token` in the background as soon as the server answers, for a grant that may have
-   * happened without the client learning of it. After the lease's TTL there is nothing left to free.
+   * happened without the client learning of it. After `lifeMs` there is nothing left to free.
    */
-  private releaseLater(token: string, ttlMs: number): void {
-    const giveUpAt = now() + ttlMs;
+  private releaseLater(token: string, lifeMs: number): void {
+    const giveUpAt = now() + lifeMs;
     const attempt = async (): Promise<void> => {
       for (;;) {
         try {
@@ -225,7 +333,7 @@ export class PathLocks implements AsyncDisposable {
           if (isReplyError(error) || now() >= giveUpAt) {
             return;
           }
-          await sleep(Math.min(200, Math.max(10, Math.floor(ttlMs / 3))));
+          await sleep(Math.min(200, Math.max(10, Math.floor(lifeMs / 3))));
         }
       }
     };
@@ -233,29 +341,48 @@ export class PathLocks implements AsyncDisposable {
   }
 }
 
-function resolve(base: Required<PathLocksOptions>, overrides: PathLocksOptions): Required<PathLocksOptions> {
+function resolve(base: Settings, overrides: PathLocksOptions): Settings {
   const merged = { ...base };
-  for (const name of Object.keys(DEFAULTS) as (keyof PathLocksOptions)[]) {
+  for (const name of Object.keys(LIMITS) as (keyof typeof LIMITS)[]) {
     const value = overrides[name];
     if (value === undefined) {
       continue;
     }
-    // A TTL of 0 is refused by the server, and WAIT with a timeout of 0 would block forever.
-    const least = name === "ttlMs" || name === "replicasTimeoutMs" ? 1 : 0;
+    const [least, unit] = LIMITS[name];
     if (!Number.isInteger(value) || value < least) {
-      throw new RangeError(`${name} must be an integer of at least ${least}, not ${value}`);
+      throw new RangeError(`${name} must be ${unit}, at least ${least}; got ${value}`);
     }
     merged[name] = value;
+  }
+  if (overrides.note !== undefined) {
+    if (typeof overrides.note !== "string") {
+      throw new TypeError(`note must be a string, not ${typeof overrides.note}`);
+    }
+    merged.note = overrides.note;
   }
   return merged;
 }
 
+const noteOf = (value: unknown): string | null => (value === null || value === undefined ? null : String(value));
+
 function parseLocks(reply: unknown): Blocker[] {
-  return (reply as unknown[][]).map(([path, mode, token, ttl, fence]) => ({
+  return (reply as unknown[][]).map(([path, mode, token, ttl, fence, note]) => ({
     path: String(path),
     mode: String(mode) as Mode,
     token: String(token),
     ttlMs: Number(ttl),
     fence: Number(fence),
+    note: noteOf(note),
   }));
+}
+
+function parseWaiters(reply: unknown): Waiter[] {
+  return (reply as unknown[][]).map(([token, pairs, waited, left, note]) => {
+    const words = (pairs as unknown[]).map(String);
+    const locks: LockRequest[] = [];
+    for (let i = 0; i + 1 < words.length; i += 2) {
+      locks.push({ mode: words[i] as Mode, path: words[i + 1] });
+    }
+    return { token: String(token), locks, waitedMs: Number(waited), leftMs: Number(left), note: noteOf(note) };
+  });
 }

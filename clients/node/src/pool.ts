@@ -1,3 +1,5 @@
+// The extra connections of the calls that block a connection on the server.
+// Level 1: builds on `connection`.
 import type { Cluster, Redis } from "ioredis";
 import type { Client } from "./connection";
 

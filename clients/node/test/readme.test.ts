@@ -1,6 +1,7 @@
 // The README's example, run as written against a real server.
 import assert from "node:assert/strict";
 import { after, before, it } from "node:test";
+import type { Redis } from "ioredis";
 import { BusyError, PathLocks } from "../dist/index.js";
 import { Server, closeClients } from "./harness";
 
@@ -13,33 +14,42 @@ after(async () => {
   await server.stop();
 });
 
-it("runs the README's move example, and its busy branch", async () => {
-  const moved: string[] = [];
-  const messages: string[] = [];
+it("runs the README's example, and its busy branch", async () => {
+  const printed: string[] = [];
+  const console = { log: (value: unknown) => printed.push(typeof value === "string" ? value : JSON.stringify(value)) };
   const moveFolder = async (from: string, to: string, o: { fence: number; signal: AbortSignal }) => {
     o.signal.throwIfAborted();
-    moved.push(`${from} -> ${to} @${o.fence}`);
+    printed.push(`${from} -> ${to} @${o.fence}`);
   };
-  const example = async (locks: PathLocks): Promise<void> => {
+  // The README's example, from `const locks` on; `client` is its `new Redis()`.
+  const example = async (client: Redis): Promise<void> => {
+    const locks = new PathLocks(client, "proj:42");
     try {
-      await using lease = await locks.move("/A/C", "/B");
-      lease.on("lost", (error) => console.warn(error.message));
-      await moveFolder("/A/C", "/B/C", { fence: lease.fence, signal: lease.signal });
+      await using move = await locks.move("/A/C", "/B", { note: "alice: move /A/C into /B" });
+      await move.lock([["WRITE", "/B/C/new.txt"]]);
+      await moveFolder("/A/C", "/B/C", { fence: move.fence, signal: move.signal });
+      console.log(await locks.locks("/B"));
     } catch (error) {
       if (!(error instanceof BusyError)) throw error;
-      messages.push(`busy: ${error.blockers.map((b) => `${b.path} (${b.mode})`).join(", ")}`);
+      for (const b of error.blockers) console.log(`${b.path} is locked (${b.mode}) by ${b.note ?? b.token}`);
     }
   };
-  const locks = new PathLocks(server.client(), "proj:42", { ttlMs: 30000 });
-  await example(locks);
-  // One move, with the grant's fence: a safe integer (fences start above every earlier one).
-  assert.equal(moved.length, 1);
-  const [, fence] = moved[0].split(" @");
-  assert.ok(Number.isSafeInteger(Number(fence)) && Number(fence) > 0, moved[0]);
-  assert.equal(moved[0], `/A/C -> /B/C @${fence}`);
+  const client = server.client();
+  await example(client);
+  assert.match(printed[0], /^\/A\/C -> \/B\/C @\d+$/);
+  const listed = JSON.parse(printed[1]) as { path: string; note: string }[];
+  assert.deepEqual(
+    listed.map((b) => [b.path, b.note]),
+    [
+      ["/B/C", "alice: move /A/C into /B"],
+      ["/B/C/new.txt", "alice: move /A/C into /B"],
+    ],
+  );
+  const locks = new PathLocks(client, "proj:42");
   assert.deepEqual(await locks.locks(), []);
-  const other = await locks.delete("/A");
-  await example(locks);
-  assert.deepEqual(messages, ["busy: /A (WRITE)"]);
-  await other.release();
+  const bob = await locks.rename("/A/C", "/A/D", { note: "bob: rename /A/C to /A/D" });
+  printed.length = 0;
+  await example(client);
+  assert.deepEqual(printed, ["/A/C is locked (WRITE) by bob: rename /A/C to /A/D"]);
+  await bob.release();
 });

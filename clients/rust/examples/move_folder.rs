@@ -1,36 +1,52 @@
-//! The README's example: move folder `/A/C` into `/B` under a lease, stopping if it is lost.
-//! Run it against a server with the module: `cargo run -p pathlock-client --example move_folder`
-//! (`REDIS_URL` defaults to redis://127.0.0.1/).
+//! The README's example: move folder `/A/C` into `/B` under a lease, with a note, a file written
+//! inside the move under its own token, and a look at who holds what; stopping if the lease is
+//! lost. Run it against a server with the module: `cargo run -p pathlock-client --example
+//! move_folder` (`REDIS_URL` defaults to redis://127.0.0.1/). `tests/newcomer.rs` runs it too.
 
 use std::time::Duration;
 
-use pathlock_client::{Error, PathLocks};
+use pathlock_client::{Error, LockRequest, PathLocks};
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
 async fn main() -> Result<(), Failure> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1/".into());
-    let client = redis::Client::open(url)?;
-    let locks = PathLocks::new(client.get_connection_manager().await?, "proj:42")
-        .ttl(Duration::from_secs(30));
+    example(&url).await
+}
 
-    // Move folder /A/C into /B: WRITE /A/C and WRITE /B/C, all or nothing.
-    let lease = match locks.move_into("/A/C", "/B").await {
+pub async fn example(url: &str) -> Result<(), Failure> {
+    let client = redis::Client::open(url)?;
+    // One handle per project key; its clones and leases share one connection.
+    let locks = PathLocks::new(client, "proj:42");
+
+    // WRITE /A/C and WRITE /B/C, all or nothing; the note is what others are told.
+    let moving = locks
+        .move_into("/A/C", "/B")
+        .note("alice: move /A/C into /B");
+    let mut moving = match moving.await {
         Ok(lease) => lease,
         Err(Error::Busy { blockers }) => {
             for b in &blockers {
-                println!("{} is locked ({}) by {}", b.path, b.mode, b.token);
+                // "/A/C is locked (WRITE) by bob: rename /A/C to /A/D"
+                let by = b.note.as_deref().unwrap_or(&b.token);
+                println!("{} is locked ({}) by {by}", b.path, b.mode);
             }
             return Ok(());
         }
         Err(e) => return Err(e.into()),
     };
+    // More locks under the move's own token: renewed and released with it.
+    moving.lock([LockRequest::write("/B/C/new.txt")]).await?;
     tokio::select! {
-        done = move_folder("/A/C", "/B/C", lease.fence()) => done?,
-        _ = lease.lost() => return Err("the lease was lost; the move stopped".into()),
+        done = move_folder("/A/C", "/B/C", moving.fence()) => done?,
+        reason = moving.lost() => return Err(format!("the move stopped: {reason}").into()),
     }
-    lease.release().await?;
+    // Who holds what under /B, with their notes.
+    for lock in locks.locks(Some("/B"), None).await? {
+        println!("{} {} is held: {:?}", lock.mode, lock.path, lock.note);
+    }
+    moving.release().await?;
     println!("moved /A/C into /B");
     Ok(())
 }

@@ -1,173 +1,167 @@
-//! Acquiring: one `PATHLOCK.ACQUIRE` under a token the client makes, retried as the same owner
-//! after a connection error, with the blockers of a refusal and the replicas' acknowledgement.
+//! Granting: one `PATHLOCK.ACQUIRE` under a token, retried as the same owner after a connection
+//! error, with the blockers of a refusal and the replicas' acknowledgement. A new owner's first
+//! grant and a lease's further locks (`Lease::lock`) both come through here.
+//!
+//! Level 4: builds on `connection`, `release`, `options`, `error`, `info` and `request`.
 
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, Value};
 use tokio::time::Instant;
-use uuid::Uuid;
 
-use crate::connection::{is_transient, send, Connection};
-use crate::error::{integer, Blocker, Error};
-use crate::handle::{Options, PathLocks};
-use crate::lease::Lease;
-use crate::millis;
+use crate::connection::{is_transient, Conn, Links};
+use crate::error::{Error, LostReason};
+use crate::info::{integer, Blocker};
+use crate::options::{millis, Options};
 use crate::release::{release_in_background, release_now};
 use crate::request::LockRequest;
 
-/// One operation's request, with per-call options; `.await` it to get the [`Lease`].
+/// A grant: its fence, and when the request that got it was sent (the lease's clock starts
+/// there, which is never later than the server's).
+pub(crate) struct Granted {
+    pub(crate) fence: u64,
+    pub(crate) sent: Instant,
+}
+
+/// Who asks for what. `fresh` is a new owner's first grant, whose token holds nothing else: on a
+/// failure after which it may hold locks anyway, the token is released. A lease's further locks
+/// (`fresh` false) are never released that way, since that would free the lease too.
+pub(crate) struct Ask {
+    pub(crate) links: Arc<Links>,
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) requests: Vec<LockRequest>,
+    pub(crate) options: Options,
+    pub(crate) fresh: bool,
+}
+
+/// Sends the ACQUIRE (and the replicas' WAIT) until it is granted, refused, or out of retries.
 ///
-/// The future it becomes owns what it needs (a clone of the connection), so it is `'static` and
-/// can be spawned.
-#[must_use = "an Acquire does nothing until it is awaited"]
-pub struct Acquire<'a, C> {
-    locks: &'a PathLocks<C>,
-    requests: Result<Vec<LockRequest>, Error>,
-    options: Options,
-}
-
-impl<'a, C: Connection> Acquire<'a, C> {
-    pub(crate) fn new(
-        locks: &'a PathLocks<C>,
-        requests: Result<Vec<LockRequest>, Error>,
-    ) -> Acquire<'a, C> {
-        Acquire {
-            locks,
-            requests,
-            options: locks.options,
-        }
-    }
-
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options.ttl = ttl;
-        self
-    }
-
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = wait;
-        self
-    }
-
-    pub fn replicas(mut self, replicas: u32) -> Self {
-        self.options.replicas = replicas;
-        self
-    }
-
-    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
-        self.options.replicas_timeout = timeout;
-        self
-    }
-
-    /// The locks this call asks for (an error when the operation itself is invalid).
-    pub fn requests(&self) -> Result<&[LockRequest], &Error> {
-        self.requests.as_deref()
-    }
-}
-
-impl<C: Connection> IntoFuture for Acquire<'_, C> {
-    type Output = Result<Lease, Error>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Result<Lease, Error>> + Send + 'static>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let conn = self.locks.conn.clone();
-        let key = self.locks.key.clone();
-        Box::pin(acquire(conn, key, self.requests, self.options))
-    }
-}
-
-async fn acquire<C: Connection>(
-    conn: C,
-    key: String,
-    requests: Result<Vec<LockRequest>, Error>,
-    options: Options,
-) -> Result<Lease, Error> {
-    let requests = requests?;
-    if requests.is_empty() {
-        return Err(Error::Invalid("no locks requested".into()));
-    }
-    let budget_end = Instant::now() + options.wait;
+/// A call that blocks on the server (`wait`, `replicas`) holds its connection up, so it runs on
+/// one of its own and the renewals of other leases never queue behind it; WAIT counts the writes
+/// of its own connection, so it follows the ACQUIRE there.
+pub(crate) async fn grant(ask: Ask) -> Result<Granted, Error> {
+    let shared = ask
+        .links
+        .shared()
+        .await
+        .map_err(|e| Error::about(&ask.key, e))?;
+    let blocks = !ask.options.wait.is_zero() || ask.options.replicas > 0;
+    let budget_end = Instant::now() + ask.options.wait;
     let mut attempt = Attempt {
-        conn,
-        key,
-        // A token of our own, sent with every attempt, makes a retry the same owner:
-        // re-acquiring what a token holds is idempotent on the server.
-        token: Uuid::new_v4().to_string(),
-        requests,
-        options,
+        run: (!blocks).then(|| shared.clone()),
+        shared,
+        blocks,
+        ask,
         unsure: false,
         may_hold: false,
         last_sent: Instant::now(),
     };
-    let (sent, fence) = loop {
+    let mut failures = 0;
+    let (mut sent, fence) = loop {
+        let mut conn = match attempt.run.take() {
+            Some(conn) => conn,
+            None => match attempt.ask.links.blocking().await {
+                Ok(conn) => conn,
+                Err(e) if is_transient(&e) => {
+                    failures += 1;
+                    if failures > 1 && Instant::now() >= budget_end {
+                        return Err(e.into());
+                    }
+                    tokio::time::sleep(retry_pause(budget_end)).await;
+                    continue;
+                }
+                Err(e) => return Err(Error::about(&attempt.ask.key, e)),
+            },
+        };
         let wait = budget_end.saturating_duration_since(Instant::now());
-        let command = acquire_command(&attempt, wait);
+        let command = attempt.acquire_command(wait);
         let sent = Instant::now();
         attempt.last_sent = sent;
-        attempt.may_hold = true;
-        match send(&mut attempt.conn, &command).await {
-            Ok(Value::Nil) => match attempt.recover_earlier_grant().await {
-                Some(fence) => break (sent, fence),
-                None => {
-                    attempt.may_hold = attempt.unsure;
-                    return Err(Error::Busy {
-                        blockers: attempt.blockers().await,
-                    });
+        attempt.may_hold = attempt.ask.fresh;
+        let reply = conn.send(&command).await;
+        match reply {
+            Ok(Value::Nil) => {
+                attempt.run = Some(conn);
+                match attempt.recover_earlier_grant().await {
+                    Some(fence) => break (sent, fence),
+                    None => {
+                        attempt.may_hold = attempt.unsure && attempt.ask.fresh;
+                        return Err(Error::Busy {
+                            blockers: attempt.blockers().await?,
+                        });
+                    }
                 }
-            },
-            Ok(reply) => match parse_grant(&reply, &attempt.token) {
-                Some(fence) => break (sent, fence),
-                None => return Err(Error::Protocol(format!("ACQUIRE answered {reply:?}"))),
-            },
+            }
+            Ok(reply) => {
+                attempt.run = Some(conn);
+                match parse_grant(&reply, &attempt.ask.token) {
+                    Some(fence) => break (sent, fence),
+                    None => return Err(Error::Protocol(format!("ACQUIRE answered {reply:?}"))),
+                }
+            }
             Err(e) if is_transient(&e) => {
+                // A connection of its own is not used again after a failure: the next attempt
+                // takes another. The shared one reconnects by itself.
+                if !attempt.blocks {
+                    attempt.run = Some(conn);
+                }
                 // The request may have been granted with its reply lost: from here on, giving up
                 // must release the token.
                 let first_failure = !attempt.unsure;
                 attempt.unsure = true;
-                let now = Instant::now();
-                if !first_failure && now >= budget_end {
+                if !first_failure && Instant::now() >= budget_end {
                     return Err(e.into());
                 }
                 // The first retry goes out at once (a reconnecting connection waits for its new
                 // socket by itself); later ones back off within what is left of the budget.
                 if !first_failure {
-                    let pause = Duration::from_millis(20).min(budget_end - now);
-                    tokio::time::sleep(pause).await;
+                    tokio::time::sleep(retry_pause(budget_end)).await;
                 }
             }
             Err(e) => {
                 // The server refused the request itself; only an earlier attempt may hold.
-                attempt.may_hold = attempt.unsure;
-                return Err(e.into());
+                attempt.run = Some(conn);
+                attempt.may_hold = attempt.unsure && attempt.ask.fresh;
+                return Err(Error::about(&attempt.ask.key, e));
             }
         }
     };
-    if attempt.options.replicas > 0 {
+    if attempt.ask.options.replicas > 0 {
         attempt.await_replicas().await?;
     }
-    let lease = Lease::start(
-        attempt.conn.clone(),
-        attempt.key.clone(),
-        attempt.token.clone(),
-        fence,
-        attempt.requests.clone(),
-        attempt.options.ttl,
-        sent,
-    );
+    if attempt.ask.fresh && sent.elapsed() > attempt.ask.options.ttl / 3 {
+        // The grant waited on the server, and the client cannot tell when in that wait it was
+        // made: a renewal proves the lease alive and dates its deadline.
+        sent = Instant::now();
+        if attempt.renew().await? == 0 {
+            attempt.may_hold = false;
+            return Err(Error::Lost {
+                reason: LostReason::Gone,
+            });
+        }
+    }
     attempt.may_hold = false;
-    Ok(lease)
+    Ok(Granted { fence, sent })
+}
+
+/// How long to wait before the next attempt: 20 ms, or what is left of the wait.
+fn retry_pause(budget_end: Instant) -> Duration {
+    Duration::from_millis(20).min(budget_end.saturating_duration_since(Instant::now()))
 }
 
 /// What an acquire knows while it tries. Dropping it while the token may hold locks, on any
 /// failure or because the caller dropped the acquire's future (a timeout, a `select!`),
 /// releases the token in the background, so a grant nobody will use does not outlive its call.
-struct Attempt<C: Connection> {
-    conn: C,
-    key: String,
-    token: String,
-    requests: Vec<LockRequest>,
-    options: Options,
+/// A connection of its own that answered goes back to the handle for the next blocking call.
+struct Attempt {
+    ask: Ask,
+    shared: Conn,
+    /// Whether the calls run on a connection of their own rather than `shared`.
+    blocks: bool,
+    /// The connection the ACQUIRE (and WAIT) run on, while no request is pending on it.
+    run: Option<Conn>,
     /// Whether an attempt failed without an answer, so that the server may have granted it.
     unsure: bool,
     /// Whether the token may hold locks that no lease owns.
@@ -176,76 +170,111 @@ struct Attempt<C: Connection> {
     last_sent: Instant,
 }
 
-impl<C: Connection> Drop for Attempt<C> {
+impl Drop for Attempt {
     fn drop(&mut self) {
+        if let (true, Some(conn)) = (self.blocks, self.run.take()) {
+            self.ask.links.give_back(conn);
+        }
         if self.may_hold {
             // A grant is at the latest when the server's wait ends, and lives for the TTL.
             release_in_background(
-                self.conn.clone(),
-                self.key.clone(),
-                self.token.clone(),
-                self.last_sent + self.options.wait + self.options.ttl,
+                self.shared.clone(),
+                self.ask.key.clone(),
+                self.ask.token.clone(),
+                self.last_sent + self.ask.options.wait + self.ask.options.ttl,
             );
         }
     }
 }
 
-impl<C: Connection> Attempt<C> {
-    /// After an earlier attempt went unanswered, a refusal of the retry does not prove that the
-    /// token holds nothing: the earlier attempt may have been granted, and a request of another
-    /// owner queued since (waiting for us) refuses our retry, since nobody may overtake a waiter.
-    /// A fresh token holds locks only if that grant happened, so a `RENEW` that finds any tells;
-    /// it also refreshes them as the retry would have. The fence is the one `LOCKS` reports for
-    /// the token's lock on the first path.
-    async fn recover_earlier_grant(&mut self) -> Option<u64> {
-        if !self.unsure {
-            return None;
+impl Attempt {
+    fn acquire_command(&self, wait: Duration) -> Cmd {
+        let ask = &self.ask;
+        let mut cmd = redis::cmd("PATHLOCK.ACQUIRE");
+        cmd.arg(&ask.key)
+            .arg("TOKEN")
+            .arg(&ask.token)
+            .arg("TTL")
+            .arg(millis(ask.options.ttl));
+        let wait = millis(wait);
+        if wait > 0 {
+            cmd.arg("WAIT").arg(wait);
         }
+        if let Some(note) = &ask.options.note {
+            cmd.arg("NOTE").arg(note);
+        }
+        for request in &ask.requests {
+            cmd.arg(request.mode.as_str()).arg(&request.path);
+        }
+        cmd
+    }
+
+    async fn renew(&mut self) -> Result<i64, Error> {
         let mut renew = redis::cmd("PATHLOCK.RENEW");
         renew
-            .arg(&self.key)
-            .arg(&self.token)
-            .arg(millis(self.options.ttl));
-        let renewed = send(&mut self.conn, &renew).await.ok()?;
-        if integer(&renewed)? <= 0 {
+            .arg(&self.ask.key)
+            .arg(&self.ask.token)
+            .arg(millis(self.ask.options.ttl));
+        let renewed = self
+            .shared
+            .send(&renew)
+            .await
+            .map_err(|e| Error::about(&self.ask.key, e))?;
+        integer(&renewed).ok_or_else(|| Error::Protocol(format!("RENEW answered {renewed:?}")))
+    }
+
+    /// After an earlier attempt of a new owner went unanswered, a refusal of the retry does not
+    /// prove that the token holds nothing: the earlier attempt may have been granted, and a
+    /// request of another owner queued since (waiting for us) refuses our retry, since nobody
+    /// may overtake a waiter. A fresh token holds locks only if that grant happened, so a
+    /// `RENEW` that finds any tells; it also refreshes them as the retry would have. The fence
+    /// is the one `LOCKS` reports for the token's lock on the first path.
+    async fn recover_earlier_grant(&mut self) -> Option<u64> {
+        if !self.unsure || !self.ask.fresh {
             return None;
         }
-        let first = self.requests.first()?;
+        if self.renew().await.ok()? <= 0 {
+            return None;
+        }
+        let first = self.ask.requests.first()?;
         let mut list = redis::cmd("PATHLOCK.LOCKS");
-        list.arg(&self.key).arg(&first.path);
-        let listed = send(&mut self.conn, &list).await.ok()?;
-        Blocker::parse_all(&listed)?
-            .into_iter()
-            .find(|lock| lock.token == self.token)
-            .map(|lock| lock.fence)
+        list.arg(&self.ask.key)
+            .arg(&first.path)
+            .arg("TOKEN")
+            .arg(&self.ask.token);
+        let listed = self.shared.send(&list).await.ok()?;
+        Blocker::parse_all(&listed)?.first().map(|lock| lock.fence)
     }
 
-    /// The live locks that refused this request, as `PATHLOCK.CHECK` reports them.
-    async fn blockers(&mut self) -> Vec<Blocker> {
+    /// The live locks that refused this request, as `PATHLOCK.CHECK` reports them (none when
+    /// the server cannot be asked).
+    async fn blockers(&mut self) -> Result<Vec<Blocker>, Error> {
         let mut check = redis::cmd("PATHLOCK.CHECK");
-        check.arg(&self.key).arg("TOKEN").arg(&self.token);
-        for request in &self.requests {
+        check.arg(&self.ask.key).arg("TOKEN").arg(&self.ask.token);
+        for request in &self.ask.requests {
             check.arg(request.mode.as_str()).arg(&request.path);
         }
-        match send(&mut self.conn, &check).await {
-            Ok(reply) => Blocker::parse_all(&reply).unwrap_or_default(),
-            Err(_) => Vec::new(),
+        match self.shared.send(&check).await {
+            Ok(reply) => Ok(Blocker::parse_all(&reply).unwrap_or_default()),
+            Err(e) if is_transient(&e) => Ok(Vec::new()),
+            Err(e) => Err(Error::about(&self.ask.key, e)),
         }
     }
 
-    /// `WAIT replicas timeout` on the node that holds the key; with fewer acknowledgements the
-    /// grant is released and the acquire fails.
+    /// `WAIT replicas timeout` on the node that holds the key; with fewer acknowledgements a new
+    /// owner's grant is released and the acquire fails.
     async fn await_replicas(&mut self) -> Result<(), Error> {
-        let wanted = self.options.replicas;
+        let wanted = self.ask.options.replicas;
         let mut wait = redis::cmd("WAIT");
-        // WAIT with a timeout of 0 blocks for ever; the smallest real timeout is 1 ms.
         wait.arg(wanted)
-            .arg(millis(self.options.replicas_timeout).max(1));
-        let reply = self
-            .conn
-            .send_for_key(self.key.as_bytes(), &wait)
-            .await
-            .and_then(Value::extract_error);
+            .arg(millis(self.ask.options.replicas_timeout));
+        let Some(mut conn) = self.run.take() else {
+            return Err(Error::Protocol("no connection left for WAIT".into()));
+        };
+        let reply = conn.send_for_key(self.ask.key.as_bytes(), &wait).await;
+        if !matches!(&reply, Err(e) if is_transient(e)) {
+            self.run = Some(conn);
+        }
         let failure = match reply {
             Ok(Value::Int(acked)) if acked >= i64::from(wanted) => return Ok(()),
             Ok(Value::Int(acked)) => Error::NotReplicated {
@@ -256,31 +285,15 @@ impl<C: Connection> Attempt<C> {
             Err(e) => Error::Redis(e),
         };
         // Released now, or else by the drop of this attempt, in the background.
-        if release_now(&mut self.conn, &self.key, &self.token)
-            .await
-            .is_ok()
+        if self.ask.fresh
+            && release_now(&mut self.shared, &self.ask.key, &self.ask.token)
+                .await
+                .is_ok()
         {
             self.may_hold = false;
         }
         Err(failure)
     }
-}
-
-fn acquire_command<C: Connection>(attempt: &Attempt<C>, wait: Duration) -> Cmd {
-    let mut cmd = redis::cmd("PATHLOCK.ACQUIRE");
-    cmd.arg(&attempt.key)
-        .arg("TOKEN")
-        .arg(&attempt.token)
-        .arg("TTL")
-        .arg(millis(attempt.options.ttl));
-    let wait = millis(wait);
-    if wait > 0 {
-        cmd.arg("WAIT").arg(wait);
-    }
-    for request in &attempt.requests {
-        cmd.arg(request.mode.as_str()).arg(&request.path);
-    }
-    cmd
 }
 
 /// The fence of a grant reply `[token, fence]`, which must carry our token.

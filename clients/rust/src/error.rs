@@ -1,83 +1,36 @@
-//! The errors of the client, and the blockers a refused acquire reports.
+//! The errors of the client, and why a lease can be lost.
+//!
+//! Level 2: builds on `info`.
 
 use std::fmt;
-use std::time::Duration;
 
-use redis::{RedisError, Value};
+use redis::RedisError;
 
-use crate::request::Mode;
+use crate::info::Blocker;
 
-/// A live lock that keeps a request from being granted, as `PATHLOCK.CHECK` reports it.
-///
-/// Paths and tokens are binary-safe on the server; bytes that are not UTF-8 are shown here as
-/// U+FFFD, which is enough to tell a user who holds what.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Blocker {
-    /// The locked path, normalised (`/A/C`; the root is `/`).
-    pub path: String,
-    pub mode: Mode,
-    /// The holder's token.
-    pub token: String,
-    /// How long the lock lives unless it is renewed.
-    pub ttl: Duration,
-    pub fence: u64,
+/// Why a lease was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LostReason {
+    /// A renewal answered 0, or fewer locks than an earlier one: the lease's locks expired, were
+    /// released with its token elsewhere, or its key was deleted.
+    Gone,
+    /// No renewal succeeded before the deadline the client last knew, counted on its own clock
+    /// (the server was paused, stopped or out of reach).
+    Expired,
+    /// The key now holds another type of value (a renewal answered `WRONGTYPE`).
+    Replaced,
 }
 
-impl Blocker {
-    /// Parses one entry of `LOCKS`/`CHECK`: `[path, mode, token, ttl-ms, fence, ...]` (the
-    /// server's sixth field, the note, is not read yet).
-    pub(crate) fn parse(entry: &Value) -> Option<Blocker> {
-        let Value::Array(fields) = entry else {
-            return None;
-        };
-        let [path, mode, token, ttl, fence, ..] = fields.as_slice() else {
-            return None;
-        };
-        Some(Blocker {
-            path: text(path)?,
-            mode: Mode::parse(text(mode)?.as_bytes())?,
-            token: text(token)?,
-            ttl: Duration::from_millis(u64::try_from(integer(ttl)?).ok()?),
-            fence: u64::try_from(integer(fence)?).ok()?,
-        })
-    }
-
-    /// Parses a whole `CHECK` reply.
-    pub(crate) fn parse_all(reply: &Value) -> Option<Vec<Blocker>> {
-        match reply {
-            Value::Array(entries) => entries.iter().map(Blocker::parse).collect(),
-            Value::Nil => Some(Vec::new()),
-            _ => None,
-        }
-    }
-}
-
-fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-pub(crate) fn integer(value: &Value) -> Option<i64> {
-    match value {
-        Value::Int(n) => Some(*n),
-        _ => None,
-    }
-}
-
-impl fmt::Display for Blocker {
+impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {} held by {} for {} ms more (fence {})",
-            self.mode,
-            self.path,
-            self.token,
-            self.ttl.as_millis(),
-            self.fence
-        )
+        f.write_str(match self {
+            LostReason::Gone => {
+                "a renewal answered 0 (its locks expired, were released with its token, or the \
+                 key was deleted)"
+            }
+            LostReason::Expired => "no renewal succeeded before its deadline",
+            LostReason::Replaced => "the key now holds another type of value",
+        })
     }
 }
 
@@ -85,29 +38,43 @@ impl fmt::Display for Blocker {
 #[derive(Debug)]
 pub enum Error {
     /// The locks are held by someone else (or promised to an earlier waiter). `blockers` are the
-    /// live locks in the way as `PATHLOCK.CHECK` saw them just after the refusal; it is empty when
-    /// the request was refused only for an earlier waiter, or when the blockers went away (or the
-    /// server could not be asked) in between.
+    /// live locks in the way as `PATHLOCK.CHECK` saw them just after the refusal, with their
+    /// notes; it is empty when the request was refused only for an earlier waiter, or when the
+    /// blockers went away (or the server could not be asked) in between.
     Busy { blockers: Vec<Blocker> },
-    /// The lease was lost: a renewal answered 0 (it expired, was released with its token
-    /// elsewhere, or its key was deleted), or no renewal succeeded before its deadline.
-    Lost,
+    /// The lease was lost, for `reason`; work under it must stop.
+    Lost { reason: LostReason },
     /// The grant reached fewer replicas than asked before `replicas_timeout`; the lease has been
     /// released.
     NotReplicated { acked: u32, wanted: u32 },
-    /// The request is invalid before it reaches the server (no locks, or a move or copy of the
-    /// project root).
+    /// The key holds another type of value than a pathlock project (the server's `WRONGTYPE`).
+    WrongType { key: String },
+    /// The request is invalid before it reaches the server: no locks, an empty path, the project
+    /// root given to an operation helper, a TTL under a millisecond.
     Invalid(String),
     /// The server answered something that is not in the command contract.
     Protocol(String),
-    /// An error from Redis or from the connection.
+    /// Any other error from Redis or from the connection.
     Redis(RedisError),
+}
+
+impl Error {
+    /// A Redis error about `key`: the server's `WRONGTYPE` becomes [`Error::WrongType`].
+    pub(crate) fn about(key: &str, e: RedisError) -> Error {
+        if e.code() == Some("WRONGTYPE") {
+            Error::WrongType { key: key.into() }
+        } else {
+            Error::Redis(e)
+        }
+    }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Busy { blockers } if blockers.is_empty() => f.write_str("busy"),
+            Error::Busy { blockers } if blockers.is_empty() => {
+                f.write_str("busy (an earlier request is waiting for it)")
+            }
             Error::Busy { blockers } => {
                 f.write_str("busy: ")?;
                 for (i, blocker) in blockers.iter().enumerate() {
@@ -118,10 +85,15 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
-            Error::Lost => f.write_str("the lease was lost"),
+            Error::Lost { reason } => write!(f, "the lease was lost: {reason}"),
             Error::NotReplicated { acked, wanted } => write!(
                 f,
                 "the grant reached {acked} of the {wanted} replicas asked for; released"
+            ),
+            Error::WrongType { key } => write!(
+                f,
+                "key '{key}' is not a pathlock project: it holds another type of value (check \
+                 the key name)"
             ),
             Error::Invalid(why) => write!(f, "invalid request: {why}"),
             Error::Protocol(what) => write!(f, "unexpected reply from the server: {what}"),

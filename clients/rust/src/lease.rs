@@ -1,49 +1,31 @@
-//! A held lease: its fields, its loss signals, and the guard that releases it.
+//! A held lease: its fields, its loss signals, the locks it takes under its own token, and the
+//! guard that releases it.
+//!
+//! Level 5: builds on `acquire`, `watchdog`, `release`, `connection`, `options`, `error` and
+//! `request`.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionLike;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::connection::{is_transient, Connection};
-use crate::error::Error;
+use crate::acquire::{grant, Ask};
+use crate::connection::{is_transient, Conn, Links};
+use crate::error::{Error, LostReason};
+use crate::options::{millis, Options};
 use crate::release::{release_in_background, release_now};
-use crate::request::LockRequest;
-use crate::watchdog;
-
-/// Where a lease stands. It only ever leaves `Held`, once, for `Lost` or `Released`; whichever
-/// of the watchdog and the releaser moves it first wins, which is what keeps a renewal that
-/// answers after a release from being reported as a loss.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Status {
-    Held,
-    Lost,
-    Released,
-}
-
-pub(crate) type StatusCell = Arc<watch::Sender<Status>>;
-
-/// Moves `Held` to `to`; answers what the status was.
-pub(crate) fn leave_held(status: &StatusCell, to: Status) -> Status {
-    let mut before = Status::Held;
-    status.send_if_modified(|now| {
-        before = *now;
-        if *now == Status::Held {
-            *now = to;
-            true
-        } else {
-            false
-        }
-    });
-    before
-}
+use crate::request::{checked, LockRequest};
+use crate::watchdog::{self, leave_held, Status, StatusCell};
 
 /// Locks granted to one owner, kept alive by a watchdog task until released.
+///
+/// [`Lease::lock`] takes more locks under the same token; the watchdog renews them with the
+/// rest and the release frees them with the rest.
 ///
 /// This is a guard: dropping a lease that was not released stops its watchdog and releases it
 /// from a task spawned on the current tokio runtime (retrying connection errors until the locks
@@ -56,21 +38,24 @@ pub struct Lease {
     token: String,
     fence: u64,
     locks: Vec<LockRequest>,
-    ttl: Duration,
+    options: Options,
     status: StatusCell,
     watchdog: JoinHandle<()>,
-    conn: Option<SharedConnection>,
+    links: Arc<Links>,
+    conn: Option<Conn>,
 }
 
 impl Lease {
-    /// A lease granted by an `ACQUIRE` sent at `sent`, with its watchdog started.
-    pub(crate) fn start<C: Connection>(
-        conn: C,
+    /// A lease granted by an `ACQUIRE` sent at `sent`, with its watchdog started on `conn`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start(
+        links: Arc<Links>,
+        conn: Conn,
         key: String,
         token: String,
         fence: u64,
         locks: Vec<LockRequest>,
-        ttl: Duration,
+        options: Options,
         sent: Instant,
     ) -> Lease {
         let status: StatusCell = Arc::new(watch::Sender::new(Status::Held));
@@ -79,18 +64,19 @@ impl Lease {
             status.clone(),
             key.clone(),
             token.clone(),
-            ttl,
-            sent + ttl,
+            options.ttl,
+            sent + options.ttl,
         ));
         Lease {
             key,
             token,
             fence,
             locks,
-            ttl,
+            options,
             status,
             watchdog,
-            conn: Some(SharedConnection(Box::new(conn))),
+            links,
+            conn: Some(conn),
         }
     }
 
@@ -110,49 +96,156 @@ impl Lease {
         self.fence
     }
 
-    /// The locks the lease holds, as requested.
+    /// Every lock the lease holds, as requested: the operation's, then those [`Lease::lock`]
+    /// added.
     pub fn locks(&self) -> &[LockRequest] {
         &self.locks
     }
 
     /// The TTL each renewal sets.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.options.ttl
+    }
+
+    /// The note sent with the grant, shown with the locks to whoever they block.
+    pub fn note(&self) -> Option<&str> {
+        self.options.note.as_deref()
     }
 
     /// Whether the lease was lost: a renewal answered 0 (expired, released with its token
     /// elsewhere, key deleted) or no renewal succeeded before the deadline the client last knew.
     pub fn is_lost(&self) -> bool {
-        *self.status.borrow() == Status::Lost
+        self.lost_reason().is_some()
     }
 
-    /// `Err(Error::Lost)` once the lease is lost, so work under it can stop with `?`.
-    pub fn check(&self) -> Result<(), Error> {
-        if self.is_lost() {
-            Err(Error::Lost)
-        } else {
-            Ok(())
+    /// Why the lease was lost, once it is.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        match *self.status.borrow() {
+            Status::Lost(reason) => Some(reason),
+            _ => None,
         }
     }
 
-    /// A future that resolves when the lease is lost, at once if it already is. It never resolves
-    /// for a lease that is released first. It owns what it needs, so it can be raced against the
-    /// work in `tokio::select!`, or spawned with a callback of your own:
-    /// `tokio::spawn({ let lost = lease.lost(); async move { lost.await; on_lost() } })`.
-    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+    /// `Err(Error::Lost { reason })` once the lease is lost, so work under it can stop with `?`.
+    pub fn check(&self) -> Result<(), Error> {
+        match self.lost_reason() {
+            Some(reason) => Err(Error::Lost { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// A future that resolves with the reason when the lease is lost, at once if it already is.
+    /// It never resolves for a lease that is released first. It owns what it needs, so it can be
+    /// raced against the work in `tokio::select!`, or spawned with a callback of your own:
+    /// `tokio::spawn({ let lost = lease.lost(); async move { on_lost(lost.await) } })`.
+    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
         let mut status = self.status.subscribe();
         async move {
-            if status.wait_for(|s| *s == Status::Lost).await.is_err() {
+            let lost = status
+                .wait_for(|s| matches!(s, Status::Lost(_)))
+                .await
+                .map(|status| *status);
+            match lost {
+                Ok(Status::Lost(reason)) => reason,
                 // The lease and its watchdog are gone without a loss: it was released.
-                std::future::pending::<()>().await;
+                _ => std::future::pending().await,
             }
         }
     }
 
-    /// Stops the watchdog, then releases the locks (`PATHLOCK.RELEASE key token`). Releasing a
-    /// lost lease is not an error: it still asks the server to free whatever is left, but
-    /// ignores the outcome. When the server cannot be reached, the error is returned and the
-    /// release is retried in the background until the locks would have expired anyway.
+    /// Takes more locks under this lease's token, inside or beside what it holds; `.await` it for
+    /// the fence of that grant. They have the lease's TTL and replicas, are renewed by its
+    /// watchdog and freed by its release; the note and the wait are the lease's unless
+    /// [`LockMore::note`] and [`LockMore::wait`] say otherwise. Locking what the lease already
+    /// holds is an idempotent re-acquire (a new fence; a note replaces theirs). Fails with
+    /// [`Error::Busy`] when another owner is in the way, [`Error::Lost`] once the lease is lost.
+    pub fn lock<I>(&mut self, requests: I) -> LockMore<'_>
+    where
+        I: IntoIterator,
+        I::Item: Into<LockRequest>,
+    {
+        let requests =
+            checked(requests.into_iter().map(Into::into).collect()).map_err(Error::Invalid);
+        let options = self.options.clone();
+        LockMore {
+            lease: self,
+            requests,
+            options,
+        }
+    }
+
+    /// Renews the lease before it takes more locks: once its own locks are gone (its key
+    /// deleted, its token released elsewhere), an ACQUIRE under its token would make new ones
+    /// that keep answering its renewals, and the loss would go unseen.
+    async fn prove_held(&mut self) -> Result<(), Error> {
+        self.check()?;
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Error::Lost {
+                reason: LostReason::Gone,
+            });
+        };
+        let mut renew = redis::cmd("PATHLOCK.RENEW");
+        renew
+            .arg(&self.key)
+            .arg(&self.token)
+            .arg(millis(self.options.ttl));
+        let lost = match conn.send(&renew).await {
+            Ok(Value::Int(renewed)) if renewed > 0 => None,
+            Ok(Value::Int(_)) => Some(LostReason::Gone),
+            Ok(other) => return Err(Error::Protocol(format!("RENEW answered {other:?}"))),
+            Err(e) if e.code() == Some("WRONGTYPE") => Some(LostReason::Replaced),
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(reason) = lost {
+            leave_held(&self.status, Status::Lost(reason));
+            self.watchdog.abort();
+        }
+        self.check()
+    }
+
+    async fn lock_more(
+        &mut self,
+        requests: Result<Vec<LockRequest>, Error>,
+        options: Options,
+    ) -> Result<u64, Error> {
+        let requests = requests?;
+        options.check()?;
+        self.prove_held().await?;
+        let granted = grant(Ask {
+            links: self.links.clone(),
+            key: self.key.clone(),
+            token: self.token.clone(),
+            requests: requests.clone(),
+            options,
+            fresh: false,
+        })
+        .await?;
+        if let Err(lost) = self.check() {
+            // The lease ended while the grant was on its way: nobody renews those locks now.
+            if let Some(conn) = &self.conn {
+                let expires_at = Instant::now() + self.options.ttl;
+                release_in_background(
+                    conn.clone(),
+                    self.key.clone(),
+                    self.token.clone(),
+                    expires_at,
+                );
+            }
+            return Err(lost);
+        }
+        for request in requests {
+            if !self.locks.contains(&request) {
+                self.locks.push(request);
+            }
+        }
+        Ok(granted.fence)
+    }
+
+    /// Stops the watchdog, then releases the locks (`PATHLOCK.RELEASE key token`), those taken
+    /// by [`Lease::lock`] too. Releasing a lost lease is not an error: it still asks the server
+    /// to free whatever is left, but ignores the outcome. When the server cannot be reached, the
+    /// error is returned and the release is retried in the background until the locks would
+    /// have expired anyway.
     pub async fn release(mut self) -> Result<(), Error> {
         let before = self.stop();
         let Some(mut conn) = self.conn.take() else {
@@ -161,18 +254,20 @@ impl Lease {
         let result = release_now(&mut conn, &self.key, &self.token).await;
         let failure = match result {
             Ok(_) => return Ok(()),
+            // A key overwritten by another value took the locks with it: nothing left to free.
+            Err(e) if e.code() == Some("WRONGTYPE") => return Ok(()),
             Err(e) if is_transient(&e) => {
                 release_in_background(
                     conn,
                     self.key.clone(),
                     self.token.clone(),
-                    Instant::now() + self.ttl,
+                    Instant::now() + self.options.ttl,
                 );
                 e
             }
             Err(e) => e,
         };
-        if before == Status::Lost {
+        if matches!(before, Status::Lost(_)) {
             Ok(())
         } else {
             Err(failure.into())
@@ -198,7 +293,7 @@ impl Drop for Lease {
                 conn,
                 std::mem::take(&mut self.key),
                 std::mem::take(&mut self.token),
-                Instant::now() + self.ttl,
+                Instant::now() + self.options.ttl,
             );
         }
     }
@@ -211,29 +306,39 @@ impl std::fmt::Debug for Lease {
             .field("token", &self.token)
             .field("fence", &self.fence)
             .field("locks", &self.locks)
+            .field("note", &self.options.note)
             .field("status", &*self.status.borrow())
             .finish()
     }
 }
 
-/// Any of the connections, boxed, so that a `Lease` does not carry the connection's type.
-struct SharedConnection(Box<dyn ConnectionLike + Send + Sync>);
+/// More locks for a lease ([`Lease::lock`]), with per-call options; `.await` it for the fence.
+#[must_use = "a LockMore does nothing until it is awaited"]
+pub struct LockMore<'a> {
+    lease: &'a mut Lease,
+    requests: Result<Vec<LockRequest>, Error>,
+    options: Options,
+}
 
-impl ConnectionLike for SharedConnection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        self.0.req_packed_command(cmd)
+impl LockMore<'_> {
+    /// How long to wait for busy locks (on a connection of its own). Default: the lease's.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = wait;
+        self
     }
 
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        cmd: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        self.0.req_packed_commands(cmd, offset, count)
+    /// The note of these locks. Default: the lease's.
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.options.note = Some(note.into());
+        self
     }
+}
 
-    fn get_db(&self) -> i64 {
-        self.0.get_db()
+impl<'a> IntoFuture for LockMore<'a> {
+    type Output = Result<u64, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Result<u64, Error>> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.lease.lock_more(self.requests, self.options))
     }
 }

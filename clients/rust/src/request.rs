@@ -1,4 +1,7 @@
-//! What a lease asks for: `(mode, path)` pairs, and the path arithmetic the operations need.
+//! What a lease asks for: `(mode, path)` pairs, the path arithmetic and checks the operations
+//! need, and the notes that name them.
+//!
+//! Level 0: imports nothing of the crate.
 
 use std::fmt;
 
@@ -68,15 +71,74 @@ impl<P: Into<String>> From<(Mode, P)> for LockRequest {
     }
 }
 
+/// The path's segments as the server counts them: empty ones and `.` are dropped.
+fn segments(path: &str) -> impl DoubleEndedIterator<Item = &str> {
+    path.split('/')
+        .filter(|segment| !segment.is_empty() && *segment != ".")
+}
+
+/// `path` as an operation helper takes it: a file or folder, never the whole project. A helper
+/// called with `""` or `/` most likely got a variable that was never set; locking the whole
+/// project must be asked for in so many words, with `lock([(Mode::Write, "/")])`.
+pub(crate) fn named<'a>(path: &'a str, what: &str) -> Result<&'a str, String> {
+    if segments(path).next().is_none() {
+        return Err(format!(
+            "{what} {path:?} names the whole project, not a file or folder; to lock the whole \
+             project, say so: lock([(Mode::Write, \"/\")]) or lock([(Mode::Read, \"/\")])"
+        ));
+    }
+    Ok(path)
+}
+
 /// The path that `path` gets inside `folder` when it is moved or copied there:
-/// `folder/<last segment of path>`. `None` when `path` names the project root, which has no
-/// last segment. Segments are split as the server splits them (empty ones and `.` dropped), so
-/// `/A/C/` and `/A/./C` both end in `C`; the server normalises the joined result.
-pub(crate) fn into_folder(path: &str, folder: &str) -> Option<String> {
-    let last = path
-        .split('/')
-        .rfind(|segment| !segment.is_empty() && *segment != ".")?;
-    Some(format!("{}/{}", folder.trim_end_matches('/'), last))
+/// `folder/<last segment of path>`. Segments are split as the server splits them (empty ones and
+/// `.` dropped), so `/A/C/` and `/A/./C` both end in `C`; the server normalises the joined result.
+/// The project root cannot be moved or copied, and an empty folder is refused (the root is `/`).
+pub(crate) fn into_folder(path: &str, folder: &str) -> Result<String, String> {
+    if folder.is_empty() {
+        return Err("into_folder is empty: name a folder (\"/\" for the project root)".into());
+    }
+    let last = segments(named(path, "path")?)
+        .next_back()
+        .unwrap_or_default();
+    Ok(format!("{}/{}", folder.trim_end_matches('/'), last))
+}
+
+/// Checks the requests of `lock()`: at least one, and no empty path (the root is written `/`).
+pub(crate) fn checked(requests: Vec<LockRequest>) -> Result<Vec<LockRequest>, String> {
+    if requests.is_empty() {
+        return Err("no locks requested".into());
+    }
+    if requests.iter().any(|request| request.path.is_empty()) {
+        return Err("a lock path is empty; write \"/\" to lock the whole project".into());
+    }
+    Ok(requests)
+}
+
+/// The default note of `lock(requests)`.
+pub(crate) fn described(requests: &[LockRequest]) -> String {
+    let pairs: Vec<String> = requests
+        .iter()
+        .map(|r| format!("{} {}", r.mode, r.path))
+        .collect();
+    format!("lock {}", pairs.join(", "))
+}
+
+/// The longest default note, in bytes: well under the server's `pathlock.max-note-bytes` (256
+/// by default), however long the paths it names.
+pub(crate) const DEFAULT_NOTE_BYTES: usize = 100;
+
+/// An operation's default note, `"move /A/C -> /B"`, cut to [`DEFAULT_NOTE_BYTES`].
+pub(crate) fn default_note(mut words: String) -> String {
+    if words.len() > DEFAULT_NOTE_BYTES {
+        let mut end = DEFAULT_NOTE_BYTES - 3;
+        while !words.is_char_boundary(end) {
+            end -= 1;
+        }
+        words.truncate(end);
+        words.push_str("...");
+    }
+    words
 }
 
 #[cfg(test)]
@@ -85,11 +147,24 @@ mod tests {
 
     #[test]
     fn a_path_moved_into_a_folder_keeps_its_last_segment() {
-        assert_eq!(into_folder("/A/C", "/B").as_deref(), Some("/B/C"));
-        assert_eq!(into_folder("/A/C/", "/B/").as_deref(), Some("/B/C"));
-        assert_eq!(into_folder("A/./C/.", "/").as_deref(), Some("/C"));
-        assert_eq!(into_folder("/a.txt", "").as_deref(), Some("/a.txt"));
-        assert_eq!(into_folder("/", "/B"), None);
-        assert_eq!(into_folder("", "/B"), None);
+        assert_eq!(into_folder("/A/C", "/B").as_deref(), Ok("/B/C"));
+        assert_eq!(into_folder("/A/C/", "/B/").as_deref(), Ok("/B/C"));
+        assert_eq!(into_folder("A/./C/.", "/").as_deref(), Ok("/C"));
+        assert!(into_folder("/a.txt", "").is_err());
+        assert!(into_folder("/", "/B")
+            .unwrap_err()
+            .contains("whole project"));
+        assert!(into_folder("", "/B").unwrap_err().contains("whole project"));
+    }
+
+    #[test]
+    fn default_notes_are_cut_at_a_character_boundary() {
+        assert_eq!(default_note("move /A -> /B".into()), "move /A -> /B");
+        let long = default_note(format!("upload /{}", "é".repeat(300)));
+        assert!(
+            long.len() <= DEFAULT_NOTE_BYTES && long.ends_with("..."),
+            "{long}"
+        );
+        assert!(long.starts_with("upload /éé"));
     }
 }

@@ -65,10 +65,13 @@ impl Cluster {
         Cluster { nodes }
     }
 
-    async fn connection(&self) -> ClusterConnection {
+    fn client(&self) -> ClusterClient {
         let urls: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
-        ClusterClient::new(urls)
-            .expect("cluster client")
+        ClusterClient::new(urls).expect("cluster client")
+    }
+
+    async fn connection(&self) -> ClusterConnection {
+        self.client()
             .get_async_connection()
             .await
             .expect("cluster connection")
@@ -78,7 +81,7 @@ impl Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_client_locks_renews_and_loses_projects_across_a_cluster() {
     let cluster = Cluster::start().await;
-    let conn = cluster.connection().await;
+    let client = cluster.client();
     let mut admin = cluster.connection().await;
     let ttl = ms(300);
 
@@ -86,7 +89,7 @@ async fn the_client_locks_renews_and_loses_projects_across_a_cluster() {
     let keys: Vec<String> = (0..12).map(|i| format!("proj:{i}")).collect();
     let mut leases = Vec::new();
     for key in &keys {
-        let locks = PathLocks::new(conn.clone(), key.as_str()).ttl(ttl);
+        let locks = PathLocks::new(client.clone(), key.as_str()).ttl(ttl);
         let lease = locks.move_into("/A/C", "/B").await.expect("granted");
         match locks.upload("/B/C/x").await {
             Err(Error::Busy { blockers }) => {
@@ -134,7 +137,7 @@ async fn the_client_locks_renews_and_loses_projects_across_a_cluster() {
     }
 
     // WAIT goes to the key's master, which has no replica to acknowledge.
-    let locks = PathLocks::new(conn.clone(), "proj:0");
+    let locks = PathLocks::new(client.clone(), "proj:0");
     match locks
         .upload("/A")
         .replicas(1)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::proxy::{Behaviour, Proxy};
 use common::*;
-use pathlock_client::Error;
+use pathlock_client::{Error, LostReason};
 
 /// How late a loss may be reported past the moment it became knowable (one renewal period is
 /// added by each test); generous, for a shared 2-core machine.
@@ -65,7 +65,12 @@ async fn a_lease_released_elsewhere_or_deleted_is_lost_within_one_renewal_period
     let took = time_to(ms(2000), "loss", lease.lost()).await;
     assert!(took <= period + SLACK, "reported after {took:?}");
     assert!(lease.is_lost());
-    assert!(matches!(lease.check(), Err(Error::Lost)));
+    assert!(matches!(
+        lease.check(),
+        Err(Error::Lost {
+            reason: LostReason::Gone
+        })
+    ));
     // Releasing a lost lease is not an error.
     lease.release().await.expect("released");
 
@@ -105,6 +110,7 @@ async fn a_lease_on_a_paused_server_is_lost_at_its_deadline() {
         took + SLACK >= ttl - period && took <= ttl + SLACK,
         "reported after {took:?}"
     );
+    assert_eq!(lease.lost_reason(), Some(LostReason::Expired));
     lease
         .release()
         .await
@@ -127,6 +133,12 @@ async fn a_lease_on_a_stopped_server_is_lost_at_its_deadline() {
         took + SLACK >= ttl - period && took <= ttl + SLACK,
         "reported after {took:?}"
     );
+    assert!(matches!(
+        lease.check(),
+        Err(Error::Lost {
+            reason: LostReason::Expired
+        })
+    ));
     // The server is gone, yet releasing the lost lease is not an error.
     lease.release().await.expect("released");
 }
@@ -137,7 +149,7 @@ async fn an_outage_shorter_than_the_deadline_loses_nothing() {
     let mut admin = server.admin().await;
     let proxy = Proxy::start(server.port).await;
     let ttl = ms(900);
-    let locks = pathlock_client::PathLocks::new(manager(proxy.port).await, "proj").ttl(ttl);
+    let locks = locks_via(proxy.port, "proj").await.ttl(ttl);
     let lease = locks.upload("/f").await.expect("granted");
 
     // Every connection cut and new ones refused for a third of the TTL: renewals fail and are
@@ -166,7 +178,7 @@ async fn a_release_that_meets_a_renewal_in_flight_neither_keeps_the_lock_nor_rep
     let proxy = Proxy::start(server.port).await;
     proxy.set(Behaviour::Delay(ms(30)));
     let ttl = ms(150);
-    let locks = pathlock_client::PathLocks::new(manager(proxy.port).await, "proj").ttl(ttl);
+    let locks = locks_via(proxy.port, "proj").await.ttl(ttl);
     let renewals_before = info_number(&mut admin, "pathlock_total_renewals").await;
 
     let mut lost = Vec::new();

@@ -187,6 +187,7 @@ impl LockTable {
             big.lca = self.common_ancestor(big.lca, lock.id());
             big.locks.insert_unique(lock_hash(&lock), lock, lock_hash);
             self.mark_ancestors(lock.id(), id, lock.mode(), 1);
+            self.mark_crowd_big(lock.id(), Tagged::new(id, lock.mode()), true);
         }
         self.big_locks += big.locks.len();
         self.bigs.insert_new(id, big);
@@ -204,6 +205,7 @@ impl LockTable {
         let deadline = self.owner(id).deadline;
         for &lock in &list {
             self.mark_ancestors(lock.id(), id, lock.mode(), -1);
+            self.mark_crowd_big(lock.id(), Tagged::new(id, lock.mode()), false);
             self.raise_latest(lock.id(), deadline);
         }
         let owner = self.owner_mut(id);

@@ -38,8 +38,11 @@ pub(super) fn blocking_count(mode: Mode, counts: [u32; 2]) -> u64 {
     }
 }
 
-/// Nodes a request may visit looking beneath its paths for a live lock among lapsed ones.
+/// Nodes (or a crowd's readers) a request may look at for a live lock among lapsed ones.
 pub(super) const SEARCH_BUDGET: usize = 4096;
+
+/// The lapsed owners one request notes for reclaiming, at most.
+const DEAD_NOTED: usize = 128;
 
 /// How a request's item was decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,19 +75,18 @@ impl LockTable {
         dead: &mut Vec<OwnerId>,
         budget: &mut usize,
     ) -> Verdict {
+        let mut unsure = false;
         let walk = self.walk_down(path, |node, _| {
-            // Writers come first: a reader's request stops at the first reader.
-            for held in self.held(node) {
-                if !held.mode().conflicts_with(mode) {
-                    break;
-                }
-                if self.blocks(held, me, now, dead) {
-                    return true;
+            match self.blocked_here(node, mode, me, now, dead, budget) {
+                Some(blocked) => blocked,
+                None => {
+                    unsure = true;
+                    true
                 }
             }
-            false
         });
         match walk {
+            Walk::Stopped if unsure => Verdict::Unsure,
             Walk::Stopped => Verdict::Blocked,
             Walk::Left => Verdict::Free,
             Walk::Reached(node) => self.decide_beneath(me, mode, node, now, dead, budget),
@@ -92,8 +94,15 @@ impl LockTable {
     }
 
     /// Whether `held` (of a conflicting mode) blocks `me` at `now`; its owner goes to `dead`
-    /// when it lapsed and is not being freed already.
-    fn blocks(&self, held: &Held, me: Option<OwnerId>, now: u64, dead: &mut Vec<OwnerId>) -> bool {
+    /// when it lapsed and is not being freed already, up to `DEAD_NOTED` of them (a request
+    /// reclaims a bounded number of those it meets anyway).
+    pub(super) fn blocks(
+        &self,
+        held: &Held,
+        me: Option<OwnerId>,
+        now: u64,
+        dead: &mut Vec<OwnerId>,
+    ) -> bool {
         let owner = held.owner();
         if Some(owner) == me {
             return false;
@@ -101,7 +110,7 @@ impl LockTable {
         if self.is_live(owner, now) {
             return true;
         }
-        if !self.is_buried(owner) && !dead.contains(&owner) {
+        if dead.len() < DEAD_NOTED && !self.is_buried(owner) && !dead.contains(&owner) {
             dead.push(owner);
         }
         false
@@ -181,13 +190,10 @@ impl LockTable {
                 return Verdict::Unsure;
             }
             *budget -= 1;
-            for held in self.held(child) {
-                if !held.mode().conflicts_with(mode) {
-                    break;
-                }
-                if !self.is_big(held.owner()) && self.blocks(held, me, now, dead) {
-                    return Verdict::Blocked;
-                }
+            match self.blocked_here(child, mode, me, now, dead, budget) {
+                Some(true) => return Verdict::Blocked,
+                Some(false) => {}
+                None => return Verdict::Unsure,
             }
             if self.nodes[child as usize].latest > now && self.small_below(mode, child) > 0 {
                 stack.extend(self.children(child));
@@ -234,14 +240,9 @@ impl LockTable {
                 if node != ROOT {
                     push_segment(&mut key, segment);
                 }
-                for held in self.held(node) {
-                    if held.mode().conflicts_with(*mode)
-                        && !excluded(held.owner())
-                        && self.is_live(held.owner(), now)
-                    {
-                        found.insert(self.info(node, &key, held));
-                    }
-                }
+                self.live_conflicting_here(node, *mode, now, &excluded, &mut |held| {
+                    found.insert(self.info(node, &key, held));
+                });
                 false
             });
             if let Walk::Reached(node) = walk {
@@ -271,14 +272,9 @@ impl LockTable {
         while let Some((child, parent_length)) = stack.pop() {
             key.truncate(parent_length);
             push_segment(key, &self.nodes[child as usize].segment);
-            for held in self.held(child) {
-                if held.mode().conflicts_with(mode)
-                    && !excluded(held.owner())
-                    && self.is_live(held.owner(), now)
-                {
-                    found.insert(self.info(child, key, held));
-                }
-            }
+            self.live_conflicting_here(child, mode, now, excluded, &mut |held| {
+                found.insert(self.info(child, key, held));
+            });
             if self.may_be_live_beneath(child, now, mode, excluded) {
                 let length = key.len();
                 stack.extend(self.children(child).map(|grandchild| (grandchild, length)));
@@ -297,6 +293,7 @@ impl LockTable {
                 node,
                 &mut key,
                 &self.live_beneath(now),
+                &|table: &LockTable, node| table.may_be_live_here(node, now),
                 &mut |table, node, key, held| {
                     if table.is_live(held.owner(), now) {
                         out.push(table.info(node, key, held));
@@ -330,16 +327,12 @@ impl LockTable {
             return Vec::new();
         }
         let below = self.nodes[top as usize].below;
-        let stored = self.held(top).len() as u64 + u64::from(below[0]) + u64::from(below[1]);
+        let stored = self.holder_count(top) as u64 + u64::from(below[0]) + u64::from(below[1]);
         let mut out = Vec::new();
         if self.lock_count(owner) as u64 <= stored {
             for lock in self.all_locks(owner) {
                 let node = lock.id();
-                let held = self
-                    .held(node)
-                    .iter()
-                    .find(|h| h.owner == Tagged::new(owner, lock.mode()));
-                if let Some(held) = held {
+                if let Some(held) = self.holder(node, Tagged::new(owner, lock.mode())) {
                     if self.is_at_or_beneath(node, top) {
                         out.push(self.info(node, &self.key_of(node), held));
                     }
@@ -386,6 +379,7 @@ impl LockTable {
             ROOT,
             &mut Vec::new(),
             &self.live_beneath(now),
+            &|table: &LockTable, node| table.may_be_live_here(node, now),
             &mut |table, node, key, held| {
                 if table.is_live(held.owner(), now) {
                     visit(table.info(node, key, held));

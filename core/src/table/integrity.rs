@@ -39,9 +39,10 @@ impl LockTable {
                 return Err(format!("node {id} keeps an empty table"));
             }
             let spilled = node.lock.owner.0 == SPILLED;
-            if spilled != self.crowded.contains_key(id) || (spilled && self.held(id).len() < 2) {
+            if spilled != self.crowded.contains_key(id) || (spilled && self.holder_count(id) < 2) {
                 return Err(format!("the locks of node {id} are spilled wrongly"));
             }
+            self.check_crowd(id)?;
             for child in self.children(id) {
                 let c = &self.nodes[child as usize];
                 if c.parent != id || self.child(id, &c.segment) != Some(child) {
@@ -50,8 +51,8 @@ impl LockTable {
                 parents.push((child, id));
                 stack.push(child);
             }
-            let keys: Vec<(Mode, &PackedToken, bool)> = self
-                .held(id)
+            let holders = self.canonical_holders(id);
+            let keys: Vec<(Mode, &PackedToken, bool)> = holders
                 .iter()
                 .map(|h| {
                     let owner = self.owner(h.owner());
@@ -67,7 +68,7 @@ impl LockTable {
             if !ordered {
                 return Err(format!("locks at node {id} are not in canonical order"));
             }
-            for held in self.held(id) {
+            for held in self.holders(id) {
                 let fence = held.fence;
                 if fence == 0 || fence >= self.next_fence {
                     return Err(format!("fence {fence} is not below the counter"));
@@ -100,7 +101,7 @@ impl LockTable {
                 .nodes
                 .get(node as usize)
                 .is_some_and(|n| !n.is_unused())
-                && self.held(node).iter().any(|h| h.owner == owner);
+                && self.holder(node, owner).is_some();
             if !held || note.is_empty() {
                 return Err(format!(
                     "a note at node {node} belongs to no lock, or is empty"
@@ -111,6 +112,52 @@ impl LockTable {
             return Err("the notes' byte count disagrees with the notes".into());
         }
         self.check_owners(owned)
+    }
+
+    /// A crowd's own structures: writers in canonical order, each reader where its owner puts
+    /// it, the bound above every small holder's lease, the big holders listed once each.
+    fn check_crowd(&self, id: NodeId) -> Result<(), String> {
+        let Some(crowd) = self.crowd(id) else {
+            return Ok(());
+        };
+        let writers_ordered = crowd.writers.windows(2).all(|w| {
+            self.owner(w[0].owner())
+                .token
+                .cmp_text(&self.owner(w[1].owner()).token)
+                .is_le()
+        });
+        if !writers_ordered || crowd.writers.iter().any(|h| h.mode() != Mode::Write) {
+            return Err(format!(
+                "the writers of the crowd at node {id} are out of order"
+            ));
+        }
+        let mut bigs = Vec::new();
+        for held in self.holders(id) {
+            if !self
+                .holder(id, held.owner)
+                .is_some_and(|found| std::ptr::eq(found, held))
+            {
+                return Err(format!(
+                    "a lock of the crowd at node {id} is not found by owner"
+                ));
+            }
+            if self.is_big(held.owner()) {
+                bigs.push(held.owner);
+            } else if self.owner(held.owner()).deadline > crowd.latest {
+                return Err(format!(
+                    "the crowd at node {id} has a lease above its bound"
+                ));
+            }
+        }
+        let mut listed = crowd.bigs.clone();
+        bigs.sort_unstable();
+        listed.sort_unstable();
+        if bigs != listed {
+            return Err(format!(
+                "the crowd at node {id} lists big holders {listed:?}, expected {bigs:?}"
+            ));
+        }
+        Ok(())
     }
 
     /// The marks, the `latest` bounds and the big owners' marks, recomputed bottom up (children
@@ -158,7 +205,7 @@ impl LockTable {
             let mut up = counts;
             let mut bound = bound;
             let mut up_bigs = marks;
-            for held in self.held(id) {
+            for held in self.holders(id) {
                 up[held.mode().index()] += 1;
                 let owner = held.owner();
                 if self.is_big(owner) {

@@ -60,6 +60,7 @@
 mod big;
 mod chunks;
 mod conflicts;
+mod crowd;
 mod expiry;
 mod free;
 mod idmap;
@@ -81,6 +82,7 @@ use crate::Freed;
 use big::{BigMark, BigOwner};
 use chunks::Chunks;
 use conflicts::{Verdict, SEARCH_BUDGET};
+use crowd::Crowd;
 use free::FreeSlots;
 use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
@@ -88,7 +90,7 @@ use notes::Notes;
 use owners::Owner;
 use rehash::LinearTable;
 use sorted::SortedRuns;
-use tree::{Held, Node};
+use tree::Node;
 
 /// The locks of one project. `clone` copies what the table does not share with a copy;
 /// [`LockTable::share`] is the copy that costs a step per chunk.
@@ -99,8 +101,8 @@ pub struct LockTable {
     /// The children's tables of nodes with two or more children, found by `Node::table`.
     tables: Chunks<LinearTable<NodeId>>,
     free_tables: FreeSlots,
-    /// The locks of paths that hold several (readers sharing a path), by node.
-    crowded: IdMap<Vec<Held>>,
+    /// The locks of paths that several hold (readers sharing a path), by node.
+    crowded: IdMap<Crowd>,
     owners: Chunks<Option<Owner>>,
     free_owners: FreeSlots,
     /// The locks of small owners that hold several, by owner.

@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use hashbrown::DefaultHashBuilder;
 
 use super::chunks::Chunks;
-use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT, SPILLED};
+use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT};
 use super::rehash::{prefetch, LinearTable, Rehasher};
 use super::LockTable;
 use crate::bytes::SmallBytes;
@@ -50,9 +50,8 @@ pub(super) struct Node {
     /// root and for free slots.
     pub(super) segment: Segment,
     /// The lock on this exact path when there is one. Its owner is `NONE` when there is none,
-    /// and `SPILLED` when several share the path; they are then in `LockTable::crowded`, in
-    /// canonical order: writers first, then by token. The order keeps listings, persistence and
-    /// digests identical on every server, and lets a reader's check stop at the first `READ`.
+    /// and `SPILLED` when several share the path; they are then in `LockTable::crowded` (see
+    /// `crowd`).
     pub(super) lock: Held,
     pub(super) parent: NodeId,
     /// The intention marks: locks of each mode held strictly beneath, by `Mode::index`.
@@ -122,68 +121,6 @@ impl Rehasher<NodeId> for NodeKeys<'_> {
 }
 
 impl LockTable {
-    /// The locks on `node`'s exact path, in canonical order.
-    pub(super) fn held(&self, node: NodeId) -> &[Held] {
-        let slot = &self.nodes[node as usize].lock;
-        match slot.owner.0 {
-            NONE => &[],
-            SPILLED => self.crowded.get(node).map_or(&[], Vec::as_slice),
-            _ => std::slice::from_ref(slot),
-        }
-    }
-
-    pub(super) fn held_mut(&mut self, node: NodeId) -> &mut [Held] {
-        let slot = &mut self.nodes[node as usize].lock;
-        match slot.owner.0 {
-            NONE => &mut [],
-            SPILLED => self
-                .crowded
-                .get_mut(node)
-                .map_or(&mut [], Vec::as_mut_slice),
-            _ => std::slice::from_mut(slot),
-        }
-    }
-
-    pub(super) fn insert_held(&mut self, node: NodeId, at: usize, held: Held) {
-        let slot = &mut self.nodes[node as usize].lock;
-        match slot.owner.0 {
-            NONE => *slot = held,
-            SPILLED => {
-                if let Some(all) = self.crowded.get_mut(node) {
-                    reserve_for_one(all);
-                    all.insert(at, held);
-                }
-            }
-            _ => {
-                let mut all = Vec::with_capacity(2);
-                all.push(*slot);
-                all.insert(at, held);
-                self.crowded.insert_new(node, all);
-                *slot = Held {
-                    owner: Tagged(SPILLED),
-                    ..Held::EMPTY
-                };
-            }
-        }
-    }
-
-    pub(super) fn remove_held(&mut self, node: NodeId, at: usize) -> Option<Held> {
-        let slot = &mut self.nodes[node as usize].lock;
-        match slot.owner.0 {
-            NONE => None,
-            SPILLED => {
-                let all = self.crowded.get_mut(node)?;
-                let removed = (at < all.len()).then(|| all.remove(at));
-                if let [only] = all[..] {
-                    *slot = only;
-                    self.crowded.remove(node);
-                }
-                removed
-            }
-            _ => (at == 0).then(|| std::mem::replace(slot, Held::EMPTY)),
-        }
-    }
-
     pub(super) fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         let node = &self.nodes[node as usize];
         let only = (node.child != NONE).then_some(node.child);
@@ -340,11 +277,7 @@ impl LockTable {
         for segment in path.escaped_segments() {
             node = self.child_or_insert(node, segment);
         }
-        if let Some(existing) = self
-            .held_mut(node)
-            .iter_mut()
-            .find(|h| h.owner == held.owner)
-        {
+        if let Some(existing) = self.holder_mut(node, held.owner) {
             // The path existed, so nothing was created on the way down.
             existing.fence = fence;
             return false;
@@ -363,25 +296,16 @@ impl LockTable {
         if big {
             self.mark_ancestors(node, owner, mode, 1);
         }
-        let token = &self.owner(owner).token;
-        let locks = self.held(node);
-        let position = locks
-            .iter()
-            .position(|h| {
-                h.mode()
-                    .cmp(&mode)
-                    .then_with(|| self.owner(h.owner()).token.cmp_text(token))
-                    .is_gt()
-            })
-            .unwrap_or(locks.len());
-        self.insert_held(node, position, held);
+        self.add_holder(node, held);
         self.add_owner_lock(owner, Tagged::new(node, mode));
         true
     }
 
-    /// Raises the `latest` of every strict ancestor of `node` to `deadline`, stopping at the
-    /// first that is already there: every ancestor above it is too.
+    /// Raises the bound of a small owner's lock on `node` to `deadline`: the crowd's on `node`,
+    /// if one holds it, and the `latest` of every strict ancestor, stopping at the first that is
+    /// already there (every ancestor above it is too).
     pub(super) fn raise_latest(&mut self, node: NodeId, deadline: u64) {
+        self.raise_crowd(node, deadline);
         let mut up = node;
         while up != ROOT {
             up = self.nodes[up as usize].parent;
@@ -415,8 +339,7 @@ impl LockTable {
         describe: bool,
     ) -> Option<Option<LockInfo>> {
         let wanted = Tagged::new(owner, mode);
-        let at = self.held(node).iter().position(|h| h.owner == wanted)?;
-        let held = self.remove_held(node, at)?;
+        let held = self.take_holder(node, wanted)?;
         let info = describe.then(|| self.info(node, &self.key_of(node), &held));
         // The note goes with its lock, so that a node or owner id given again finds none.
         if !self.notes.is_empty() {
@@ -481,10 +404,11 @@ impl LockTable {
     /// Visits every lock at and beneath `node` in tree order: a node's locks, then its children
     /// in byte order of their segments. `key` is the node's trie key on entry and on return.
     pub(super) fn walk(&self, node: NodeId, key: &mut Vec<u8>, visit: &mut Visit<'_>) {
-        self.walk_where(node, key, &|_, _| true, visit);
+        self.walk_where(node, key, &|_, _| true, &|_, _| true, visit);
     }
 
-    /// `walk`, descending beneath a node only when `descend` says something there matters.
+    /// `walk`, visiting a node's locks only when `here` says one of them may matter, and
+    /// descending beneath it only when `descend` says something there does.
     ///
     /// The walk keeps its own stack rather than recursing: a path may be thousands of segments
     /// deep, and neither the server's stack nor a test thread's may bound what it can list.
@@ -496,11 +420,14 @@ impl LockTable {
         node: NodeId,
         key: &mut Vec<u8>,
         descend: &dyn Fn(&Self, NodeId) -> bool,
+        here: &dyn Fn(&Self, NodeId) -> bool,
         visit: &mut Visit<'_>,
     ) {
         let start = key.len();
-        for held in self.held(node) {
-            visit(self, node, key, held);
+        if here(self, node) {
+            for held in self.canonical_holders(node) {
+                visit(self, node, key, &held);
+            }
         }
         let mut stack: Vec<(NodeId, usize)> = Vec::new();
         // Children go on the stack last first, so they come off it in byte order.
@@ -515,8 +442,10 @@ impl LockTable {
         while let Some((child, parent_length)) = stack.pop() {
             key.truncate(parent_length);
             push_segment(key, &self.nodes[child as usize].segment);
-            for held in self.held(child) {
-                visit(self, child, key, held);
+            if here(self, child) {
+                for held in self.canonical_holders(child) {
+                    visit(self, child, key, &held);
+                }
             }
             if descend(self, child) {
                 let length = key.len();

@@ -4,13 +4,15 @@
     with locks.move("/A/C", "/B") as lease:
         move_folder("/A/C", "/B/C", fence=lease.fence)
 
-`AsyncPathLocks` is the same on `redis.asyncio`.
+`AsyncPathLocks` is the same on `redis.asyncio`. The package's modules build on one another in
+levels, without a circle: `_types`, `_errors`, `_requests`, `_operations`, then `_sync` and
+`_async` (with `_scheduler` and `_timers`, which import nothing of the package).
 """
 
 from ._async import Acquiring, AsyncLease, AsyncPathLocks
-from ._errors import Blocker, Busy, LeaseLost, NotReplicated, PathLockError
-from ._requests import LockRequest
+from ._errors import LOST_REASONS, Busy, LeaseLost, NotReplicated, PathLockError, WrongType
 from ._sync import Lease, PathLocks
+from ._types import Blocker, LockRequest, Waiter
 
 __all__ = [
     "Acquiring",
@@ -18,10 +20,13 @@ __all__ = [
     "AsyncPathLocks",
     "Blocker",
     "Busy",
+    "LOST_REASONS",
     "Lease",
     "LeaseLost",
     "LockRequest",
     "NotReplicated",
     "PathLockError",
     "PathLocks",
+    "Waiter",
+    "WrongType",
 ]

@@ -1,4 +1,7 @@
-"""The asyncio client: `AsyncPathLocks` on `redis.asyncio.Redis` or `redis.asyncio.RedisCluster`."""
+"""The asyncio client: `AsyncPathLocks` on `redis.asyncio.Redis` or `redis.asyncio.RedisCluster`.
+
+Level 3: builds on `_operations`, `_requests`, `_errors`, `_types` and `_timers`.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from typing import (
     Awaitable,
     Callable,
     Generator,
+    Iterable,
+    List,
     Optional,
     Sequence,
     Set,
@@ -25,23 +30,28 @@ from typing import (
 
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
-from ._errors import Busy, LeaseLost, NotReplicated
+from ._errors import Busy, LeaseLost, NotReplicated, PathLockError, WrongType
 from ._operations import Operations
 from ._requests import (
     CONNECTION_ERRORS,
     RETRY_FRACTION,
-    Key,
-    LockRequest,
+    Note,
     Options,
     acquire_args,
     blockers_of,
     check_args,
+    checked,
     fence_of,
+    is_wrong_type,
+    locks_args,
     new_token,
+    waiters_args,
+    waiters_of,
 )
-from ._sync import NO_RENEWAL, RENEWED_ZERO
 from ._timers import LoopTimers
+from ._types import Blocker, Key, LockRequest, Waiter
 
 log = logging.getLogger("pathlock")
 
@@ -68,6 +78,10 @@ def _forget(future: "asyncio.Future[Any]") -> None:
 class AsyncPathLocks(Operations["Acquiring"]):
     """The asyncio twin of `PathLocks`. Each operation returns an `Acquiring`: await it for an
     `AsyncLease`, or use it directly in `async with`.
+
+    Commands go through the client's connection pool, so a renewal never waits behind another
+    lease's command; an acquire that blocks on the server (`wait_ms`, `replicas`) holds a
+    connection of its own for as long as it blocks.
     """
 
     def __init__(
@@ -79,11 +93,12 @@ class AsyncPathLocks(Operations["Acquiring"]):
         wait_ms: int = 0,
         replicas: int = 0,
         replicas_timeout_ms: int = 1000,
+        note: Optional[Note] = None,
         on_lost: Optional[Callable[["AsyncLease"], Any]] = None,
     ) -> None:
         self.client = client
         self.key = key
-        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, on_lost)
+        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, note, on_lost)
         self._timers: Optional[LoopTimers] = None
 
     def _timers_of_loop(self) -> LoopTimers:
@@ -92,56 +107,98 @@ class AsyncPathLocks(Operations["Acquiring"]):
             self._timers = LoopTimers(loop)
         return self._timers
 
-    def _acquire(
-        self,
-        locks: Sequence[LockRequest],
-        ttl_ms: Optional[int],
-        wait_ms: Optional[int],
-        replicas: Optional[int],
-        on_lost: Optional[Callable[[Any], Any]],
-    ) -> "Acquiring":
-        options = self.options.override(ttl_ms, wait_ms, replicas, on_lost)
+    # Inspecting.
+
+    async def check(
+        self, requests: Iterable[LockRequest], *, token: Optional[str] = None
+    ) -> List[Blocker]:
+        """The live locks that would block `requests` now (`PATHLOCK.CHECK`): empty when they
+        would be granted, waiters aside. With `token`, that owner's own locks do not count."""
+        return blockers_of(await self._run(*check_args(self.key, token, checked(list(requests)))))
+
+    async def locks(
+        self, path: Optional[str] = None, *, token: Optional[str] = None
+    ) -> List[Blocker]:
+        """The live locks at or under `path` (the whole project by default), only `token`'s when
+        it is given (`PATHLOCK.LOCKS`)."""
+        return blockers_of(await self._run(*locks_args(self.key, path, token)))
+
+    async def waiters(self, path: Optional[str] = None) -> List[Waiter]:
+        """The waiting acquires for paths at or under `path`, in queue order (`PATHLOCK.WAITERS`)."""
+        return waiters_of(await self._run(*waiters_args(self.key, path)))
+
+    async def _run(self, *args: Any) -> Any:
+        try:
+            return await self.client.execute_command(*args)
+        except ResponseError as error:
+            if is_wrong_type(error):
+                raise WrongType(self.key) from error
+            raise
+
+    # Acquiring.
+
+    def _acquire(self, locks: Sequence[LockRequest], options: Options) -> "Acquiring":
         return Acquiring(lambda: self._acquire_now(locks, options))
 
     async def _acquire_now(self, locks: Sequence[LockRequest], options: Options) -> "AsyncLease":
         # The client makes the token, so that a retry after a lost reply is the same owner.
         token = new_token()
+        await self._ready()
+        sent, fence = await self._grant(token, locks, options, fresh=True)
+        loop = asyncio.get_running_loop()
+        if loop.time() - sent > options.period:
+            # The grant waited on the server, and the client cannot tell when in that wait it
+            # was made: a renewal proves the lease alive and dates its deadline.
+            sent = loop.time()
+            if int(await self._run("PATHLOCK.RENEW", self.key, token, options.ttl_ms)) == 0:
+                raise LeaseLost(self.key, token, "gone")
+        lease = AsyncLease(self, token, fence, locks, options, sent)
+        lease._start()
+        return lease
+
+    async def _ready(self) -> None:
         if isinstance(self.client, RedisCluster):
             # A cluster client's first command learns the slots and the commands' key positions
             # first; that must not count against the lease's TTL, which starts when it is sent.
             cluster: Any = self.client
             await cluster.initialize()
-        if options.replicas == 0:
-            return await self._grant(self.client.execute_command, token, locks, options)
-        # WAIT counts the acknowledgements of the writes made on its own connection, so it must
-        # follow the ACQUIRE on the very connection that sent it.
+
+    async def _grant(
+        self, token: str, locks: Sequence[LockRequest], options: Options, fresh: bool
+    ) -> Tuple[float, int]:
+        """Sends the ACQUIRE (and the replicas' WAIT); answers when it was sent and the fence.
+
+        `fresh` is a new owner's first grant, whose token holds nothing else: on a failure after
+        which it may hold locks anyway, the token is released. A lease's own further locks
+        (`fresh` false) are never released that way, since that would free the lease too.
+        """
+        if not options.blocks:
+            return await self._send_acquire(
+                self.client.execute_command, token, locks, options, fresh
+            )
+        # A call that blocks on the server holds its connection up: it gets one of its own, so
+        # that the renewals of other leases never queue behind it. WAIT also counts the writes
+        # of its own connection, so it must follow the ACQUIRE on that connection.
         async with self._pinned() as run:
-            lease = await self._grant(run, token, locks, options)
+            sent, fence = await self._send_acquire(run, token, locks, options, fresh)
+            if options.replicas == 0:
+                return sent, fence
             try:
                 acknowledged = int(await run("WAIT", options.replicas, options.replicas_timeout_ms))
             except BaseException:
-                await lease.release()
+                if fresh:
+                    await self._release_token(token, options)
                 raise
             if acknowledged < options.replicas:
-                await lease.release()
+                if fresh:
+                    await self._release_token(token, options)
                 raise NotReplicated(acknowledged, options.replicas)
-            return lease
-
-    async def _grant(
-        self, run: Run, token: str, locks: Sequence[LockRequest], options: Options
-    ) -> "AsyncLease":
-        sent, reply = await self._send_acquire(run, token, locks, options)
-        if reply is None:
-            blockers = await self.client.execute_command(*check_args(self.key, token, locks))
-            raise Busy(locks, blockers_of(blockers))
-        lease = AsyncLease(self, token, fence_of(reply), locks, options, sent)
-        lease._start()
-        return lease
+            return sent, fence
 
     async def _send_acquire(
-        self, run: Run, token: str, locks: Sequence[LockRequest], options: Options
-    ) -> Tuple[float, Any]:
-        """The ACQUIRE's reply and when the attempt that got it was sent.
+        self, run: Run, token: str, locks: Sequence[LockRequest], options: Options, fresh: bool
+    ) -> Tuple[float, int]:
+        """When the attempt that was granted was sent, and the grant's fence; `Busy` if refused.
 
         After a connection error the grant may or may not have happened; sending the same token
         again is then idempotent. It is retried at least once and while the wait budget lasts.
@@ -154,19 +211,41 @@ class AsyncPathLocks(Operations["Acquiring"]):
             sent = loop.time()
             wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if attempt else options.wait_ms
             try:
-                return sent, await run(
-                    *acquire_args(self.key, token, options.ttl_ms, wait_ms, locks)
-                )
+                reply = await run(*acquire_args(self.key, token, options, wait_ms, locks))
+                break
             except CONNECTION_ERRORS:
                 attempt += 1
                 if attempt > 1 and loop.time() >= budget_end:
-                    # A grant may have happened that no reply reported: free it once possible.
-                    until = loop.time() + options.ttl_ms / 1000.0
-                    _keep(
-                        asyncio.ensure_future(_release_later(self.client, self.key, token, until))
-                    )
+                    if fresh:
+                        # A grant may have happened that no reply reported: free it once possible.
+                        self._release_later(token, options)
                     raise
                 await asyncio.sleep(min(0.01 * 2**attempt, 0.2))
+            except ResponseError as error:
+                if is_wrong_type(error):
+                    raise WrongType(self.key) from error
+                raise
+        if reply is None:
+            if fresh and attempt:
+                # An earlier attempt may have been granted before its reply was lost, and a
+                # waiter that queued since refused the retry: do not leave that grant behind.
+                self._release_later(token, options)
+            try:
+                blockers = await self.check(locks, token=token)
+            except CONNECTION_ERRORS:
+                blockers = []
+            raise Busy(locks, blockers)
+        return sent, fence_of(reply)
+
+    async def _release_token(self, token: str, options: Options) -> None:
+        try:
+            await self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+        except CONNECTION_ERRORS:
+            self._release_later(token, options)
+
+    def _release_later(self, token: str, options: Options) -> None:
+        until = asyncio.get_running_loop().time() + (options.wait_ms + options.ttl_ms) / 1000.0
+        _keep(asyncio.ensure_future(_release_later(self.client, self.key, token, until)))
 
     @asynccontextmanager
     async def _pinned(self) -> AsyncIterator[Run]:
@@ -183,7 +262,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
         await cluster.initialize()
         node: Any = cluster.get_node_from_key(self.key)
         # A connection of its own to the key's master: the cluster client has no public way to
-        # hold one of its pooled connections, and it is only for acquires that ask for replicas.
+        # hold one of its pooled connections.
         connection = node.connection_class(**node.connection_kwargs)
 
         async def run(*args: Any) -> Any:
@@ -226,7 +305,8 @@ class AsyncLease:
 
     Also an async context manager that releases them when the block ends. `lost` (an
     `asyncio.Event`) is set when the lease is lost; `check()` then raises `LeaseLost`, and
-    `run(awaitable)` cancels the work it runs.
+    `run(awaitable)` cancels the work it runs. `await lock(requests)` takes more locks under the
+    same token, which the watchdog renews and `release()` frees.
     """
 
     def __init__(
@@ -242,10 +322,16 @@ class AsyncLease:
         self.token = token
         #: The fence of the grant: pass it to the storage the locks protect.
         self.fence = fence
+        #: Every lock the lease holds: the operation's, then those `lock()` added.
         self.locks: Tuple[LockRequest, ...] = tuple(locks)
         self.ttl_ms = options.ttl_ms
+        #: The note sent with the grant, shown with the locks to whoever they block.
+        self.note = options.note
         self.lost = asyncio.Event()
+        #: `"gone"`, `"expired"` or `"replaced"` once the lease is lost (see `LOST_REASONS`).
         self.lost_reason: Optional[str] = None
+        self._owner = owner
+        self._options = options
         self._client = owner.client
         self._on_lost = options.on_lost
         self._ttl = options.ttl_ms / 1000.0
@@ -257,6 +343,10 @@ class AsyncLease:
         self._renewing = False
         self._wake_at = math.inf
         self._timers = owner._timers_of_loop()
+        # The most locks a renewal has found: the watchdog's renewals are one at a time, so the
+        # count they see only falls when locks of the lease are gone (released by someone with
+        # the token, or expired), even while `lock()` grants more.
+        self._most = 0
 
     def __repr__(self) -> str:
         state = "released" if self._released else "lost" if self.lost.is_set() else "held"
@@ -273,7 +363,54 @@ class AsyncLease:
     def check(self) -> None:
         """Raises `LeaseLost` if the lease was lost; call it between steps of long work."""
         if self.lost.is_set():
-            raise LeaseLost(self.token, self.lost_reason or NO_RENEWAL)
+            raise LeaseLost(self.key, self.token, self.lost_reason or "expired")
+
+    async def lock(
+        self,
+        requests: Iterable[LockRequest],
+        *,
+        wait_ms: Optional[int] = None,
+        note: Optional[Note] = None,
+    ) -> int:
+        """Takes more locks under this lease's token, inside or beside what it holds, and
+        answers the fence of that grant. They have the lease's TTL and replicas, are renewed by
+        its watchdog and freed by its release; `note` defaults to the lease's. Locking what the
+        lease already holds is an idempotent re-acquire (a new fence; `note` replaces theirs).
+        Raises `Busy` when another owner is in the way, `LeaseLost` once the lease is lost."""
+        locks = checked(list(requests))
+        options = self._options.override(None, wait_ms, None, note, None)
+        await self._prove_held()
+        _, fence = await self._owner._grant(self.token, locks, options, fresh=False)
+        if self.finished:
+            # The lease ended while the grant was on its way: nobody renews those locks now.
+            await self._owner._release_token(self.token, options)
+            self._usable()
+        self.locks += tuple(lock for lock in dict.fromkeys(locks) if lock not in self.locks)
+        return fence
+
+    def _usable(self) -> None:
+        self.check()
+        if self._released:
+            raise PathLockError(f"lease {self.token} is released: it can take no more locks")
+
+    async def _prove_held(self) -> None:
+        """Renews the lease before it takes more locks: once its own locks are gone (its key
+        deleted, its token released elsewhere), an ACQUIRE under its token would make new ones
+        that keep answering its renewals, and the loss would go unseen."""
+        self._usable()
+        sent = self._timers.loop.time()
+        try:
+            renewed = int(
+                await self._owner._run("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+            )
+        except WrongType:
+            self._lose("replaced")
+            renewed = 0
+        if renewed == 0:
+            self._lose("gone")
+        elif not self.finished:
+            self._deadline = max(self._deadline, sent + self._ttl)
+        self._usable()
 
     async def run(self, work: Awaitable[T]) -> T:
         """Awaits `work`; if the lease is lost first, cancels it and raises `LeaseLost`."""
@@ -308,6 +445,10 @@ class AsyncLease:
         except CONNECTION_ERRORS:
             until = self._timers.loop.time() + self._ttl
             _keep(asyncio.ensure_future(_release_later(self._client, self.key, self.token, until)))
+        except ResponseError as error:
+            # A key overwritten by another value took the locks with it: nothing left to free.
+            if not is_wrong_type(error):
+                raise
 
     async def __aenter__(self) -> "AsyncLease":
         return self
@@ -343,7 +484,7 @@ class AsyncLease:
         # The timer may run a moment before `when`; the lease goes by the time it asked for.
         now = max(self._timers.loop.time(), when)
         if now >= self._deadline:
-            self._lose(NO_RENEWAL)
+            self._lose("expired")
             return
         if not self._renewing and now >= self._next_renew:
             self._renewing = True
@@ -353,26 +494,34 @@ class AsyncLease:
         self._schedule()
 
     async def _renew(self, sent: float) -> None:
+        lost: Optional[str] = None
         try:
-            renewed: Optional[int] = int(
+            renewed = int(
                 await self._client.execute_command(
                     "PATHLOCK.RENEW", self.key, self.token, self.ttl_ms
                 )
             )
+            if renewed == 0:
+                lost = "gone"
         except Exception as error:  # retried while the deadline is ahead, whatever it was
             log.debug("pathlock: renewing %s failed: %r", self.token, error)
-            renewed = None
+            renewed = 0
+            if is_wrong_type(error):
+                lost = "replaced"
         self._renewing = False
         if self.finished:
             return
-        if renewed is None:
-            self._next_renew = self._timers.loop.time() + self._period * RETRY_FRACTION
-        elif renewed == 0:
-            self._lose(RENEWED_ZERO)
+        if 0 < renewed < self._most:
+            lost = "gone"
+        if lost is not None:
+            self._lose(lost)
             return
-        else:
+        if renewed > 0:
+            self._most = renewed
             self._deadline = max(self._deadline, sent + self._ttl)
             self._next_renew = sent + self._period
+        else:
+            self._next_renew = self._timers.loop.time() + self._period * RETRY_FRACTION
         self._schedule()
 
     def _lose(self, reason: str) -> None:
@@ -380,7 +529,7 @@ class AsyncLease:
             return
         self.lost_reason = reason
         self.lost.set()
-        log.warning("pathlock: lease %s on %r lost: %s", self.token, self.key, reason)
+        log.warning("pathlock: %s", LeaseLost(self.key, self.token, reason))
         if self._on_lost is not None:
             try:
                 result = self._on_lost(self)

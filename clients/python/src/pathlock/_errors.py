@@ -1,21 +1,28 @@
-"""The exceptions a pathlock client raises, and what a busy request reports about its blockers."""
+"""The exceptions a pathlock client raises, and why a lease can be lost.
+
+Level 1: builds on `_types` only.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Sequence, Tuple
+from typing import Sequence, Tuple
 
-if TYPE_CHECKING:
-    from ._requests import LockRequest
+from redis.exceptions import ResponseError
+
+from ._types import Blocker, Key, LockRequest
+
+#: Why a lease was lost (`LeaseLost.reason`, `lease.lost_reason`), with what each means.
+LOST_REASONS = {
+    "gone": "a renewal answered 0: its locks expired, were released with its token, or the key "
+    "was deleted",
+    "expired": "no renewal succeeded before its deadline, counted on the client's own clock",
+    "replaced": "the key now holds another type of value, and the locks went with the old one",
+}
 
 
-class Blocker(NamedTuple):
-    """A live lock that stands in the way of a request, as `PATHLOCK.CHECK` reports it."""
-
-    path: str
-    mode: str
-    token: str
-    ttl_ms: int
-    fence: int
+def shown(key: Key) -> str:
+    """A key as text for a message, whether the caller gave it as str or bytes."""
+    return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
 
 
 class PathLockError(Exception):
@@ -25,8 +32,9 @@ class PathLockError(Exception):
 class Busy(PathLockError):
     """The locks an operation needs are held by someone else (or the wait for them timed out).
 
-    `blockers` lists who holds them, so that an application can tell its user "`/A/C` is being
-    moved". It may be empty when the blockers went away between the refusal and the check.
+    `blockers` lists who holds them and why (their notes), so that an application can tell its
+    user "`/A/C` is being moved by Alice". It is empty when only an earlier waiter stood in the
+    way, or when the blockers went away between the refusal and the check.
     """
 
     def __init__(self, locks: Sequence[LockRequest], blockers: Sequence[Blocker]) -> None:
@@ -35,20 +43,29 @@ class Busy(PathLockError):
         wanted = ", ".join(f"{mode} {path}" for mode, path in self.locks)
         if self.blockers:
             held = "; ".join(
-                f"{b.mode} {b.path} held by {b.token} for {b.ttl_ms} ms more" for b in self.blockers
+                f"{b.mode} {b.path} held by {b.token}"
+                + (f" ({b.note})" if b.note else "")
+                + f" for {b.ttl_ms} ms more"
+                for b in self.blockers
             )
             super().__init__(f"busy: {wanted} (blocked by {held})")
         else:
-            super().__init__(f"busy: {wanted}")
+            super().__init__(f"busy: {wanted} (an earlier request is waiting for it)")
 
 
 class LeaseLost(PathLockError):
-    """The lease is gone: a renewal answered 0, or none succeeded before its deadline."""
+    """The lease is gone; work under it must stop, and its fence must not be used again.
 
-    def __init__(self, token: str, reason: str) -> None:
+    `reason` is `"gone"`, `"expired"` or `"replaced"` (see `LOST_REASONS`).
+    """
+
+    def __init__(self, key: Key, token: str, reason: str) -> None:
+        self.key = key
         self.token = token
         self.reason = reason
-        super().__init__(f"lease {token} lost: {reason}")
+        super().__init__(
+            f"lease {token} on {shown(key)!r} is lost: {LOST_REASONS.get(reason, reason)}"
+        )
 
 
 class NotReplicated(PathLockError):
@@ -58,3 +75,17 @@ class NotReplicated(PathLockError):
         self.acknowledged = acknowledged
         self.wanted = wanted
         super().__init__(f"grant acknowledged by {acknowledged} of the {wanted} replicas asked for")
+
+
+class WrongType(PathLockError, ResponseError):
+    """The key holds another type of value than a pathlock project (the server's `WRONGTYPE`).
+
+    Also a redis-py `ResponseError`, which is what the server's reply was.
+    """
+
+    def __init__(self, key: Key) -> None:
+        self.key = key
+        super().__init__(
+            f"key {shown(key)!r} is not a pathlock project: it holds another type of value "
+            "(check the key name)"
+        )

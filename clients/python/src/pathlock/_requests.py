@@ -1,4 +1,8 @@
-"""What goes on the wire: lock requests, command arguments, and replies turned into Python values."""
+"""What goes on the wire: checked options and paths, command arguments, and replies turned into
+Python values.
+
+Level 1: builds on `_types`.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
-from ._errors import Blocker
-
-#: One lock an operation asks for: `("READ" | "WRITE", path)`.
-LockRequest = Tuple[str, str]
-Key = Union[str, bytes]
+from ._types import Blocker, Key, LockRequest, Waiter
 
 MODES = ("READ", "WRITE")
 
@@ -24,6 +24,16 @@ CONNECTION_ERRORS = (ConnectionError, TimeoutError, OSError)
 #: as a fraction of the renewal period; the lease is lost anyway once its deadline passes.
 RETRY_FRACTION = 0.25
 
+Note = Union[str, bytes]
+
+#: Each number an acquire takes: its least value and its unit, for the message that refuses it.
+LIMITS = {
+    "ttl_ms": (1, "a whole number of milliseconds"),
+    "wait_ms": (0, "a whole number of milliseconds (0: do not wait)"),
+    "replicas": (0, "a whole number of replicas"),
+    "replicas_timeout_ms": (1, "a whole number of milliseconds"),
+}
+
 
 @dataclass(frozen=True)
 class Options:
@@ -33,33 +43,31 @@ class Options:
     wait_ms: int
     replicas: int
     replicas_timeout_ms: int
+    note: Optional[Note]
     on_lost: Optional[Callable[[Any], Any]]
 
     def __post_init__(self) -> None:
-        for name, low in (
-            ("ttl_ms", 1),
-            ("wait_ms", 0),
-            ("replicas", 0),
-            ("replicas_timeout_ms", 0),
-        ):
+        for name, (low, unit) in LIMITS.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an integer of at least {low}, not {value!r}")
+                raise ValueError(f"{name} must be {unit}, at least {low}; got {value!r}")
+        if self.note is not None and not isinstance(self.note, (str, bytes)):
+            raise ValueError(f"note must be a str or bytes, not {self.note!r}")
 
     def override(
         self,
         ttl_ms: Optional[int],
         wait_ms: Optional[int],
         replicas: Optional[int],
+        note: Optional[Note],
         on_lost: Optional[Callable[[Any], Any]],
     ) -> "Options":
-        if ttl_ms is None and wait_ms is None and replicas is None and on_lost is None:
-            return self
         return Options(
             ttl_ms=self.ttl_ms if ttl_ms is None else ttl_ms,
             wait_ms=self.wait_ms if wait_ms is None else wait_ms,
             replicas=self.replicas if replicas is None else replicas,
             replicas_timeout_ms=self.replicas_timeout_ms,
+            note=self.note if note is None else note,
             on_lost=self.on_lost if on_lost is None else on_lost,
         )
 
@@ -67,6 +75,11 @@ class Options:
     def period(self) -> float:
         """Seconds between renewals: a third of the TTL, so two may fail before the lease ends."""
         return self.ttl_ms / 3000.0
+
+    @property
+    def blocks(self) -> bool:
+        """Whether the acquire blocks its connection on the server (`WAIT` of either kind)."""
+        return self.wait_ms > 0 or self.replicas > 0
 
 
 def new_token() -> str:
@@ -86,16 +99,37 @@ def segments(path: str) -> List[str]:
     return [s for s in path.split("/") if s not in ("", ".")]
 
 
-def into(folder: str, path: str) -> str:
-    """Where `path` lands when it is moved or copied into `folder`."""
-    parts = segments(path)
-    if not parts:
-        raise ValueError(f"cannot move or copy the project root ({path!r}) into a folder")
-    return "/" + "/".join(segments(folder) + [parts[-1]])
+def named(path: str, what: str = "path") -> str:
+    """`path` as an operation helper takes it: a file or folder, never the whole project.
+
+    A helper called with `""` or `/` most likely got a variable that was never set; locking the
+    whole project must be asked for in so many words, with `lock([("WRITE", "/")])`.
+    """
+    if not isinstance(path, str):
+        raise ValueError(f"{what} must be a str, not {path!r}")
+    if not segments(path):
+        raise ValueError(
+            f"{what} {path!r} names the whole project, not a file or folder; to lock the whole "
+            'project, say so: lock([("WRITE", "/")]) or lock([("READ", "/")])'
+        )
+    return path
+
+
+def folder(path: str) -> str:
+    """A destination folder: the project root is one (`/`), an empty string is refused."""
+    if not isinstance(path, str) or path == "":
+        raise ValueError(f"into_folder must name a folder ('/' for the project root), not {path!r}")
+    return path
+
+
+def into(into_folder: str, path: str) -> str:
+    """Where `path` lands when it is moved or copied into `into_folder`."""
+    return "/" + "/".join(segments(folder(into_folder)) + [segments(named(path))[-1]])
 
 
 def checked(locks: Sequence[LockRequest]) -> Tuple[LockRequest, ...]:
-    """The requests with their modes upper-cased, or ValueError naming what is wrong."""
+    """The requests with their modes upper-cased, or ValueError naming what is wrong. The root
+    is allowed when it is written out (`/`); an empty path is refused."""
     result = []
     for request in locks:
         mode, path = request
@@ -103,28 +137,61 @@ def checked(locks: Sequence[LockRequest]) -> Tuple[LockRequest, ...]:
             raise ValueError(f"lock mode must be READ or WRITE, not {mode!r}")
         if not isinstance(path, str):
             raise ValueError(f"lock path must be a str, not {path!r}")
+        if path == "":
+            raise ValueError("lock path is empty; write '/' to lock the whole project")
         result.append((mode.upper(), path))
     if not result:
         raise ValueError("an operation needs at least one lock")
     return tuple(result)
 
 
+def described(locks: Sequence[LockRequest]) -> str:
+    """The default note of `lock(requests)`."""
+    return "lock " + ", ".join(f"{mode} {path}" for mode, path in locks)
+
+
 def acquire_args(
-    key: Key, token: str, ttl_ms: int, wait_ms: int, locks: Sequence[LockRequest]
+    key: Key,
+    token: str,
+    options: Options,
+    wait_ms: int,
+    locks: Sequence[LockRequest],
 ) -> List[Any]:
-    args: List[Any] = ["PATHLOCK.ACQUIRE", key, "TOKEN", token, "TTL", ttl_ms]
+    args: List[Any] = ["PATHLOCK.ACQUIRE", key, "TOKEN", token, "TTL", options.ttl_ms]
     if wait_ms > 0:
         args += ["WAIT", wait_ms]
+    if options.note is not None:
+        args += ["NOTE", options.note]
     for mode, path in locks:
         args += [mode, path]
     return args
 
 
-def check_args(key: Key, token: str, locks: Sequence[LockRequest]) -> List[Any]:
-    args: List[Any] = ["PATHLOCK.CHECK", key, "TOKEN", token]
+def check_args(key: Key, token: Optional[str], locks: Sequence[LockRequest]) -> List[Any]:
+    args: List[Any] = ["PATHLOCK.CHECK", key]
+    if token is not None:
+        args += ["TOKEN", token]
     for mode, path in locks:
         args += [mode, path]
     return args
+
+
+def locks_args(key: Key, path: Optional[str], token: Optional[str]) -> List[Any]:
+    args: List[Any] = ["PATHLOCK.LOCKS", key]
+    if path is not None:
+        args.append(path)
+    if token is not None:
+        args += ["TOKEN", token]
+    return args
+
+
+def waiters_args(key: Key, path: Optional[str]) -> List[Any]:
+    return ["PATHLOCK.WAITERS", key] + ([] if path is None else [path])
+
+
+def is_wrong_type(error: BaseException) -> bool:
+    """Whether the server answered that the key holds another type of value."""
+    return isinstance(error, ResponseError) and str(error).startswith("WRONGTYPE")
 
 
 def text(value: Any) -> str:
@@ -134,15 +201,41 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def note_of(value: Any) -> Optional[str]:
+    return None if value is None else text(value)
+
+
 def fence_of(reply: Any) -> int:
     """The fence of an ACQUIRE's `[token, fence]` reply."""
     return int(reply[1])
 
 
 def blockers_of(reply: Any) -> List[Blocker]:
-    """CHECK's entries `[path, mode, token, ttl-ms, fence, ...]` as Blockers (the server's
-    sixth field, the note, is not read yet)."""
+    """LOCKS' and CHECK's entries `[path, mode, token, ttl-ms, fence, note]` as Blockers."""
     return [
-        Blocker(text(path), text(mode), text(token), int(ttl), int(fence))
-        for path, mode, token, ttl, fence, *_ in (reply or [])
+        Blocker(text(path), text(mode), text(token), int(ttl), int(fence), note_of(note))
+        for path, mode, token, ttl, fence, note in (reply or [])
     ]
+
+
+def waiters_of(reply: Any) -> List[Waiter]:
+    """WAITERS' entries `[token, [mode, path, ...], waited-ms, left-ms, note]` as Waiters."""
+    result = []
+    for token, pairs, waited, left, note in reply or []:
+        words = [text(word) for word in pairs]
+        locks = tuple(zip(words[0::2], words[1::2]))
+        result.append(Waiter(text(token), locks, int(waited), int(left), note_of(note)))
+    return result
+
+
+#: The longest default note, in bytes: well under the server's `pathlock.max-note-bytes` (256 by
+#: default), however long the paths it names.
+DEFAULT_NOTE_BYTES = 100
+
+
+def default_note(words: str) -> str:
+    """An operation's default note, `"move /A/C -> /B"`, cut to `DEFAULT_NOTE_BYTES`."""
+    raw = words.encode("utf-8", "surrogateescape")
+    if len(raw) <= DEFAULT_NOTE_BYTES:
+        return words
+    return raw[: DEFAULT_NOTE_BYTES - 3].decode("utf-8", "ignore") + "..."

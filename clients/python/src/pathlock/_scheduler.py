@@ -4,6 +4,8 @@ A thread per lease would cost a thread start on every acquire and a thread per h
 the timer thread keeps a heap of wake-up times and only ever does quick bookkeeping, and commands
 that may block (a renewal to a paused server) run on worker threads, so that a stuck renewal never
 delays the deadline check that declares its lease lost.
+
+Level 0: imports nothing of the package.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The blocking client: `PathLocks` on `redis.Redis` or `redis.RedisCluster`, and its `Lease`."""
+"""The blocking client: `PathLocks` on `redis.Redis` or `redis.RedisCluster`, and its `Lease`.
+
+Level 3: builds on `_operations`, `_requests`, `_errors`, `_types` and `_scheduler`.
+"""
 
 from __future__ import annotations
 
@@ -8,43 +11,49 @@ import threading
 import time
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import redis
 from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
-from ._errors import Busy, LeaseLost, NotReplicated
+from ._errors import Busy, LeaseLost, NotReplicated, PathLockError, WrongType
 from ._operations import Operations
 from ._requests import (
     CONNECTION_ERRORS,
     RETRY_FRACTION,
-    Key,
-    LockRequest,
+    Note,
     Options,
     acquire_args,
     blockers_of,
     check_args,
+    checked,
     fence_of,
+    is_wrong_type,
+    locks_args,
     new_token,
+    waiters_args,
+    waiters_of,
 )
 from ._scheduler import SCHEDULER
+from ._types import Blocker, Key, LockRequest, Waiter
 
 log = logging.getLogger("pathlock")
 
 Client = Union["redis.Redis", "RedisCluster"]
 Run = Callable[..., Any]
 
-RENEWED_ZERO = (
-    "a renewal answered 0 (the lease expired, was released with its token, or its key was deleted)"
-)
-NO_RENEWAL = "no renewal succeeded before the lease's deadline"
-
 
 class PathLocks(Operations["Lease"]):
     """A Redis connection bound to one project key, with the defaults of every lease it takes.
 
-    `client` is a `redis.Redis` or a `redis.RedisCluster`. `on_lost(lease)` is called (on one of
-    the watchdog's worker threads) when a lease is lost.
+    `client` is a `redis.Redis` or a `redis.RedisCluster`. `note` is the note of every lease
+    (by default each operation's own, e.g. `"move /A/C -> /B"`). `on_lost(lease)` is called (on
+    one of the watchdog's worker threads) when a lease is lost.
+
+    Commands go through the client's connection pool, so a renewal never waits behind another
+    lease's command; an acquire that blocks on the server (`wait_ms`, `replicas`) holds a
+    connection of the pool of its own for as long as it blocks.
     """
 
     def __init__(
@@ -56,55 +65,88 @@ class PathLocks(Operations["Lease"]):
         wait_ms: int = 0,
         replicas: int = 0,
         replicas_timeout_ms: int = 1000,
+        note: Optional[Note] = None,
         on_lost: Optional[Callable[["Lease"], Any]] = None,
     ) -> None:
         self.client = client
         self.key = key
-        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, on_lost)
+        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, note, on_lost)
         self._execute: Run = client.execute_command
 
-    def _acquire(
-        self,
-        locks: Sequence[LockRequest],
-        ttl_ms: Optional[int],
-        wait_ms: Optional[int],
-        replicas: Optional[int],
-        on_lost: Optional[Callable[[Any], Any]],
-    ) -> "Lease":
-        options = self.options.override(ttl_ms, wait_ms, replicas, on_lost)
+    # Inspecting.
+
+    def check(
+        self, requests: Iterable[LockRequest], *, token: Optional[str] = None
+    ) -> List[Blocker]:
+        """The live locks that would block `requests` now (`PATHLOCK.CHECK`): empty when they
+        would be granted, waiters aside. With `token`, that owner's own locks do not count."""
+        return blockers_of(self._run(*check_args(self.key, token, checked(list(requests)))))
+
+    def locks(self, path: Optional[str] = None, *, token: Optional[str] = None) -> List[Blocker]:
+        """The live locks at or under `path` (the whole project by default), only `token`'s when
+        it is given (`PATHLOCK.LOCKS`)."""
+        return blockers_of(self._run(*locks_args(self.key, path, token)))
+
+    def waiters(self, path: Optional[str] = None) -> List[Waiter]:
+        """The waiting acquires for paths at or under `path`, in queue order (`PATHLOCK.WAITERS`)."""
+        return waiters_of(self._run(*waiters_args(self.key, path)))
+
+    def _run(self, *args: Any) -> Any:
+        try:
+            return self._execute(*args)
+        except ResponseError as error:
+            if is_wrong_type(error):
+                raise WrongType(self.key) from error
+            raise
+
+    # Acquiring.
+
+    def _acquire(self, locks: Sequence[LockRequest], options: Options) -> "Lease":
         # The client makes the token, so that a retry after a lost reply is the same owner.
         token = new_token()
-        if options.replicas == 0:
-            return self._grant(self._execute, token, locks, options)
-        # WAIT counts the acknowledgements of the writes made on its own connection, so it must
-        # follow the ACQUIRE on the very connection that sent it.
-        with self._pinned() as run:
-            lease = self._grant(run, token, locks, options)
-            try:
-                acknowledged = int(run("WAIT", options.replicas, options.replicas_timeout_ms))
-            except BaseException:
-                lease.release()
-                raise
-            if acknowledged < options.replicas:
-                lease.release()
-                raise NotReplicated(acknowledged, options.replicas)
-            return lease
-
-    def _grant(
-        self, run: Run, token: str, locks: Sequence[LockRequest], options: Options
-    ) -> "Lease":
-        sent, reply = self._send_acquire(run, token, locks, options)
-        if reply is None:
-            blockers = self._execute(*check_args(self.key, token, locks))
-            raise Busy(locks, blockers_of(blockers))
-        lease = Lease(self, token, fence_of(reply), locks, options, sent)
+        sent, fence = self._grant(token, locks, options, fresh=True)
+        if time.monotonic() - sent > options.period:
+            # The grant waited on the server, and the client cannot tell when in that wait it
+            # was made: a renewal proves the lease alive and dates its deadline.
+            sent = self._renew_now(token, options)
+        lease = Lease(self, token, fence, locks, options, sent)
         lease._schedule()
         return lease
 
+    def _grant(
+        self, token: str, locks: Sequence[LockRequest], options: Options, fresh: bool
+    ) -> Tuple[float, int]:
+        """Sends the ACQUIRE (and the replicas' WAIT); answers when it was sent and the fence.
+
+        `fresh` is a new owner's first grant, whose token holds nothing else: on a failure after
+        which it may hold locks anyway, the token is released. A lease's own further locks
+        (`fresh` false) are never released that way, since that would free the lease too.
+        """
+        if not options.blocks:
+            return self._send_acquire(self._execute, token, locks, options, fresh)
+        # A call that blocks on the server holds its connection up: it gets one of its own, so
+        # that the renewals of other leases never queue behind it. WAIT also counts the writes
+        # of its own connection, so it must follow the ACQUIRE on that connection.
+        with self._pinned() as run:
+            sent, fence = self._send_acquire(run, token, locks, options, fresh)
+            if options.replicas == 0:
+                return sent, fence
+            try:
+                acknowledged = int(run("WAIT", options.replicas, options.replicas_timeout_ms))
+            except BaseException:
+                if fresh:
+                    self._release_token(token, options)
+                raise
+            if acknowledged < options.replicas:
+                if fresh:
+                    self._release_token(token, options)
+                raise NotReplicated(acknowledged, options.replicas)
+            return sent, fence
+
     def _send_acquire(
-        self, run: Run, token: str, locks: Sequence[LockRequest], options: Options
-    ) -> Tuple[float, Any]:
-        """The ACQUIRE's reply and when the attempt that got it was sent.
+        self, run: Run, token: str, locks: Sequence[LockRequest], options: Options, fresh: bool
+    ) -> Tuple[float, int]:
+        """When the attempt that was granted was sent, and the grant's fence; `Busy` if refused.
 
         After a connection error the grant may or may not have happened; sending the same token
         again is then idempotent. It is retried at least once and while the wait budget lasts.
@@ -115,16 +157,47 @@ class PathLocks(Operations["Lease"]):
             sent = time.monotonic()
             wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if attempt else options.wait_ms
             try:
-                return sent, run(*acquire_args(self.key, token, options.ttl_ms, wait_ms, locks))
+                reply = run(*acquire_args(self.key, token, options, wait_ms, locks))
+                break
             except CONNECTION_ERRORS:
                 attempt += 1
                 if attempt > 1 and time.monotonic() >= budget_end:
-                    # A grant may have happened that no reply reported: free it once possible.
-                    _ReleaseLater(
-                        self._execute, self.key, token, time.monotonic() + options.ttl_ms / 1000.0
-                    )._start()
+                    if fresh:
+                        # A grant may have happened that no reply reported: free it once possible.
+                        self._release_later(token, options)
                     raise
                 time.sleep(min(0.01 * 2**attempt, 0.2))
+            except ResponseError as error:
+                if is_wrong_type(error):
+                    raise WrongType(self.key) from error
+                raise
+        if reply is None:
+            if fresh and attempt:
+                # An earlier attempt may have been granted before its reply was lost, and a
+                # waiter that queued since refused the retry: do not leave that grant behind.
+                self._release_later(token, options)
+            try:
+                blockers = self.check(locks, token=token)
+            except CONNECTION_ERRORS:
+                blockers = []
+            raise Busy(locks, blockers)
+        return sent, fence_of(reply)
+
+    def _renew_now(self, token: str, options: Options) -> float:
+        sent = time.monotonic()
+        if int(self._run("PATHLOCK.RENEW", self.key, token, options.ttl_ms)) == 0:
+            raise LeaseLost(self.key, token, "gone")
+        return sent
+
+    def _release_token(self, token: str, options: Options) -> None:
+        try:
+            self._execute("PATHLOCK.RELEASE", self.key, token)
+        except CONNECTION_ERRORS:
+            self._release_later(token, options)
+
+    def _release_later(self, token: str, options: Options) -> None:
+        until = time.monotonic() + (options.wait_ms + options.ttl_ms) / 1000.0
+        _ReleaseLater(self._execute, self.key, token, until)._start()
 
     @contextmanager
     def _pinned(self) -> Iterator[Run]:
@@ -144,7 +217,8 @@ class Lease:
     """Locks held by one owner, renewed in the background until released.
 
     Also a context manager that releases them when the block ends, also by an exception.
-    `lost` is set when the lease is lost; `check()` then raises `LeaseLost`.
+    `lost` is set when the lease is lost; `check()` then raises `LeaseLost`. `lock(requests)`
+    takes more locks under the same token, which the watchdog renews and `release()` frees.
     """
 
     def __init__(
@@ -160,9 +234,15 @@ class Lease:
         self.token = token
         #: The fence of the grant: pass it to the storage the locks protect.
         self.fence = fence
+        #: Every lock the lease holds: the operation's, then those `lock()` added.
         self.locks: Tuple[LockRequest, ...] = tuple(locks)
         self.ttl_ms = options.ttl_ms
+        #: The note sent with the grant, shown with the locks to whoever they block.
+        self.note = options.note
+        #: `"gone"`, `"expired"` or `"replaced"` once the lease is lost (see `LOST_REASONS`).
         self.lost_reason: Optional[str] = None
+        self._owner = owner
+        self._options = options
         # `lost` is made on first use: most leases end without anyone waiting for their loss,
         # and an Event (a Condition and its lock) is a noticeable part of an acquire's cost.
         self._lost_event: Optional[threading.Event] = None
@@ -178,6 +258,10 @@ class Lease:
         self._deadline = sent + self._ttl
         self._next_renew = sent + self._period
         self._wake_at = math.inf
+        # The most locks a renewal has found: the watchdog's renewals are one at a time, so the
+        # count they see only falls when locks of the lease are gone (released by someone with
+        # the token, or expired), even while `lock()` grants more.
+        self._most = 0
 
     def __repr__(self) -> str:
         state = "released" if self._released else "lost" if self._lost else "held"
@@ -205,7 +289,56 @@ class Lease:
     def check(self) -> None:
         """Raises `LeaseLost` if the lease was lost; call it between steps of long work."""
         if self._lost:
-            raise LeaseLost(self.token, self.lost_reason or NO_RENEWAL)
+            raise LeaseLost(self.key, self.token, self.lost_reason or "expired")
+
+    def lock(
+        self,
+        requests: Iterable[LockRequest],
+        *,
+        wait_ms: Optional[int] = None,
+        note: Optional[Note] = None,
+    ) -> int:
+        """Takes more locks under this lease's token, inside or beside what it holds, and
+        answers the fence of that grant. They have the lease's TTL and replicas, are renewed by
+        its watchdog and freed by its release; `note` defaults to the lease's. Locking what the
+        lease already holds is an idempotent re-acquire (a new fence; `note` replaces theirs).
+        Raises `Busy` when another owner is in the way, `LeaseLost` once the lease is lost."""
+        locks = checked(list(requests))
+        options = self._options.override(None, wait_ms, None, note, None)
+        self._prove_held()
+        _, fence = self._owner._grant(self.token, locks, options, fresh=False)
+        with self._mutex:
+            ended = self.finished
+            if not ended:
+                self.locks += tuple(lock for lock in dict.fromkeys(locks) if lock not in self.locks)
+        if ended:
+            # The lease ended while the grant was on its way: nobody renews those locks now.
+            self._owner._release_token(self.token, options)
+            self._usable()
+        return fence
+
+    def _usable(self) -> None:
+        self.check()
+        if self._released:
+            raise PathLockError(f"lease {self.token} is released: it can take no more locks")
+
+    def _prove_held(self) -> None:
+        """Renews the lease before it takes more locks: once its own locks are gone (its key
+        deleted, its token released elsewhere), an ACQUIRE under its token would make new ones
+        that keep answering its renewals, and the loss would go unseen."""
+        self._usable()
+        sent = time.monotonic()
+        try:
+            renewed = int(self._owner._run("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms))
+        except WrongType:
+            self._lose("replaced")
+            renewed = 0
+        if renewed == 0:
+            self._lose("gone")
+        else:
+            with self._mutex:
+                self._deadline = max(self._deadline, sent + self._ttl)
+        self._usable()
 
     def release(self) -> None:
         """Stops the watchdog, then frees the locks. Releasing twice or a lost lease is fine.
@@ -223,6 +356,10 @@ class Lease:
             _ReleaseLater(
                 self._execute, self.key, self.token, time.monotonic() + self._ttl
             )._start()
+        except ResponseError as error:
+            # A key overwritten by another value took the locks with it: nothing left to free.
+            if not is_wrong_type(error):
+                raise
 
     def __enter__(self) -> "Lease":
         return self
@@ -261,7 +398,7 @@ class Lease:
             if not expired and not self._renewing and now >= self._next_renew:
                 self._renewing = renew = True
         if expired:
-            self._lose(NO_RENEWAL)
+            self._lose("expired")
             return
         if renew:
             SCHEDULER.submit(self._renew)
@@ -269,26 +406,32 @@ class Lease:
 
     def _renew(self) -> None:
         sent = time.monotonic()
+        lost: Optional[str] = None
         try:
-            renewed: Optional[int] = int(
-                self._execute("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
-            )
+            renewed = int(self._execute("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms))
+            if renewed == 0:
+                lost = "gone"
         except Exception as error:  # retried while the deadline is ahead, whatever it was
             log.debug("pathlock: renewing %s failed: %r", self.token, error)
-            renewed = None
+            renewed = 0
+            if is_wrong_type(error):
+                lost = "replaced"
         with self._mutex:
             self._renewing = False
             # A renewal that was in flight when the lease was released answers 0 (or renews
             # what the RELEASE then frees): either way it is not a loss.
             if self.finished:
                 return
-            if renewed is None:
-                self._next_renew = time.monotonic() + self._period * RETRY_FRACTION
+            if 0 < renewed < self._most:
+                lost = "gone"
             elif renewed > 0:
+                self._most = renewed
                 self._deadline = max(self._deadline, sent + self._ttl)
                 self._next_renew = sent + self._period
-        if renewed == 0:
-            self._lose(RENEWED_ZERO)
+            elif lost is None:
+                self._next_renew = time.monotonic() + self._period * RETRY_FRACTION
+        if lost is not None:
+            self._lose(lost)
             return
         self._schedule()
 
@@ -300,7 +443,7 @@ class Lease:
             self._lost = True
             if self._lost_event is not None:
                 self._lost_event.set()
-        log.warning("pathlock: lease %s on %r lost: %s", self.token, self.key, reason)
+        log.warning("pathlock: %s", LeaseLost(self.key, self.token, reason))
         if self._on_lost is not None:
             # On a worker thread: a callback that blocks must not hold up the timer thread,
             # which keeps every other lease's deadline.

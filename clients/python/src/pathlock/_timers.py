@@ -4,6 +4,8 @@ A `loop.call_at` per lease would leave a cancelled handle in the loop's own heap
 released before its renewal (nearly all of them), and that heap compares its entries in Python:
 every timer redis-py sets for its socket reads would then get slower. Here the leases' wake-ups
 are plain tuples in a heap of their own, and the loop holds one handle, for the earliest.
+
+Level 0: imports nothing of the package.
 """
 
 from __future__ import annotations

@@ -170,18 +170,28 @@ impl Server {
             .expect("admin connection")
     }
 
-    /// A handle on a reconnecting connection to this server.
-    pub async fn locks(&self, key: &str) -> PathLocks<ConnectionManager> {
-        PathLocks::new(manager(self.port).await, key)
+    /// A handle whose leases share one reconnecting connection to this server.
+    pub async fn locks(&self, key: &str) -> PathLocks {
+        locks_via(self.port, key).await
     }
+}
+
+/// The client of a loopback port (a server's, or a proxy's in front of it).
+pub fn client(port: u16) -> redis::Client {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("url")
+}
+
+/// A handle on a loopback port whose leases share one `ConnectionManager`; blocking calls open
+/// connections of their own through the same port.
+pub async fn locks_via(port: u16, key: &str) -> PathLocks {
+    PathLocks::with_connection(client(port), manager(port).await, key)
 }
 
 /// A `ConnectionManager` to a loopback port that reconnects within 50 ms (redis-rs waits up to
 /// a minute between attempts by default, far longer than a short lease lives).
 pub async fn manager(port: u16) -> ConnectionManager {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("url");
     ConnectionManager::new_with_config(
-        client,
+        client(port),
         ConnectionManagerConfig::new().set_number_of_retries(0),
     )
     .await

@@ -1,0 +1,90 @@
+"""The README's example, and what a newcomer writes from the README alone: one client shared by
+the whole application, a waiting upload into a folder being moved, more locks under the move,
+who holds what, an empty path and a wrong TTL."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import redis
+
+from helpers import KEY
+from servers import Server
+
+import pathlock
+from pathlock import Busy, PathLocks
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_example_runs_as_written(server: Server, capsys: Any) -> None:
+    example = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]
+    # The example's client is the default one; here it is the test server's.
+    example = example.replace("redis.Redis()", f"redis.Redis(port={server.port})")
+    exec(compile(example, str(README), "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("copy with fence ") and printed[1].startswith("delete with ")
+    assert "note='alice: move /A/C into /B'" in printed[2] and "/B/C/new.txt" in printed[2]
+    # With the folder taken by someone else, the example's busy branch says by whom.
+    bob = PathLocks(server.client(), "proj:42").rename(
+        "/A/C", "/A/D", note="bob: rename /A/C to /A/D"
+    )
+    exec(compile(example, str(README), "exec"), {})
+    assert capsys.readouterr().out == "/A/C is locked (WRITE) by bob: rename /A/C to /A/D\n"
+    bob.release()
+
+
+def test_what_a_newcomer_writes(server: Server) -> None:
+    client = redis.Redis(port=server.port)  # one client for the whole application
+    locks = PathLocks(client, KEY, ttl_ms=3000)
+    said: List[str] = []
+    results: Dict[str, Any] = {}
+
+    def bob_uploads() -> None:
+        # Bob is willing to wait up to 10 s for the move to finish.
+        with locks.upload("/B/C/bob.txt", wait_ms=10000, note="bob: upload") as upload:
+            results["bob"] = upload.fence
+
+    with locks.move("/A/C", "/B", note="alice: move /A/C into /B") as move:
+        move.lock([("WRITE", "/B/C/new.txt")])
+        bob = threading.Thread(target=bob_uploads)
+        bob.start()
+        while not locks.waiters():
+            time.sleep(0.01)
+        for waiter in locks.waiters():
+            said.append(f"{waiter.note} waits for {waiter.locks}")
+        for lock in locks.locks(token=move.token):
+            said.append(f"{lock.path}: {lock.note}")
+        try:
+            locks.upload("/B/C/new.txt")
+        except Busy as busy:
+            said.append(f"busy: {busy.blockers[0].note}")
+        bob.join(4)  # longer than the TTL: the move is still held, bob still waits
+        move.check()
+        assert bob.is_alive()
+    bob.join(10)
+    assert results["bob"] > move.fence
+    assert said == [
+        "bob: upload waits for (('WRITE', '/B/C/bob.txt'),)",
+        "/A/C: alice: move /A/C into /B",
+        "/B/C: alice: move /A/C into /B",
+        "/B/C/new.txt: alice: move /A/C into /B",
+        "busy: alice: move /A/C into /B",
+    ]
+    assert locks.locks() == []
+
+    # Mistakes a newcomer makes are told what to do instead.
+    with pytest.raises(ValueError) as empty:
+        locks.upload("")
+    assert 'lock([("WRITE", "/")])' in str(empty.value)
+    with pytest.raises(ValueError) as ttl:
+        locks.upload("/A", ttl_ms=0.5)  # half a millisecond? The TTL counts whole milliseconds.
+    assert "whole number of milliseconds" in str(ttl.value)
+    client.set("settings", "{}")
+    with pytest.raises(pathlock.WrongType, match="'settings' is not a pathlock project"):
+        PathLocks(client, "settings").upload("/A")

@@ -1,0 +1,137 @@
+//! The README's example (`examples/move_folder.rs`), and what a newcomer writes from the README
+//! alone: one handle whose clones share its connection, a waiting upload into a folder being
+//! moved, more locks under the move, who holds what, an empty path and a wrong TTL.
+
+mod common;
+
+#[path = "../examples/move_folder.rs"]
+#[allow(dead_code)]
+mod move_folder;
+
+use std::time::Duration;
+
+use common::*;
+use pathlock_client::{Error, LockRequest, PathLocks};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_example_runs() {
+    let server = Server::start();
+    let mut admin = server.admin().await;
+    move_folder::example(&server.url())
+        .await
+        .expect("the example runs");
+    assert!(locks_of(&mut admin, "proj:42").await.is_empty());
+    // With the folder taken by someone else, the example says by whom and stops.
+    let bob = server
+        .locks("proj:42")
+        .await
+        .rename("/A/C", "/A/D")
+        .note("bob: rename /A/C to /A/D")
+        .await
+        .expect("granted");
+    move_folder::example(&server.url())
+        .await
+        .expect("the example runs");
+    assert_eq!(locks_of(&mut admin, "proj:42").await.len(), 2);
+    bob.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_newcomer_writes() {
+    let server = Server::start();
+    let client = redis::Client::open(server.url()).expect("url");
+    let locks = PathLocks::new(client, "proj").ttl(Duration::from_secs(3));
+    let mut said = Vec::new();
+
+    let mut moving = locks
+        .move_into("/A/C", "/B")
+        .note("alice: move /A/C into /B")
+        .await
+        .expect("granted");
+    moving
+        .lock([LockRequest::write("/B/C/new.txt")])
+        .await
+        .expect("granted");
+    // Bob is willing to wait up to 10 s for the move to finish.
+    let bob = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .upload("/B/C/bob.txt")
+                .wait(Duration::from_secs(10))
+                .note("bob: upload")
+                .await
+        }
+    });
+    while locks.waiters(None).await.expect("waiters").is_empty() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for waiter in locks.waiters(None).await.expect("waiters") {
+        said.push(format!(
+            "{} waits for {:?}",
+            waiter.note.unwrap_or_default(),
+            waiter.locks
+        ));
+    }
+    for lock in locks
+        .locks(None, Some(moving.token()))
+        .await
+        .expect("locks")
+    {
+        said.push(format!("{}: {}", lock.path, lock.note.unwrap_or_default()));
+    }
+    if let Err(Error::Busy { blockers }) = locks.upload("/B/C/new.txt").await {
+        said.push(format!(
+            "busy: {}",
+            blockers[0].note.clone().unwrap_or_default()
+        ));
+    }
+    // Longer than the TTL: the move is still held, bob still waits.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    moving.check().expect("still held");
+    assert!(!bob.is_finished());
+    let fence = moving.fence();
+    moving.release().await.expect("released");
+    let upload = bob.await.expect("task").expect("granted after the move");
+    assert!(upload.fence() > fence);
+    upload.release().await.expect("released");
+    assert_eq!(
+        said,
+        [
+            "bob: upload waits for [LockRequest { mode: Write, path: \"/B/C/bob.txt\" }]",
+            "/A/C: alice: move /A/C into /B",
+            "/B/C: alice: move /A/C into /B",
+            "/B/C/new.txt: alice: move /A/C into /B",
+            "busy: alice: move /A/C into /B",
+        ]
+    );
+    assert!(locks.locks(None, None).await.expect("locks").is_empty());
+
+    // Mistakes a newcomer makes are told what to do instead.
+    let empty = locks.upload("").await.expect_err("refused");
+    assert!(
+        empty.to_string().contains("lock([(Mode::Write, \"/\")])"),
+        "{empty}"
+    );
+    // Half a millisecond? The TTL counts whole milliseconds.
+    let ttl = locks
+        .upload("/A")
+        .ttl(Duration::from_micros(500))
+        .await
+        .expect_err("refused");
+    assert!(ttl.to_string().contains("at least 1 ms"), "{ttl}");
+    let mut admin = server.admin().await;
+    run(&mut admin, &["SET", "settings", "{}"]).await;
+    let wrong = server
+        .locks("settings")
+        .await
+        .upload("/A")
+        .await
+        .expect_err("refused");
+    assert!(
+        wrong
+            .to_string()
+            .contains("'settings' is not a pathlock project"),
+        "{wrong}"
+    );
+}
