@@ -6,8 +6,8 @@
 //! `errors.rs` every error a client can see.
 
 // The modules by level: each imports only from lower levels (`make lint` runs
-// `scripts/import-cycles.py`, which fails on an import circle and prints these levels). The
-// README's file map says what each holds.
+// `scripts/import-cycles.py`, which fails on an import circle and prints these levels).
+// ARCHITECTURE.md's file map says what each holds.
 //
 // 0  config, contain, context, docs, errors, fences, slot, stats
 // 1  args, clock, eviction, propagation, registry, reply, selected_db
