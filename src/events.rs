@@ -407,6 +407,7 @@ extern "C" fn on_swapdb(
         // SAFETY: Redis passes a RedisModuleSwapDbInfo with the swap-database event.
         let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
         registry::swapped(info.dbnum_first, info.dbnum_second);
+        schedule::swapped(info.dbnum_first, info.dbnum_second);
     });
 }
 

@@ -6,9 +6,10 @@
 //! also keeps the keys with background work (a released big owner's locks to free), which the
 //! same tick works off on every server (`pending`).
 //!
-//! An entry can go stale (the key was deleted, or `SWAPDB` moved it), and it is left early on
-//! purpose when a key's earliest deadline moves later; the cycle finds no path-lock key, or
-//! nothing due, under that name and drops or reschedules the entry.
+//! An entry can go stale (the key was deleted or renamed), and it is left early on purpose when a
+//! key's earliest deadline moves later; the cycle finds no path-lock key, or nothing due, under
+//! that name and drops or reschedules the entry. `SWAPDB` moves every entry with its database
+//! (`Slots`).
 //!
 //! **The wake-up.** There is no periodic timer: one Redis timer is armed for the earliest time
 //! something has to be done, and none when nothing is due, so an idle server, or one whose next
@@ -35,8 +36,36 @@ use crate::context::{decides, selected_db};
 /// A key: its database and its name.
 pub type KeyId = (i32, Vec<u8>);
 
+/// Entries name a key's database by a slot, which is the database's number until a `SWAPDB`
+/// swaps two databases' slots: the keys move with their database in one step, however many
+/// are scheduled, instead of being left under the number they no longer have.
+#[derive(Default)]
+struct Slots {
+    slot_of_db: HashMap<i32, i32>,
+    db_of_slot: HashMap<i32, i32>,
+}
+
+impl Slots {
+    fn slot(&self, db: i32) -> i32 {
+        self.slot_of_db.get(&db).copied().unwrap_or(db)
+    }
+
+    fn db(&self, slot: i32) -> i32 {
+        self.db_of_slot.get(&slot).copied().unwrap_or(slot)
+    }
+
+    fn swap(&mut self, first: i32, second: i32) {
+        let (a, b) = (self.slot(first), self.slot(second));
+        self.slot_of_db.insert(first, b);
+        self.slot_of_db.insert(second, a);
+        self.db_of_slot.insert(b, first);
+        self.db_of_slot.insert(a, second);
+    }
+}
+
 #[derive(Default)]
 struct Schedule {
+    slots: Slots,
     due: BTreeSet<(u64, KeyId)>,
     /// Per database, each key's entry in `due`; looked up by the key's bytes so that the common
     /// case (the earliest deadline did not change) allocates nothing.
@@ -47,6 +76,14 @@ struct Schedule {
     last: Option<(i32, Vec<u8>, Option<u64>)>,
     /// Keys with background work (`LockTable::free_some`), on every server, in no order.
     pending: BTreeSet<KeyId>,
+}
+
+/// `SWAPDB first second`: the keys scheduled in each database go with it.
+pub fn swapped(first: i32, second: i32) {
+    with_schedule(|s| {
+        s.slots.swap(first, second);
+        s.last = None;
+    });
 }
 
 static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
@@ -64,6 +101,7 @@ fn with_schedule<R>(f: impl FnOnce(&mut Schedule) -> R) -> R {
 pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
     let db = selected_db(ctx);
     let earlier = with_schedule(|s| {
+        let db = s.slots.slot(db);
         let current = match &s.last {
             Some((d, k, entry)) if *d == db && k.as_slice() == key => *entry,
             _ => s.by_key.get(&db).and_then(|keys| keys.get(key)).copied(),
@@ -120,12 +158,12 @@ pub fn pop_due(now: u64) -> Option<KeyId> {
         if *deadline > now {
             return None;
         }
-        let (_, id) = s.due.pop_first()?;
+        let (_, (slot, key)) = s.due.pop_first()?;
         s.last = None;
-        if let Some(keys) = s.by_key.get_mut(&id.0) {
-            keys.remove(&id.1);
+        if let Some(keys) = s.by_key.get_mut(&slot) {
+            keys.remove(&key);
         }
-        Some(id)
+        Some((s.slots.db(slot), key))
     })
 }
 
@@ -134,10 +172,8 @@ pub fn pop_due(now: u64) -> Option<KeyId> {
 pub fn pending(ctx: &Context, key: &[u8]) {
     let db = selected_db(ctx);
     let new = with_schedule(|s| {
-        if s.pending.iter().any(|(d, k)| *d == db && k == key) {
-            return false;
-        }
-        s.pending.insert((db, key.to_vec()))
+        let id = (s.slots.slot(db), key.to_vec());
+        s.pending.insert(id)
     });
     if new {
         wake_at(ctx, clock::wall_ms());
@@ -147,11 +183,14 @@ pub fn pending(ctx: &Context, key: &[u8]) {
 /// Takes a key with background work out of the set; whoever works on it records it again with
 /// `still_pending` if work is left.
 pub fn pop_pending() -> Option<KeyId> {
-    with_schedule(|s| s.pending.pop_first())
+    with_schedule(|s| {
+        let (slot, key) = s.pending.pop_first()?;
+        Some((s.slots.db(slot), key))
+    })
 }
 
-pub fn still_pending(id: KeyId) {
-    with_schedule(|s| s.pending.insert(id));
+pub fn still_pending((db, key): KeyId) {
+    with_schedule(|s| s.pending.insert((s.slots.slot(db), key)));
 }
 
 pub fn has_pending() -> bool {

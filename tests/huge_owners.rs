@@ -298,3 +298,30 @@ fn a_request_over_a_mountain_of_lapsed_locks_is_decided_without_reclaiming_them(
     assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
     resume_writes(&mut m);
 }
+
+#[test]
+fn a_project_swapped_into_another_database_is_still_freed_and_expired_there() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = cmd("SELECT").arg(1).query(&mut con).expect("SELECT");
+    hold_big(&mut con, "p", "big", 600_000);
+    assert!(take(&mut con, "p", "short", &["TTL", "300", "WRITE", "/x"]));
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("PATHLOCK.RELEASE")
+        .arg(&["p", "big"])
+        .cmd("SWAPDB")
+        .arg(&[1, 2]);
+    let (freed, _): (i64, Value) = pipe.query(&mut con).expect("MULTI");
+    assert_eq!(freed, BIG as i64);
+    // The background frees the released owner's locks in the key's new database, and the
+    // expiry cycle reclaims the short lease there, though no command touches the key again.
+    wait_for_background(&mut con);
+    wait_until(Duration::from_secs(10), "the lease to be reclaimed", || {
+        info_number(&mut con, "pathlock", "pathlock_locks") == 0
+    });
+    let _: () = cmd("SELECT").arg(2).query(&mut con).expect("SELECT");
+    assert_eq!(count_locks(&mut con, "p", "/"), 0);
+    let exists: i64 = cmd("EXISTS").arg("p").query(&mut con).expect("EXISTS");
+    assert_eq!(exists, 1, "the key keeps its fence counter");
+}
