@@ -321,8 +321,7 @@ fn rdb_as(data: &[u8], version: u32) {
 
 fn encode(table: &LockTable) -> Vec<u8> {
     let mut sink = ByteSink::default();
-    // At time 0 every lock is live but those whose deadline is 0, which a payload may hold.
-    persist::encode(table, 0, &mut sink);
+    persist::encode(table, &mut sink);
     sink.bytes
 }
 

@@ -219,10 +219,10 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             ) else {
                 return;
             };
-            // The locks live now, as an RDB carries them: a master and a replica hold the same
-            // ones, lapsed ones included, but free a released big owner's locks at their own
-            // pace, and a replica that loaded an RDB never had the lapsed ones.
-            table.visit_live(clock::wall_ms(), &mut |lock| {
+            // The locks an RDB carries: a master and a replica hold the same ones, but free a
+            // released big owner's locks at their own pace, and a replica that loaded an RDB
+            // never had the lapsed locks a later grant passed over.
+            table.for_each_persisted(&mut |lock| {
                 add_buffer(
                     md,
                     lock.path.key().as_ptr().cast::<c_char>(),
@@ -248,7 +248,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 }
 
 /// Rewrites a project as the effects that rebuild it: its fence counter, then one `GRANT` per
-/// live lock with its absolute deadline and fence, and its `NOTE` when it has one.
+/// lock an RDB carries, with its absolute deadline and fence, and its `NOTE` when it has one.
 extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -272,7 +272,7 @@ extern "C" fn aof_rewrite(
                 c"FENCE".as_ptr(),
                 table.next_fence() as c_longlong,
             );
-            table.visit_live(clock::wall_ms(), &mut |lock| {
+            table.for_each_persisted(&mut |lock| {
                 let token = lock.token.as_bytes();
                 let path = lock.path.to_bytes();
                 let mode = match lock.mode {
@@ -352,7 +352,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
         if project.waiting() > 0 {
             registry::serialized(value as usize);
         }
-        persist::encode(project.locks(), clock::wall_ms(), &mut Rdb(rdb));
+        persist::encode(project.locks(), &mut Rdb(rdb));
     })
 }
 

@@ -116,16 +116,16 @@ fn mode_from_code(code: u64) -> Result<Mode, DecodeError> {
     }
 }
 
-/// Writes `table`'s locks live at `now` in the order and layout above. A lapsed lock is gone for
-/// every client already and is left out, so no two locks of a payload conflict (see
-/// [`LockTable::live`]). Two walks, one to count and one to write, so that no list of every
-/// lock is built.
-pub fn encode(table: &LockTable, now: u64, sink: &mut impl Sink) {
+/// Writes `table`'s locks in the order and layout above, at [`VERSION`]: those
+/// [`LockTable::iter`] lists, which leaves out the lapsed locks a later grant passed over, so no
+/// two locks of a payload conflict. Two walks, one to count and one to write, so that no list
+/// of every lock is built.
+pub fn encode(table: &LockTable, sink: &mut impl Sink) {
     sink.unsigned(table.next_fence());
     let mut count = 0u64;
-    table.visit_live(now, &mut |_| count += 1);
+    table.for_each_persisted(&mut |_| count += 1);
     sink.unsigned(count);
-    table.visit_live(now, &mut |lock| {
+    table.for_each_persisted(&mut |lock| {
         sink.buffer(lock.path.key());
         sink.unsigned(mode_code(lock.mode));
         sink.buffer(lock.token.as_bytes());

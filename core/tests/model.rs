@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 
 mod reference;
 
+use pathlock_core::persist::{decode, encode, ByteSink, ByteSource};
 use pathlock_core::{
     Lapsed, LockInfo, LockTable, Mode, Note, Path, PathLimits, Project, Request, Token,
 };
@@ -437,6 +438,15 @@ proptest! {
             prop_assert_eq!(live.iter().cloned().collect::<BTreeSet<_>>(), model.live(now));
             assert_no_conflicting_grants(&live);
             prop_assert!(replica.iter().eq(project.locks().iter()), "the replica differs");
+            // What a payload carries leaves no live lock out, holds no two conflicting locks
+            // (decoding refuses those), and loads back to itself.
+            let persisted: BTreeSet<LockInfo> = project.locks().iter().collect();
+            prop_assert!(live.iter().all(|l| persisted.contains(l)), "a live lock was cut");
+            let mut sink = ByteSink::default();
+            encode(project.locks(), &mut sink);
+            let again = decode(&mut ByteSource::new(&sink.bytes), u64::MAX)
+                .map_err(|e| TestCaseError::fail(format!("its own payload refused: {e}")))?;
+            prop_assert!(again.iter().eq(project.locks().iter()), "the payload differs");
             prop_assert_eq!(replica.next_fence(), project.locks().next_fence());
         }
     }
@@ -524,7 +534,8 @@ proptest! {
         let got: Vec<LockInfo> = table.locks(0, &path(under));
         let under_segments = segments(&path(under));
         let expected: BTreeSet<LockInfo> = table
-            .iter()
+            .stored()
+            .into_iter()
             .filter(|l| segments(&l.path).starts_with(&under_segments))
             .collect();
         prop_assert_eq!(got.iter().cloned().collect::<BTreeSet<_>>(), expected);
@@ -548,7 +559,8 @@ proptest! {
             for under in 0..PATHS.len() {
                 let under_segments = segments(&path(under));
                 let expected: Vec<LockInfo> = table
-                    .iter()
+                    .stored()
+                    .into_iter()
                     .filter(|l| {
                         l.token == token(t)
                             && l.deadline > 50

@@ -352,39 +352,32 @@ impl LockTable {
         out
     }
 
-    /// Every stored lock of an owner not being freed, lapsed or not, in tree order.
+    /// The locks a payload or a digest carries, in tree order: every stored lock, lapsed or
+    /// not, but those of owners being freed and those a later grant passed over (see `cuts`).
+    /// It reads no clock, so servers that store the same locks list the same ones.
     pub fn iter(&self) -> impl Iterator<Item = LockInfo> + '_ {
+        let mut out = Vec::with_capacity(self.len);
+        self.visit_persisted(&mut |lock| out.push(lock));
+        out.into_iter()
+    }
+
+    /// Every stored lock of an owner not being freed, lapsed, cut or not, in tree order: what
+    /// the table holds, for tests that store conflicting locks on purpose (a replica's grants are
+    /// not decided), where [`LockTable::iter`] would leave cut ones out.
+    #[doc(hidden)]
+    pub fn stored(&self) -> Vec<LockInfo> {
         let mut out = Vec::with_capacity(self.len);
         self.walk(ROOT, &mut Vec::new(), &mut |table, node, key, held| {
             if !table.is_buried(held.owner()) {
                 out.push(table.info(node, key, held));
             }
         });
-        out.into_iter()
-    }
-
-    /// The locks live at `now`, in tree order: what persistence and digests carry. A lapsed
-    /// lock is gone for every client already, and leaving it out means no two locks of a
-    /// payload ever conflict, although a request may be granted over lapsed locks that are not
-    /// reclaimed yet.
-    pub fn live(&self, now: u64) -> Vec<LockInfo> {
-        let mut out = Vec::new();
-        self.visit_live(now, &mut |lock| out.push(lock));
         out
     }
 
-    /// Calls `visit` with each lock live at `now`, in tree order, without building a list.
-    pub fn visit_live(&self, now: u64, visit: &mut dyn FnMut(LockInfo)) {
-        self.walk_where(
-            ROOT,
-            &mut Vec::new(),
-            &self.live_beneath(now),
-            &|table: &LockTable, node| table.may_be_live_here(node, now),
-            &mut |table, node, key, held| {
-                if table.is_live(held.owner(), now) {
-                    visit(table.info(node, key, held));
-                }
-            },
-        );
+    /// Calls `visit` with each lock [`LockTable::iter`] lists, without building a list: what
+    /// persistence, AOF rewrites and digests walk.
+    pub fn for_each_persisted(&self, visit: &mut dyn FnMut(LockInfo)) {
+        self.visit_persisted(visit);
     }
 }

@@ -341,6 +341,18 @@ impl LockTable {
         }
     }
 
+    /// Whether a lock of another owner than `owner` on `node`'s path conflicts with `mode`,
+    /// live or not: a step or two, as an owner holds at most one lock of each mode there.
+    pub(super) fn conflicting_here(&self, node: NodeId, mode: Mode, owner: OwnerId) -> bool {
+        let other = |held: &Held| held.owner() != owner;
+        let Some(crowd) = self.crowd(node) else {
+            return self
+                .holders(node)
+                .any(|held| held.mode().conflicts_with(mode) && other(held));
+        };
+        crowd.writers.iter().any(other) || (mode == Mode::Write && crowd.readers.iter().any(other))
+    }
+
     /// Whether a lock on `node`'s path may be live at `now`: for the walks that list live locks.
     pub(super) fn may_be_live_here(&self, node: NodeId, now: u64) -> bool {
         match self.crowd(node) {

@@ -39,6 +39,10 @@ impl<V: Clone> IdMap<V> {
         self.entries.is_empty()
     }
 
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     pub(super) fn contains_key(&self, id: u32) -> bool {
         self.get(id).is_some()
     }

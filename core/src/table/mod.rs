@@ -61,6 +61,7 @@ mod big;
 mod chunks;
 mod conflicts;
 mod crowd;
+mod cuts;
 mod expiry;
 mod free;
 mod idmap;
@@ -83,6 +84,7 @@ use big::{BigMark, BigOwner};
 use chunks::Chunks;
 use conflicts::{Verdict, SEARCH_BUDGET};
 use crowd::Crowd;
+use cuts::Cuts;
 use free::FreeSlots;
 use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
@@ -123,6 +125,8 @@ pub struct LockTable {
     big_locks: usize,
     /// The notes of the locks that have one, by lock.
     notes: Notes,
+    /// Where grants passed over conflicting locks, by node (see `cuts`).
+    cuts: IdMap<Cuts>,
     /// Buried owners whose locks are still being freed, oldest first.
     graveyard: VecDeque<OwnerId>,
     /// Locks of buried owners still stored; they are not in `len`.
@@ -185,6 +189,8 @@ const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8;
 const BIG_LOCK_OVERHEAD: usize = 8;
 /// Bytes one big owner's mark on one node costs, with its share of the map's entry.
 const BIG_MARK_OVERHEAD: usize = std::mem::size_of::<BigMark>() + 16;
+/// Bytes the cuts of one node cost, with their share of the map's entry.
+const CUTS_OVERHEAD: usize = std::mem::size_of::<(NodeId, Cuts)>() + 8;
 
 /// Lapsed owners a request reclaims among those it met in its way, besides big ones (a step
 /// each): enough for the common case, bounded so that a request meeting a crowd of lapsed
@@ -210,6 +216,7 @@ impl LockTable {
             big_mark_count: 0,
             big_locks: 0,
             notes: Notes::default(),
+            cuts: IdMap::default(),
             graveyard: VecDeque::new(),
             buried_locks: 0,
             small: owners::SMALL,
@@ -250,6 +257,7 @@ impl LockTable {
             big_mark_count: self.big_mark_count,
             big_locks: self.big_locks,
             notes: self.notes.clone(),
+            cuts: self.cuts.clone(),
             graveyard: self.graveyard.clone(),
             buried_locks: self.buried_locks,
             small: self.small,
@@ -300,6 +308,7 @@ impl LockTable {
             + owners * OWNER_OVERHEAD
             + self.token_bytes
             + self.notes.bytes()
+            + self.cuts.len() * CUTS_OVERHEAD
     }
 
     /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.

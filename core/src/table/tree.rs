@@ -282,6 +282,7 @@ impl LockTable {
             existing.fence = fence;
             return false;
         }
+        self.cut_for(node, owner, mode, fence);
         let big = self.is_big(owner);
         let deadline = self.owner(owner).deadline;
         let mut up = node;
@@ -357,6 +358,11 @@ impl LockTable {
             }
             current = parent;
         }
+        // The root is never unlinked; its cuts go once it keeps nothing they could cut, so an
+        // emptied table costs what a new one does.
+        if self.nodes[ROOT as usize].is_unused() {
+            self.drop_cuts(ROOT);
+        }
         self.remove_owner_lock(owner, Tagged::new(node, mode));
         Some(info)
     }
@@ -364,6 +370,7 @@ impl LockTable {
     pub(super) fn unlink_node(&mut self, id: NodeId) {
         self.remove_child(self.nodes[id as usize].parent, id);
         let node = std::mem::take(&mut self.nodes[id as usize]);
+        self.drop_cuts(id);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
         self.free_nodes.insert(id);

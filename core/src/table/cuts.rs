@@ -1,0 +1,140 @@
+//! Cuts: what a grant passed over, so that persistence and digests leave out the same locks on
+//! every server at any time.
+//!
+//! A request is granted over lapsed locks that nobody reclaimed yet (a mountain of them beneath
+//! its path, a lapsed holder of its path or of an ancestor): reclaiming them first would cost
+//! what they hold. They then conflict with the new lock while both are stored, until the expiry
+//! cycle reclaims them. A payload must not hold both (a server loading it could not tell which
+//! one is gone), and a digest must be the same on a master and its replica whenever they are
+//! compared, so the lapsed ones are left out of both by a rule that does not read the clock: a
+//! lock is **cut** when a lock of another owner that conflicts with it was granted after it
+//! (a higher fence) over it. Such a lock was lapsed when that grant was made, or the grant would
+//! have been refused, so leaving it out loses nothing anyone could see.
+//!
+//! The grant records where it passed over conflicting locks, by the mode it was granted in: on
+//! its own node and on each ancestor that held a conflicting lock of another owner (`here`), and
+//! on its own node when conflicting locks lay beneath (`beneath`), with its fence and owner. A
+//! replica applying the grant's effect makes the same record from the same locks. Only the
+//! newest cut of each kind and mode is kept: an older one could only cut a lock of the newer
+//! one's owner, and that owner's lapsed locks went before its grant (a lapsed lease is
+//! reclaimed before its token is granted again). A node's cuts go with the node.
+
+use super::conflicts::blocking_count;
+use super::ids::{NodeId, OwnerId, ROOT};
+use super::tree::{push_segment, Held};
+use super::LockTable;
+use crate::lock::{LockInfo, Mode};
+
+/// A grant that passed over conflicting locks: its fence (0 for none) and its owner.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Cut {
+    fence: u64,
+    owner: OwnerId,
+}
+
+impl Cut {
+    fn newest(self, other: Cut) -> Cut {
+        if other.fence > self.fence {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// The cuts recorded on one node, each by the mode of the grant that made it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Cuts {
+    here: [Cut; 2],
+    beneath: [Cut; 2],
+}
+
+/// Whether a cut made by a grant in `mode` leaves `held` out.
+fn cuts(cut: Cut, mode: Mode, held: &Held) -> bool {
+    cut.fence > held.fence && mode.conflicts_with(held.mode()) && cut.owner != held.owner()
+}
+
+impl LockTable {
+    /// Records the cuts of a new lock of `owner` in `mode` on `node`, taking `fence`, before it
+    /// is added: where it passes over conflicting locks of other owners. O(depth); a crowd is
+    /// looked at through `conflicting_here`, a step or two.
+    pub(super) fn cut_for(&mut self, node: NodeId, owner: OwnerId, mode: Mode, fence: u64) {
+        let cut = Cut { fence, owner };
+        let m = mode.index();
+        let mut at = node;
+        loop {
+            if self.conflicting_here(at, mode, owner) {
+                self.cuts_mut(at).here[m] = cut;
+            }
+            if at == ROOT {
+                break;
+            }
+            at = self.nodes[at as usize].parent;
+        }
+        if blocking_count(mode, self.nodes[node as usize].below) > 0 {
+            self.cuts_mut(node).beneath[m] = cut;
+        }
+    }
+
+    fn cuts_mut(&mut self, node: NodeId) -> &mut Cuts {
+        if !self.cuts.contains_key(node) {
+            self.cuts.insert_new(node, Cuts::default());
+        }
+        self.cuts
+            .get_mut(node)
+            .expect("the cuts of a node were just made")
+    }
+
+    /// Forgets the cuts of a node that goes.
+    pub(super) fn drop_cuts(&mut self, node: NodeId) {
+        if !self.cuts.is_empty() {
+            self.cuts.remove(node);
+        }
+    }
+
+    /// Calls `visit` with each lock a payload or a digest carries, in tree order: every stored
+    /// lock, lapsed or not, but those of owners being freed (`big`) and those cut. It reads no
+    /// clock, so a master and its replicas, which store the same locks, carry the same ones.
+    pub(super) fn visit_persisted(&self, visit: &mut dyn FnMut(LockInfo)) {
+        let none = [Cut::default(); 2];
+        // Each entry: a node, its parent's key length, and the newest `beneath` cuts of its
+        // ancestors, by mode.
+        let mut stack: Vec<(NodeId, usize, [Cut; 2])> = vec![(ROOT, 0, none)];
+        let mut key = Vec::new();
+        while let Some((node, parent_length, inherited)) = stack.pop() {
+            key.truncate(parent_length);
+            if node != ROOT {
+                push_segment(&mut key, &self.nodes[node as usize].segment);
+            }
+            let own = if self.cuts.is_empty() {
+                None
+            } else {
+                self.cuts.get(node).copied()
+            };
+            let here = own.map_or(none, |c| c.here);
+            for held in self.canonical_holders(node) {
+                let out = self.is_buried(held.owner())
+                    || Mode::ALL.iter().any(|&mode| {
+                        cuts(inherited[mode.index()], mode, &held)
+                            || cuts(here[mode.index()], mode, &held)
+                    });
+                if !out {
+                    visit(self.info(node, &key, &held));
+                }
+            }
+            let mut below = inherited;
+            if let Some(own) = own {
+                for (cut, newer) in below.iter_mut().zip(own.beneath) {
+                    *cut = cut.newest(newer);
+                }
+            }
+            let length = key.len();
+            stack.extend(
+                self.sorted_children(node)
+                    .into_iter()
+                    .rev()
+                    .map(|child| (child, length, below)),
+            );
+        }
+    }
+}
