@@ -1,7 +1,7 @@
 //! Turning a client's arguments into engine requests. Everything a client sends is checked here,
 //! before any key is touched, so a bad argument anywhere fails the whole command unchanged.
 //!
-//! Level 1: imports `config` and `errors`. Called by the command handlers and the harness.
+//! Level 1: imports `config` and `errors`. Called by the command handlers.
 
 use pathlock_core::{Items, Mode, Note, Path, Token};
 

@@ -1,8 +1,12 @@
-//! The one function every change to a project goes through, whoever makes it (a command, a
-//! waiter's timeout, the expiry cycle, the signal worker).
+//! The one function every change to a project's locks and queue goes through, whoever makes it
+//! (a command, a waiter's timeout, the signal worker, the expiry cycle with `expire_until`). Two
+//! kinds of work open a key without it, through `store` directly, because they change nothing
+//! a client, a replica or INFO's lock counts can see: freeing a buried owner's locks in the
+//! background (`free_until`, below) and a demoted master dropping its queue (`waits`).
 //!
-//! Level 4: imports `store`, `registry`, `grants`, `effects`, `schedule`, `context`, `clock`,
-//! `stats`, `fences`, `eviction`. Called by the writing commands, `waits` and `expiry`.
+//! Level 5: imports `effects`, `fences`, `grants`, `registry`, `stats`, `store`. Called by the
+//! writing commands, `waits` and `expiry`. Generic over the storage seam (`store::Store`), so
+//! the fuzz harness runs it as Redis does.
 //!
 //! Before the change, when this server decides: waiters that gave up are taken out of the
 //! queue (so they are never granted), and a bounded share of the expired locks is reclaimed
@@ -18,33 +22,32 @@
 use std::time::Instant;
 
 use pathlock_core::{Grant, Project};
-use redis_module::{Context, RedisError, RedisString};
+use redis_module::RedisError;
 
-use crate::context::{decides, notify, selected_db};
-use crate::effects::Effect;
-use crate::{clock, eviction, fences, grants, registry, schedule, stats, store};
+use crate::effects::{Effect, Kind};
+use crate::store::{Redis, Store};
+use crate::{fences, grants, registry, stats};
 
-pub fn change<R>(
-    ctx: &Context,
-    key_name: &RedisString,
+pub fn change<S: Store, R>(
+    store: &S,
     create: bool,
     change: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
-    let result = store::write(ctx, key_name, create, |project| {
+    let result = store.write(create, |project| {
         let before = Counts::of(project);
-        if decides(ctx) {
-            let now = clock::now_ms(ctx);
-            purge_cancelled(ctx, key_name, project, now);
+        if store.decides() {
+            let now = store.now_ms();
+            purge_cancelled(store, project, now);
             project.reclaim_lazily(now, None, LAZY_OWNERS);
-            publish_lapsed(ctx, key_name, project);
+            publish_lapsed(store, project);
         }
         let result = change(project);
-        publish_lapsed(ctx, key_name, project);
-        settle(ctx, key_name, project, before);
+        publish_lapsed(store, project);
+        settle(store, project, before);
         result
     })?;
     // Where the maxmemory policy can evict projects, each change marks the key as just used.
-    eviction::protect(ctx, key_name);
+    store.protect();
     Ok(result)
 }
 
@@ -52,10 +55,10 @@ pub fn change<R>(
 /// at a time, until none is due or `until` has passed. Each step replicates as `EXPIRE now
 /// token...` naming the owners it reclaimed and wakes the waiters near what it freed. Returns
 /// whether nothing due is left; a name that holds no project has nothing due.
-pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Instant) -> bool {
-    let done = store::write(ctx, key_name, false, |project| {
+pub fn expire_until(store: &Redis, now: u64, until: Instant) -> bool {
+    let done = store.write(false, |project| {
         let before = Counts::of(project);
-        purge_cancelled(ctx, key_name, project, now);
+        purge_cancelled(store, project, now);
         let mut reclaimed = 0;
         let mut done = false;
         while Instant::now() < until {
@@ -64,22 +67,18 @@ pub fn expire_until(ctx: &Context, key_name: &RedisString, now: u64, until: Inst
                 done = true;
                 break;
             }
-            Effect::ExpireOf {
+            store.replicate(&Effect::ExpireOf {
                 now,
                 tokens: freed.tokens,
-            }
-            .replicate(ctx, key_name);
+            });
             reclaimed += freed.locks;
             // The waiters the step let in may have reclaimed more lapsed owners in their way,
             // which replicate ahead of their grants.
-            publish_lapsed(ctx, key_name, project);
-            grants::deliver(ctx, key_name, grants);
+            publish_lapsed(store, project);
+            grants::deliver(store, grants);
         }
-        if reclaimed > 0 {
-            stats::count(&stats::EXPIRATIONS, reclaimed);
-            notify(ctx, c"pathlock.expired", key_name);
-        }
-        settle(ctx, key_name, project, before);
+        store.announce(Kind::Expire, reclaimed);
+        settle(store, project, before);
         done
     });
     done.ok().flatten().unwrap_or(true)
@@ -99,36 +98,32 @@ const OWNERS_PER_EFFECT: usize = 256;
 
 /// Replicates what lazy expiry reclaimed since the last call as `EXPIRE now token...` effects,
 /// in the order it happened, counts and announces it, and answers the waiters it let in.
-fn publish_lapsed(ctx: &Context, key_name: &RedisString, project: &mut Project) {
+fn publish_lapsed(store: &impl Store, project: &mut Project) {
     if !project.has_lapsed() {
         return;
     }
     let lapsed = project.take_lapsed();
     for run in lapsed.owners.chunk_by(|a, b| a.0 == b.0) {
         for step in run.chunks(OWNERS_PER_EFFECT) {
-            Effect::ExpireOf {
+            store.replicate(&Effect::ExpireOf {
                 now: step[0].0,
                 tokens: step.iter().map(|(_, token)| token.clone()).collect(),
-            }
-            .replicate(ctx, key_name);
+            });
         }
     }
-    if lapsed.locks > 0 {
-        stats::count(&stats::EXPIRATIONS, lapsed.locks);
-        notify(ctx, c"pathlock.expired", key_name);
-    }
-    grants::deliver(ctx, key_name, lapsed.grants);
+    store.announce(Kind::Expire, lapsed.locks);
+    grants::deliver(store, lapsed.grants);
 }
 
 /// Takes the waiters that gave up out of the queue before anything else happens to the key, so
 /// they are never granted; their leaving may let later waiters in.
-fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project, now: u64) {
+fn purge_cancelled(store: &impl Store, project: &mut Project, now: u64) {
     // Nearly always nobody gave up: then this costs one load, not the registry's lock and the
     // key's database and name.
     if !registry::any_cancelled() {
         return;
     }
-    let cancelled = registry::take_cancelled(selected_db(ctx), key_name.as_slice());
+    let cancelled = registry::take_cancelled(store.db(), store.key());
     if cancelled.is_empty() {
         return;
     }
@@ -137,19 +132,19 @@ fn purge_cancelled(ctx: &Context, key_name: &RedisString, project: &mut Project,
         .flat_map(|id| project.cancel(now, id).1)
         .collect();
     // The expired locks a cancelled waiter's successors had in their way went first.
-    publish_lapsed(ctx, key_name, project);
-    grants::deliver(ctx, key_name, grants);
+    publish_lapsed(store, project);
+    grants::deliver(store, grants);
 }
 
 /// After every change: the INFO gauge, the expiry schedule, the background work and the fence
 /// mark follow the table.
-fn settle(ctx: &Context, key_name: &RedisString, project: &Project, before: Counts) {
+fn settle(store: &impl Store, project: &Project, before: Counts) {
     fences::observe(project.locks().next_fence());
     before.track(project);
-    schedule::schedule(ctx, key_name.as_slice(), project.locks().next_deadline());
-    if project.locks().has_background_work() {
-        schedule::pending(ctx, key_name.as_slice());
-    }
+    store.schedule(
+        project.locks().next_deadline(),
+        project.locks().has_background_work(),
+    );
 }
 
 /// A project's counts in the INFO gauges, taken before a change so that the gauges move by what
@@ -183,8 +178,8 @@ impl Counts {
 /// has passed. It changes nothing a client or a replica can see, so every server does it on
 /// its own, replicating nothing. Returns whether work is left; a name that holds no project
 /// has none.
-pub fn free_until(ctx: &Context, key_name: &RedisString, until: Instant) -> bool {
-    let more = store::maintain(ctx, key_name, |project| {
+pub fn free_until(store: &Redis, until: Instant) -> bool {
+    let more = store.maintain(|project| {
         let before = Counts::of(project);
         while Instant::now() < until {
             if project.locks_mut().free_some(FREED_PER_STEP) == 0 {

@@ -4,7 +4,7 @@
 //! server. What a contained panic costs is said at each call: a command answers an error, a
 //! load refuses the value, a callback skips its work; and the log says where it happened.
 //!
-//! Level 0: imports nothing of the crate; everything that Redis calls may import it.
+//! Level 0: imports nothing of the crate. Everything that Redis calls may import it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

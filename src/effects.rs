@@ -28,18 +28,27 @@
 //! same way. `EXPIRE now` alone (reclaim everything due) is only what older masters and AOF
 //! files hold; it is still applied, at the cost of everything it reclaims at once.
 //!
+//! Each effect's [`Kind`] names how a change of that kind is announced: its keyspace event and
+//! the INFO total it counts in. Whatever announces a change (a command, a grant, lazy or active
+//! expiry, an applied effect) goes through `store::Store::announce` with the kind, so the event
+//! names and the counters are written here alone.
+//!
 //! A `GRANT` or `FENCE` that would set a counter above the ceiling, which no server can have
 //! reached (`fences`), is refused before it touches anything ([`Effect::check_fences`]):
 //! effects come from a master or the AOF, but a damaged file or a forged stream must not raise
 //! the server's fence mark past what every new key could still grant from.
 //!
-//! Level 2: imports `errors`, `fences`, `propagation`. Used by `change`, `grants`, the writing commands and the harness.
+//! Level 2: imports `errors`, `fences`, `propagation`, `stats`. Used by `change`, `grants`,
+//! `store`, the writing commands and the harness.
+
+use std::ffi::CStr;
+use std::sync::atomic::AtomicU64;
 
 use pathlock_core::{Items, Mode, Note, Path, PathLimits, Project, Token, NOTE_CEILING};
 use redis_module::{raw, Context, RedisString};
 
 use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
-use crate::{fences, propagation};
+use crate::{fences, propagation, stats};
 
 pub const COMMAND: &std::ffi::CStr = c"PATHLOCK.EFFECT";
 
@@ -105,13 +114,59 @@ impl Word<'_> {
     }
 }
 
+/// What kind of change an effect records, and so how the change is announced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Grant,
+    Release,
+    Renew,
+    /// Lapsed locks reclaimed, by lazy or active expiry or an `EXPIRE` effect.
+    Expire,
+    /// A fence counter raised: nobody is told, and nothing is counted.
+    Fence,
+}
+
+impl Kind {
+    /// The keyspace event (of the module class) that announces a change of this kind.
+    pub fn event(self) -> Option<&'static CStr> {
+        match self {
+            Kind::Grant => Some(c"pathlock.acquire"),
+            Kind::Release => Some(c"pathlock.release"),
+            Kind::Renew => Some(c"pathlock.renew"),
+            Kind::Expire => Some(c"pathlock.expired"),
+            Kind::Fence => None,
+        }
+    }
+
+    /// The INFO total that counts the locks (for a grant, the grants) changed this way.
+    pub fn total(self) -> Option<&'static AtomicU64> {
+        match self {
+            Kind::Grant => Some(&stats::GRANTS),
+            Kind::Release => Some(&stats::RELEASES),
+            Kind::Renew => Some(&stats::RENEWALS),
+            Kind::Expire => Some(&stats::EXPIRATIONS),
+            Kind::Fence => None,
+        }
+    }
+}
+
 /// What applying an effect changed, for the keyspace event and the totals.
 pub struct Applied {
-    pub event: &'static std::ffi::CStr,
+    pub kind: Kind,
     pub count: usize,
 }
 
 impl Effect {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Effect::Grant { .. } => Kind::Grant,
+            Effect::Release { .. } => Kind::Release,
+            Effect::Renew { .. } => Kind::Renew,
+            Effect::Expire { .. } | Effect::ExpireOf { .. } => Kind::Expire,
+            Effect::Fence { .. } => Kind::Fence,
+        }
+    }
+
     /// The effect's words after the key, borrowed from the effect where they can be and with
     /// numbers formatted on the stack: replication runs once per grant, and a vector per word
     /// cost more than the rest of building the effect.
@@ -302,7 +357,7 @@ impl Effect {
     /// replica, or a server loading its AOF), so the queue is left alone.
     pub fn apply(&self, project: &mut Project) -> Applied {
         let table = project.locks_mut();
-        match self {
+        let count = match self {
             Effect::Grant {
                 token,
                 deadline,
@@ -311,37 +366,23 @@ impl Effect {
                 note,
             } => {
                 table.grant_noted(token, *deadline, *fence, items, note.as_ref());
-                Applied {
-                    event: c"pathlock.acquire",
-                    count: 1,
-                }
+                1
             }
-            Effect::Release { token, paths } => Applied {
-                event: c"pathlock.release",
-                count: table.release_decided(token, paths.as_deref()),
-            },
-            Effect::Renew { token, deadline } => Applied {
-                event: c"pathlock.renew",
-                count: table.renew_decided(token, *deadline),
-            },
-            Effect::Expire { now } => Applied {
-                event: c"pathlock.expired",
-                count: table.reclaim_expired(*now, false).locks,
-            },
-            Effect::ExpireOf { now, tokens } => Applied {
-                event: c"pathlock.expired",
-                count: tokens
-                    .iter()
-                    .map(|token| table.reclaim_expired_of(*now, token, false).locks)
-                    .sum(),
-            },
+            Effect::Release { token, paths } => table.release_decided(token, paths.as_deref()),
+            Effect::Renew { token, deadline } => table.renew_decided(token, *deadline),
+            Effect::Expire { now } => table.reclaim_expired(*now, false).locks,
+            Effect::ExpireOf { now, tokens } => tokens
+                .iter()
+                .map(|token| table.reclaim_expired_of(*now, token, false).locks)
+                .sum(),
             Effect::Fence { next } => {
                 table.raise_next_fence(*next);
-                Applied {
-                    event: c"",
-                    count: 0,
-                }
+                0
             }
+        };
+        Applied {
+            kind: self.kind(),
+            count,
         }
     }
 }

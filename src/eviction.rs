@@ -21,9 +21,9 @@
 //! changes `maxmemory` or `maxmemory-policy` (the server's config-change event), never per
 //! command: the commands read two atomics.
 //!
-//! Level 1: imports `config`, `stats`, `contain`. Used by `lib.rs` (load), the ACQUIRE handler,
-//! `change` (protection), `keytype` (a project leaving its key) and `events` (the `evicted`
-//! keyspace event).
+//! Level 1: imports `config`, `contain`, `errors`, `stats`. Used by `lib.rs` (load), the ACQUIRE
+//! handler, `store` (protection after every change), `keytype` (a project leaving its key) and
+//! `events` (the `evicted` keyspace event).
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};

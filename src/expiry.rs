@@ -4,7 +4,8 @@
 //! engine's `big`). Background work runs on every server, replicas included, since it changes
 //! nothing anyone sees; when there is some it keeps a quarter of each tick.
 //!
-//! Level 5: imports `change`, `schedule`, `slot`, `context`, `clock`, `contain`. Started by `lib.rs`.
+//! Level 6: imports `change`, `clock`, `contain`, `context`, `schedule`, `slot`, `store`. Started
+//! by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. Only a master acts, and not while clients are paused or
@@ -34,6 +35,7 @@ use redis_module::{raw, Context, ContextFlags, RedisString};
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
 use crate::context::in_db;
+use crate::store::Redis;
 use crate::{clock, schedule, slot};
 
 /// The next tick when the last one ran out of time with locks still due.
@@ -90,7 +92,7 @@ fn free_pending(ctx: &Context, until: Instant) -> bool {
         };
         let more = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            free_until(ctx, &name, until)
+            free_until(&Redis::new(ctx, &name), until)
         });
         if more {
             schedule::still_pending((db, key));
@@ -148,7 +150,7 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
         }
         let done = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            expire_until(ctx, &name, now, until)
+            expire_until(&Redis::new(ctx, &name), now, until)
         });
         if !done {
             break;

@@ -1,20 +1,18 @@
 //! What follows every grant, made at once or to a waiter, in one place: the effect for replicas
 //! and the AOF, the keyspace event, the counts in INFO, and for a waiter its reply.
 //!
-//! Level 3: imports `effects`, `context`, `registry`, `blocked`, `stats`. Called by the ACQUIRE
+//! Level 4: imports `blocked`, `effects`, `registry`, `stats`, `store`. Called by the ACQUIRE
 //! handler, `change` (grants made when expired locks or cancelled waiters leave) and `waits`.
 
 use pathlock_core::{Grant, Items, Note, Token};
-use redis_module::{Context, RedisString};
 
 use crate::blocked::Answer;
-use crate::context::notify;
-use crate::effects::Effect;
+use crate::effects::{Effect, Kind};
+use crate::store::Store;
 use crate::{blocked, registry, stats};
 
 pub fn granted(
-    ctx: &Context,
-    key: &RedisString,
+    store: &impl Store,
     token: Token,
     deadline: u64,
     fence: u64,
@@ -22,8 +20,7 @@ pub fn granted(
     note: Option<Note>,
 ) {
     announce(
-        ctx,
-        key,
+        store,
         &Effect::Grant {
             token,
             deadline,
@@ -35,15 +32,14 @@ pub fn granted(
 }
 
 /// Replicates a grant's effect, raises its keyspace event and counts it.
-fn announce(ctx: &Context, key: &RedisString, effect: &Effect) {
-    effect.replicate(ctx, key);
-    notify(ctx, c"pathlock.acquire", key);
-    stats::count(&stats::GRANTS, 1);
+fn announce(store: &impl Store, effect: &Effect) {
+    store.replicate(effect);
+    store.announce(Kind::Grant, 1);
 }
 
 /// Replicates and announces grants made for waiters, and unblocks their clients. The token
 /// goes from the grant to its effect and then to the reply, without a copy.
-pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
+pub fn deliver(store: &impl Store, grants: Vec<Grant>) {
     for grant in grants {
         let effect = Effect::Grant {
             token: grant.token,
@@ -52,7 +48,7 @@ pub fn deliver(ctx: &Context, key: &RedisString, grants: Vec<Grant>) {
             items: grant.items,
             note: grant.note,
         };
-        announce(ctx, key, &effect);
+        announce(store, &effect);
         stats::count(&stats::WAITS_GRANTED, 1);
         if let (Some(entry), Effect::Grant { token, .. }) = (registry::forget(grant.waiter), effect)
         {

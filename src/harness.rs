@@ -1,9 +1,10 @@
 //! The module's three byte-facing surfaces, run without a server, for the fuzz targets in
-//! `fuzz/` and for the unit tests that replay their corpus and every crasher found:
+//! `fuzz/` and for the unit tests that replay their corpus and every crasher found.
 //!
-//! * [`command`]: a client's argument vector through the same parsing (`args`), engine calls and
-//!   reply building (`reply`, `errors`) as the command handlers, ending with the conversion that
-//!   redis-module applies when it writes the reply;
+//! * [`command`]: a client's argument vector through the command handlers themselves, found in
+//!   the commands' table and run over projects in memory (`store::Memory`, the other side of the
+//!   storage seam from Redis), ending with the conversion that redis-module applies when it
+//!   writes the reply;
 //! * [`rdb`]: an RDB (or `RESTORE`) payload through the engine's decoder, held to the fence
 //!   bounds as `keytype` holds it, and lowered as `pathlock.lower-impossible-fences` loads it;
 //! * [`effect`]: `PATHLOCK.EFFECT` arguments as a replica or an AOF replay receives them, with
@@ -12,33 +13,24 @@
 //! Each panics, as a fuzz target must, when a promise breaks: a reply that redis-module could not
 //! write, an error that is not `ERR ...` printable ASCII, an engine whose indexes disagree, a
 //! round trip that changes what it carries, or an accepted payload or effect after which a new
-//! key could not be granted (its fences would start at or past 2^53). Built only for tests and with the `system-alloc`
-//! feature, never into the module Redis loads.
+//! key could not be granted (its fences would start at or past 2^53). Built only for tests and
+//! with the `system-alloc` feature, never into the module Redis loads.
 //!
-//! Level 3: imports `args`, `reply`, `effects`, `errors`, `fences`. Called by the fuzz
-//! targets and its own unit tests.
+//! Level 8: imports `commands`, `effects`, `fences`, `store`. Called by the fuzz targets and its
+//! own unit tests.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CString;
 
 use pathlock_core::persist::{self, ByteSink, ByteSource};
-use pathlock_core::{LockTable, Mode, Path, Project, Request, Token};
+use pathlock_core::{LockTable, Mode, Path, Project, Token};
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
+use crate::commands::{self, Command, COMMANDS};
 use crate::effects::Effect;
-use crate::errors::ERR_EFFECT_INTERNAL;
-use crate::{args, fences, reply};
-
-/// The commands a client may send, indexed by the first byte of a fuzz record.
-const COMMANDS: [&str; 7] = [
-    "PATHLOCK.ACQUIRE",
-    "PATHLOCK.RELEASE",
-    "PATHLOCK.RENEW",
-    "PATHLOCK.LOCKS",
-    "PATHLOCK.CHECK",
-    "PATHLOCK.EFFECT",
-    "PATHLOCK.WAITERS",
-];
+use crate::fences;
+use crate::store::Memory;
 
 /// Splits fuzz input into records of `[command byte, clock step in ms, argc, (len, bytes)*]`.
 /// Every input decodes to something; a record cut short takes what is there.
@@ -62,139 +54,45 @@ fn records(data: &[u8]) -> Vec<(u8, u64, Vec<&[u8]>)> {
     records
 }
 
-/// Runs a sequence of commands, as records, against projects held in memory.
+/// Runs a sequence of commands, as records, against projects held in memory: each record's
+/// first byte picks a row of `commands::COMMANDS`, whose handler runs over `store::Memory` as
+/// it runs over Redis, through the same arity check, `change` (lazy expiry, replication of what
+/// it reclaimed, the fence mark) and reply.
 pub fn command(data: &[u8]) {
-    let mut projects: HashMap<Vec<u8>, Project> = HashMap::new();
+    let projects = RefCell::new(HashMap::new());
     let mut now = 1_700_000_000_000;
     for (command, step, words) in records(data) {
         now += step;
-        let name = COMMANDS[usize::from(command) % COMMANDS.len()];
-        let result = reply::safe(run(&mut projects, now, name, &words));
+        let command = &COMMANDS[usize::from(command) % COMMANDS.len()];
+        let result = run(&projects, now, command, &words);
         check_reply(&result);
-        for project in projects.values() {
+        for project in projects.borrow().values() {
             if let Err(problem) = project.locks().check_integrity() {
-                panic!("{name} left a table whose indexes disagree: {problem}");
+                panic!(
+                    "{} left a table whose indexes disagree: {problem}",
+                    command.name.to_string_lossy()
+                );
             }
         }
     }
 }
 
-/// One command, as its handler runs it: arity, then parsing, then the engine, then the reply.
-/// `argv[0]` is the command name, so `words` starts at the key.
+/// One command, as Redis runs it; `words` are its arguments after its name, the key first.
 fn run(
-    projects: &mut HashMap<Vec<u8>, Project>,
+    projects: &RefCell<HashMap<Vec<u8>, Project>>,
     now: u64,
-    name: &str,
+    command: &Command,
     words: &[&[u8]],
 ) -> RedisResult {
-    let (arity, exact) = match name {
-        "PATHLOCK.ACQUIRE" | "PATHLOCK.CHECK" => (4, false),
-        "PATHLOCK.RELEASE" | "PATHLOCK.EFFECT" => (3, false),
-        "PATHLOCK.RENEW" => (4, true),
-        _ => (2, false),
+    let argv: Vec<&[u8]> = std::iter::once(command.name.to_bytes())
+        .chain(words.iter().copied())
+        .collect();
+    let memory = Memory {
+        projects,
+        key: words.first().copied().unwrap_or_default(),
+        now,
     };
-    let argc = words.len() + 1;
-    let most = match name {
-        "PATHLOCK.LOCKS" => 5,
-        "PATHLOCK.WAITERS" => 3,
-        _ => usize::MAX,
-    };
-    if argc < arity || (exact && argc != arity) || argc > most {
-        return Err(RedisError::WrongArity);
-    }
-    let key = words[0].to_vec();
-    let rest = &words[1..];
-    match name {
-        "PATHLOCK.ACQUIRE" => {
-            let request = args::acquire(rest)?;
-            let token = request.token.unwrap_or_else(Token::generate);
-            let project = projects.entry(key).or_default();
-            project.reclaim_lazily(now, None, 2);
-            let granted = project.acquire_request(
-                now,
-                &Request {
-                    token: &token,
-                    generated: false,
-                    ttl: request.ttl,
-                    items: &request.items,
-                    note: request.note.as_ref(),
-                },
-            );
-            let reply = match granted {
-                Some(fence) => reply::grant(&token, fence),
-                None => RedisValue::Null,
-            };
-            // Nobody replicates here: what lazy expiry reclaimed is only dropped.
-            project.take_lapsed();
-            Ok(reply)
-        }
-        "PATHLOCK.RELEASE" => {
-            let token = args::token(rest[0])?;
-            let paths = args::paths(&rest[1..])?;
-            let freed = projects.get_mut(&key).map_or(0, |project| {
-                project.reclaim_lazily(now, None, 2);
-                let freed = project.release(now, &token, paths.as_deref()).0;
-                project.take_lapsed();
-                freed
-            });
-            Ok(RedisValue::Integer(freed as i64))
-        }
-        "PATHLOCK.RENEW" => {
-            let token = args::token(rest[0])?;
-            let ttl = args::ttl_ms(rest[1])?;
-            let renewed = projects.get_mut(&key).map_or(0, |project| {
-                project.reclaim_lazily(now, None, 2);
-                let (renewed, _) = project.renew(now, &token, now.saturating_add(ttl));
-                project.take_lapsed();
-                renewed
-            });
-            Ok(RedisValue::Integer(renewed as i64))
-        }
-        "PATHLOCK.LOCKS" => {
-            let request = args::locks(rest)?;
-            let locks = projects
-                .get(&key)
-                .map(|project| match &request.token {
-                    Some(token) => project.locks().locks_of_token(now, &request.under, token),
-                    None => project.locks().locks(now, &request.under),
-                })
-                .unwrap_or_default();
-            Ok(reply::lock_entries(&locks, now))
-        }
-        "PATHLOCK.WAITERS" => {
-            // Nobody waits without a server; the listing still parses and replies.
-            let under = args::under(rest.first().copied())?;
-            let entries: Vec<reply::WaiterEntry> = projects
-                .get(&key)
-                .map(|project| {
-                    project
-                        .waiters_under(&under)
-                        .into_iter()
-                        .map(|(_, waiter)| reply::WaiterEntry {
-                            waiter,
-                            waited_ms: 0,
-                            left_ms: 0,
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            Ok(reply::waiter_entries(&entries))
-        }
-        "PATHLOCK.CHECK" => {
-            let request = args::check(rest)?;
-            let blockers = projects
-                .get(&key)
-                .map(|project| {
-                    project
-                        .locks()
-                        .blockers(now, request.token.as_ref(), &request.items)
-                })
-                .unwrap_or_default();
-            Ok(reply::lock_entries(&blockers, now))
-        }
-        // A client's PATHLOCK.EFFECT is refused before anything else.
-        _ => Err(RedisError::Str(ERR_EFFECT_INTERNAL)),
-    }
+    commands::run_in_memory(command, &memory, &argv)
 }
 
 /// Writes nothing, but converts every part of a reply exactly as redis-module's
@@ -446,12 +344,15 @@ mod checks {
 
     #[test]
     fn the_two_byte_mode_is_answered_with_an_escaped_error() {
-        let result = super::reply::safe(super::run(
-            &mut Default::default(),
+        let result = super::run(
+            &Default::default(),
             0,
-            "PATHLOCK.ACQUIRE",
+            super::COMMANDS
+                .iter()
+                .find(|c| c.name == c"PATHLOCK.ACQUIRE")
+                .expect("ACQUIRE is a command"),
             &[b"k", "\u{100}".as_bytes(), b"/a"],
-        ));
+        );
         super::check_reply(&result);
         let Err(error) = result else {
             panic!("an invalid mode was granted")

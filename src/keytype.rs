@@ -1,9 +1,9 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `registry`, `stats`, `contain`, `fences`, `eviction`, `clock`, `config`,
-//! `errors`. Its callbacks are called by Redis; `store` and `events` use its type handle. A
-//! value leaving its key only queues a signal in `registry`; it never calls into the waiting
-//! machinery.
+//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`, `registry`,
+//! `selected_db`, `stats`. Its callbacks are called by Redis; `store` and `events` use its type
+//! handle. A value leaving its key only queues a signal in `registry`; it never calls into the
+//! waiting machinery.
 //!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
 //! only carries its items through `RedisModule_Save*`/`Load*`, so the checks that refuse a

@@ -1,21 +1,26 @@
 //! pathlock: hierarchical path locks for Redis.
 //!
 //! The engine lives in the `pathlock-core` crate and knows nothing of Redis. This crate adapts
-//! it: `commands/` holds the thin command handlers, `args.rs` the parsing of client arguments,
+//! it: `commands/` declares every command in one table and holds its handlers, `args.rs` the
+//! parsing of client arguments,
 //! `keytype.rs` the `path-lock` type's callbacks, `config.rs` the module configs and
 //! `errors.rs` every error a client can see.
 
-// The modules by level: each imports only from lower levels (`make lint` runs
-// `scripts/import-cycles.py`, which fails on an import circle and prints these levels).
-// ARCHITECTURE.md's file map says what each holds.
+// The modules by level: each imports only from lower levels, and this file from any (`harness`
+// is built for tests and fuzzing only). `make lint` runs `scripts/import-cycles.py`, which fails
+// on an import circle and when these lines, a file header's level sentence or the table of the
+// files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
+// rewrites them.
 //
 // 0  config, contain, context, docs, errors, fences, slot, stats
 // 1  args, clock, eviction, propagation, registry, reply, selected_db
 // 2  blocked, effects, keytype, schedule
-// 3  events, grants, info, store (and harness, for tests and fuzzing)
-// 4  change
-// 5  expiry, waits
-// 6  commands, then this file
+// 3  events, info, store
+// 4  grants
+// 5  change
+// 6  expiry, waits
+// 7  commands
+// 8  harness
 mod args;
 mod blocked;
 mod change;
@@ -78,7 +83,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         eviction::refresh(ctx);
         // The registry of waiters queues signals; the waits layer above it works them off.
         registry::set_worker(ctx, waits::work_off_signals);
-        docs::register(ctx);
+        commands::describe(ctx);
         Status::Ok
     })
 }

@@ -3,8 +3,8 @@
 //! redis-module. The one
 //! exception is `send_grant`, the hot path's grant written straight to the client.
 //!
-//! Level 1: imports `errors`. Called by the command handlers, the blocked-client reply callback
-//! and the fuzz harness.
+//! Level 1: imports `errors`. Called by the command handlers (for Redis and for the fuzz
+//! harness alike) and the blocked-client reply callback.
 
 use pathlock_core::{LockInfo, Note, Token, Waiter};
 use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};

@@ -1,91 +1,271 @@
-//! The one way to open a project key: the type check, and the creation of a missing project.
+//! The storage seam: the one way to open a project key, and what else a change of one key needs
+//! from where it runs (its clock and whether it decides, replication, the keyspace event, the
+//! expiry schedule). The [`Store`] trait names it; [`Redis`] is a key of the server's keyspace,
+//! opened through the module API, and [`Memory`] (tests and fuzzing only) a map of projects in
+//! memory, on which the fuzz harness runs the very handlers and `change` that Redis runs. Both are
+//! generic parameters, never trait objects, so Redis's path is compiled as if it called the
+//! module API directly.
+//!
+//! Level 3: imports `clock`, `context`, `effects`, `errors`, `eviction`, `fences`, `keytype`,
+//! `schedule`, `stats`. Used by `change`, `grants`, `waits`, `expiry`, the commands and the
+//! harness.
 //!
 //! A project key created by a master starts its fences where `fences` says, above every fence
 //! this server has seen and above the clock floor; a replica or an AOF replay creates it at 1
 //! and the `GRANT` effect that comes with it sets the master's fence.
-//!
-//! Level 3: imports `keytype`, `errors`, `stats`, `fences`, `context`, `clock`. Called by `change` (writes) and the reading
-//! commands (`LOCKS`, `CHECK`).
 //!
 //! A key's LRU/LFU clock (`OBJECT IDLETIME`, `OBJECT FREQ`, what `maxmemory` eviction reads)
 //! moves only when a client's command writes it, as a `SET` moves it. The reading commands
 //! inspect a key as `TTL` or `TYPE` do, without touching it, and the module's own work (the
 //! expiry cycle, the signal worker, a waiter's timeout) opens keys with `NOTOUCH` too.
 
+use std::ffi::CStr;
+
 use pathlock_core::Project;
 use redis_module::key::KeyFlags;
 use redis_module::{Context, RedisError, RedisString};
 
-use crate::context::{decides, in_command};
+use crate::context::{decides, in_command, notify, selected_db};
+use crate::effects::{Effect, Kind};
 use crate::errors::wrong_type;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{clock, fences, stats};
+use crate::{clock, eviction, fences, schedule, stats};
 
-/// Runs `write` on the project stored under `key_name`. A missing key is created when `create`
-/// is set, and otherwise answers `Ok(None)`; a key of another type answers `WRONGTYPE`, naming
-/// the key.
-pub fn write<R>(
-    ctx: &Context,
-    key_name: &RedisString,
-    create: bool,
-    write: impl FnOnce(&mut Project) -> R,
-) -> Result<Option<R>, RedisError> {
-    let touch = if in_command(ctx) {
-        KeyFlags::empty()
-    } else {
-        KeyFlags::NOTOUCH
-    };
-    let key = ctx.open_key_writable_with_flags(key_name, touch);
-    let wrong_type = |_| RedisError::String(wrong_type(key_name.as_slice()));
-    if let Some(project) = key
-        .get_value::<Project>(&PATHLOCK_TYPE)
-        .map_err(wrong_type)?
-    {
-        return Ok(Some(write(project)));
+/// One project key and where it lives: what `change`, `grants` and the handlers use to open it,
+/// and to replicate, announce and schedule what they did to it.
+pub trait Store {
+    /// The key's name.
+    fn key(&self) -> &[u8];
+    /// The database the key is in.
+    fn db(&self) -> i32;
+    /// The time decisions use, in milliseconds (`clock`).
+    fn now_ms(&self) -> u64;
+    /// Whether this call decides, rather than applies a master's decision (`context::decides`).
+    fn decides(&self) -> bool;
+    /// Runs `write` on the project. A missing key is created when `create` is set, and otherwise
+    /// answers `Ok(None)`; a key of another type answers `WRONGTYPE`, naming the key.
+    fn write<R>(
+        &self,
+        create: bool,
+        write: impl FnOnce(&mut Project) -> R,
+    ) -> Result<Option<R>, RedisError>;
+    /// Runs `read` on the project without changing it; a missing key answers `Ok(None)`. Expired
+    /// locks stay in place (a replica must not reclaim them); the engine's reading methods hide
+    /// them.
+    fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError>;
+    /// Sends an effect to replicas and the AOF.
+    fn replicate(&self, effect: &Effect);
+    /// Raises a keyspace event on the key.
+    fn notify(&self, event: &'static CStr);
+    /// After a change: the key's earliest deadline for the expiry cycle, and whether it has
+    /// background work.
+    fn schedule(&self, next_deadline: Option<u64>, background_work: bool);
+    /// After a change: marks the key as just used where the eviction policy reads it.
+    fn protect(&self);
+
+    /// Counts `count` changes of `kind` in INFO and announces them with the kind's keyspace
+    /// event; nothing when there were none.
+    fn announce(&self, kind: Kind, count: usize) {
+        if count == 0 {
+            return;
+        }
+        if let Some(total) = kind.total() {
+            stats::count(total, count);
+        }
+        if let Some(event) = kind.event() {
+            self.notify(event);
+        }
     }
-    if !create {
-        return Ok(None);
-    }
+}
+
+/// A project as a key is created with: on a master, fences above every one this server has seen
+/// and above the clock floor (`fences`).
+fn created(store: &impl Store) -> Project {
     let mut project = Project::new();
-    if decides(ctx) {
+    if store.decides() {
         project
             .locks_mut()
-            .raise_next_fence(fences::first(clock::now_ms(ctx)));
+            .raise_next_fence(fences::first(store.now_ms()));
     }
-    key.set_value(&PATHLOCK_TYPE, project)?;
-    stats::track(&stats::KEYS, 0, 1);
-    Ok(key
-        .get_value::<Project>(&PATHLOCK_TYPE)
-        .map_err(wrong_type)?
-        .map(write))
+    project
 }
 
-/// Runs `maintain` on the project stored under `key_name`, if there is one, for work that
-/// changes nothing a client sees (freeing a buried owner's locks): the key is opened without
-/// touching its LRU/LFU, as a client's access would, and without creating it.
-pub fn maintain<R>(
-    ctx: &Context,
-    key_name: &RedisString,
-    maintain: impl FnOnce(&mut Project) -> R,
-) -> Result<Option<R>, RedisError> {
-    let key = ctx.open_key_writable_with_flags(key_name, KeyFlags::NOTOUCH);
-    let project = key
-        .get_value::<Project>(&PATHLOCK_TYPE)
-        .map_err(|_| RedisError::String(wrong_type(key_name.as_slice())))?;
-    Ok(project.map(maintain))
+/// A key of the server's keyspace, in the context's selected database.
+#[derive(Clone, Copy)]
+pub struct Redis<'a> {
+    pub ctx: &'a Context,
+    pub key: &'a RedisString,
 }
 
-/// Runs `read` on a project without changing it; a missing key answers `Ok(None)`. Expired
-/// locks stay in place (a replica must not reclaim them); the engine's reading methods hide
-/// them.
-pub fn read<R>(
-    ctx: &Context,
-    key_name: &RedisString,
-    read: impl FnOnce(&Project) -> R,
-) -> Result<Option<R>, RedisError> {
-    let key = ctx.open_key_with_flags(key_name, KeyFlags::NOTOUCH);
-    let project = key
-        .get_value::<Project>(&PATHLOCK_TYPE)
-        .map_err(|_| RedisError::String(wrong_type(key_name.as_slice())))?;
-    Ok(project.map(read))
+impl<'a> Redis<'a> {
+    pub fn new(ctx: &'a Context, key: &'a RedisString) -> Redis<'a> {
+        Redis { ctx, key }
+    }
+
+    /// Runs `maintain` on the project, if there is one, for work that changes nothing a client
+    /// sees (freeing a buried owner's locks): the key is opened without touching its LRU/LFU, as
+    /// a client's access would, and without creating it.
+    pub fn maintain<R>(
+        &self,
+        maintain: impl FnOnce(&mut Project) -> R,
+    ) -> Result<Option<R>, RedisError> {
+        let key = self
+            .ctx
+            .open_key_writable_with_flags(self.key, KeyFlags::NOTOUCH);
+        let project = key
+            .get_value::<Project>(&PATHLOCK_TYPE)
+            .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
+        Ok(project.map(maintain))
+    }
+}
+
+impl Store for Redis<'_> {
+    #[inline]
+    fn key(&self) -> &[u8] {
+        self.key.as_slice()
+    }
+
+    #[inline]
+    fn db(&self) -> i32 {
+        selected_db(self.ctx)
+    }
+
+    #[inline]
+    fn now_ms(&self) -> u64 {
+        clock::now_ms(self.ctx)
+    }
+
+    #[inline]
+    fn decides(&self) -> bool {
+        decides(self.ctx)
+    }
+
+    fn write<R>(
+        &self,
+        create: bool,
+        write: impl FnOnce(&mut Project) -> R,
+    ) -> Result<Option<R>, RedisError> {
+        let touch = if in_command(self.ctx) {
+            KeyFlags::empty()
+        } else {
+            KeyFlags::NOTOUCH
+        };
+        let key = self.ctx.open_key_writable_with_flags(self.key, touch);
+        let wrong_type = |_| RedisError::String(wrong_type(self.key.as_slice()));
+        if let Some(project) = key
+            .get_value::<Project>(&PATHLOCK_TYPE)
+            .map_err(wrong_type)?
+        {
+            return Ok(Some(write(project)));
+        }
+        if !create {
+            return Ok(None);
+        }
+        key.set_value(&PATHLOCK_TYPE, created(self))?;
+        stats::track(&stats::KEYS, 0, 1);
+        Ok(key
+            .get_value::<Project>(&PATHLOCK_TYPE)
+            .map_err(wrong_type)?
+            .map(write))
+    }
+
+    fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {
+        let key = self.ctx.open_key_with_flags(self.key, KeyFlags::NOTOUCH);
+        let project = key
+            .get_value::<Project>(&PATHLOCK_TYPE)
+            .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
+        Ok(project.map(read))
+    }
+
+    #[inline]
+    fn replicate(&self, effect: &Effect) {
+        effect.replicate(self.ctx, self.key);
+    }
+
+    #[inline]
+    fn notify(&self, event: &'static CStr) {
+        notify(self.ctx, event, self.key);
+    }
+
+    #[inline]
+    fn schedule(&self, next_deadline: Option<u64>, background_work: bool) {
+        schedule::schedule(self.ctx, self.key.as_slice(), next_deadline);
+        if background_work {
+            schedule::pending(self.ctx, self.key.as_slice());
+        }
+    }
+
+    #[inline]
+    fn protect(&self) {
+        eviction::protect(self.ctx, self.key);
+    }
+}
+
+/// Projects held in a map, for the fuzz harness and the unit tests: one key of the map, at the
+/// time `now`, on a server that decides (a master), where nothing listens to replication or
+/// events and nothing is scheduled. Every effect the code replicates must read back as itself,
+/// as a replica would read it.
+#[cfg(any(test, feature = "system-alloc"))]
+pub struct Memory<'a> {
+    pub projects: &'a std::cell::RefCell<std::collections::HashMap<Vec<u8>, Project>>,
+    pub key: &'a [u8],
+    pub now: u64,
+}
+
+#[cfg(any(test, feature = "system-alloc"))]
+impl Store for Memory<'_> {
+    fn key(&self) -> &[u8] {
+        self.key
+    }
+
+    fn db(&self) -> i32 {
+        0
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now
+    }
+
+    fn decides(&self) -> bool {
+        true
+    }
+
+    fn write<R>(
+        &self,
+        create: bool,
+        write: impl FnOnce(&mut Project) -> R,
+    ) -> Result<Option<R>, RedisError> {
+        let mut projects = self.projects.borrow_mut();
+        if let Some(project) = projects.get_mut(self.key) {
+            return Ok(Some(write(project)));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let project = projects.entry(self.key.to_vec()).or_insert(created(self));
+        Ok(Some(write(project)))
+    }
+
+    fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {
+        Ok(self.projects.borrow().get(self.key).map(read))
+    }
+
+    fn replicate(&self, effect: &Effect) {
+        let words = effect.words();
+        let words: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        let again = Effect::parse(&words).unwrap_or_else(|e| {
+            panic!("{effect:?} was replicated as words a replica refuses: {e}")
+        });
+        assert_eq!(
+            again.words(),
+            effect.words(),
+            "{effect:?} was replicated as another effect"
+        );
+    }
+
+    fn notify(&self, _event: &'static CStr) {}
+
+    fn schedule(&self, _next_deadline: Option<u64>, _background_work: bool) {}
+
+    fn protect(&self) {}
 }

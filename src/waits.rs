@@ -1,9 +1,9 @@
 //! Blocking `ACQUIRE ... WAIT ms`: queueing a waiter, its timeout, and working off the signals
 //! that the rest of the module queued about waiters.
 //!
-//! Level 5: imports `change`, `store`, `grants`, `registry`, `blocked`, `context`, `clock`,
-//! `stats`, `errors`, `slot`, `contain`. Called by the ACQUIRE handler (`block`); `lib.rs` registers `work_off_signals` as
-//! the registry's worker.
+//! Level 6: imports `blocked`, `change`, `clock`, `contain`, `context`, `errors`, `grants`,
+//! `registry`, `slot`, `stats`, `store`. Called by the ACQUIRE handler (`block`, through
+//! `commands::Call`); `lib.rs` registers `work_off_signals` as the registry's worker.
 //!
 //! The engine decides who waits and who is granted (`pathlock_core::Project`); this file ties
 //! its waiter ids to Redis's blocked clients. A waiter is granted inside the change that freed
@@ -26,7 +26,8 @@ use crate::errors::{
 };
 use crate::registry::Away;
 use crate::slot::key_slot;
-use crate::{blocked, clock, grants, registry, stats, store};
+use crate::store::{Redis, Store};
+use crate::{blocked, clock, grants, registry, stats};
 
 /// Blocks the calling client until `waiter` is granted or `timeout_ms` passes, and queues it in
 /// `project`. Returns false when Redis would not block the client.
@@ -119,8 +120,9 @@ fn time_out(ctx: &Context, id: u64) {
     in_db(ctx, entry.db, || {
         let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
         let now = clock::now_ms(ctx);
-        if let Ok(Some(grants)) = change(ctx, &name, false, |p| p.cancel(now, id).1) {
-            grants::deliver(ctx, &name, grants);
+        let key = Redis::new(ctx, &name);
+        if let Ok(Some(grants)) = change(&key, false, |p| p.cancel(now, id).1) {
+            grants::deliver(&key, grants);
         }
     });
 }
@@ -158,7 +160,8 @@ pub fn work_off_signals(ctx: &Context) {
         for (db, key) in signals.moved {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
-                if let Ok(Some(strays)) = change(ctx, &name, false, |p| take_strays(db, &key, p)) {
+                let moved = change(&Redis::new(ctx, &name), false, |p| take_strays(db, &key, p));
+                if let Ok(Some(strays)) = moved {
                     away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
                 }
             });
@@ -187,8 +190,9 @@ pub fn work_off_signals(ctx: &Context) {
         for (db, key, id) in signals.cancelled {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
-                if let Ok(Some(grants)) = change(ctx, &name, false, |p| p.cancel(now, id).1) {
-                    grants::deliver(ctx, &name, grants);
+                let key = Redis::new(ctx, &name);
+                if let Ok(Some(grants)) = change(&key, false, |p| p.cancel(now, id).1) {
+                    grants::deliver(&key, grants);
                 }
             });
         }
@@ -237,7 +241,7 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
                 // The queue goes with its waiters; nobody is granted on a replica.
                 in_db(ctx, entry.db, || {
                     let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
-                    let _ = store::write(ctx, &name, false, |p| drop(p.take_waiters()));
+                    let _ = Redis::new(ctx, &name).write(false, |p| drop(p.take_waiters()));
                 });
                 ERR_UNBLOCKED.to_string()
             }
@@ -298,7 +302,8 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         answer(id, ERR_TRYAGAIN.to_string());
         return;
     }
-    let outcome = change(ctx, &name, true, |p| {
+    let store = Redis::new(ctx, &name);
+    let outcome = change(&store, true, |p| {
         let request = Request {
             token: &waiter.token,
             generated: false,
@@ -322,7 +327,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         }
     });
     match outcome {
-        Ok(Some(grants)) => grants::deliver(ctx, &name, grants),
+        Ok(Some(grants)) => grants::deliver(&store, grants),
         Ok(None) => {}
         // Another value took the name meanwhile.
         Err(error) => answer(id, error.to_string()),

@@ -1,11 +1,13 @@
-use pathlock_core::{Request, Token, Waiter};
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+//! `PATHLOCK.ACQUIRE`: grants locks at once, blocks the client until they can be granted
+//! (`WAIT`), or answers nil.
 
+use pathlock_core::{Request, Token, Waiter};
+use redis_module::{RedisError, RedisResult, RedisValue};
+
+use super::Call;
 use crate::change::change;
-use crate::clock::now_ms;
-use crate::context::may_block;
 use crate::errors::ERR_FENCES_EXHAUSTED;
-use crate::{args, eviction, fences, grants, reply, stats, waits};
+use crate::{args, eviction, fences, grants, stats};
 
 enum Outcome {
     Granted(u64),
@@ -15,19 +17,16 @@ enum Outcome {
 }
 
 /// PATHLOCK.ACQUIRE key [TOKEN token] [TTL ms] [WAIT ms] [NOTE note] mode path [mode path ...]
-pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
-    if words.len() < 4 {
-        return Err(RedisError::WrongArity);
-    }
+pub fn acquire(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     if let Some(refusal) = eviction::refusal() {
         return Err(RedisError::String(refusal));
     }
     let request = args::acquire(&words[2..])?;
     let generated = request.token.is_none();
     let token = request.token.unwrap_or_else(Token::generate);
-    let now = now_ms(ctx);
-    let wait = if may_block(ctx) { request.wait } else { 0 };
-    let outcome = change(ctx, key, true, |project| {
+    let now = call.now_ms();
+    let wait = if call.may_block() { request.wait } else { 0 };
+    let outcome = change(call, true, |project| {
         if project.locks().next_fence() >= fences::LIMIT {
             return Outcome::Exhausted;
         }
@@ -50,7 +49,7 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
                     items: request.items.clone(),
                     note: request.note.clone(),
                 };
-                if waits::block(ctx, key, project, waiter, wait) {
+                if call.block(project, waiter, wait) {
                     Outcome::Waiting
                 } else {
                     Outcome::Refused
@@ -69,16 +68,8 @@ pub fn acquire(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult
             return Ok(RedisValue::Null);
         }
     };
-    let reply = reply::send_grant(ctx, &token, fence);
+    let reply = call.reply_grant(&token, fence);
     let deadline = now.saturating_add(request.ttl);
-    grants::granted(
-        ctx,
-        key,
-        token,
-        deadline,
-        fence,
-        request.items,
-        request.note,
-    );
+    grants::granted(call, token, deadline, fence, request.items, request.note);
     Ok(reply)
 }

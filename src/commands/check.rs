@@ -1,21 +1,20 @@
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+//! `PATHLOCK.CHECK`: the live locks that would block a request now.
 
-use crate::args;
-use crate::clock::now_ms;
-use crate::{reply, store};
+use redis_module::RedisResult;
+
+use super::Call;
+use crate::{args, reply};
 
 /// PATHLOCK.CHECK key [TOKEN token] mode path [mode path ...]
-pub fn check(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
-    if words.len() < 4 {
-        return Err(RedisError::WrongArity);
-    }
+pub fn check(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     let request = args::check(&words[2..])?;
-    let now = now_ms(ctx);
-    let blockers = store::read(ctx, key, |project| {
-        project
-            .locks()
-            .blockers(now, request.token.as_ref(), &request.items)
-    })?
-    .unwrap_or_default();
+    let now = call.now_ms();
+    let blockers = call
+        .read(|project| {
+            project
+                .locks()
+                .blockers(now, request.token.as_ref(), &request.items)
+        })?
+        .unwrap_or_default();
     Ok(reply::lock_entries(&blockers, now))
 }

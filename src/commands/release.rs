@@ -1,30 +1,27 @@
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+//! `PATHLOCK.RELEASE`: frees an owner's locks, and lets in the waiters they held up.
 
+use redis_module::{RedisResult, RedisValue};
+
+use super::Call;
 use crate::change::change;
-use crate::clock::now_ms;
-use crate::context::notify;
-use crate::effects::Effect;
-use crate::{args, grants, stats};
+use crate::effects::{Effect, Kind};
+use crate::{args, grants};
 
 /// PATHLOCK.RELEASE key token [path ...]
-pub fn release(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
-    if words.len() < 3 {
-        return Err(RedisError::WrongArity);
-    }
+pub fn release(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     let token = args::token(words[2])?;
     let paths = args::paths(&words[3..])?;
-    let now = now_ms(ctx);
-    let (freed, grants) = change(ctx, key, false, |project| {
+    let now = call.now_ms();
+    let (freed, grants) = change(call, false, |project| {
         project.release(now, &token, paths.as_deref())
     })?
     .unwrap_or_default();
     if freed > 0 {
-        stats::count(&stats::RELEASES, freed);
-        Effect::Release { token, paths }.replicate(ctx, key);
-        notify(ctx, c"pathlock.release", key);
+        call.replicate(&Effect::Release { token, paths });
+        call.announce(Kind::Release, freed);
     }
     // The waiters let in, by the release or by the caller's own lapsed locks (which leave even
     // when nothing live is released), after the release.
-    grants::deliver(ctx, key, grants);
+    grants::deliver(call, grants);
     Ok(RedisValue::Integer(freed as i64))
 }

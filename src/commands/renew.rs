@@ -1,30 +1,25 @@
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+//! `PATHLOCK.RENEW`: moves an owner's lease.
 
+use redis_module::{RedisResult, RedisValue};
+
+use super::Call;
 use crate::change::change;
-use crate::clock::now_ms;
-use crate::context::notify;
-use crate::effects::Effect;
-use crate::{args, grants, stats};
+use crate::effects::{Effect, Kind};
+use crate::{args, grants};
 
 /// PATHLOCK.RENEW key token ms
-pub fn renew(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
-    if words.len() != 4 {
-        return Err(RedisError::WrongArity);
-    }
+pub fn renew(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     let token = args::token(words[2])?;
     let ttl = args::ttl_ms(words[3])?;
-    let now = now_ms(ctx);
+    let now = call.now_ms();
     let deadline = now.saturating_add(ttl);
-    let (renewed, grants) = change(ctx, key, false, |project| {
-        project.renew(now, &token, deadline)
-    })?
-    .unwrap_or_default();
+    let (renewed, grants) =
+        change(call, false, |project| project.renew(now, &token, deadline))?.unwrap_or_default();
     if renewed > 0 {
-        stats::count(&stats::RENEWALS, renewed);
-        Effect::Renew { token, deadline }.replicate(ctx, key);
-        notify(ctx, c"pathlock.renew", key);
+        call.replicate(&Effect::Renew { token, deadline });
+        call.announce(Kind::Renew, renewed);
     }
     // The waiters that the caller's own lapsed locks let in, after the renewal.
-    grants::deliver(ctx, key, grants);
+    grants::deliver(call, grants);
     Ok(RedisValue::Integer(renewed as i64))
 }

@@ -1,17 +1,17 @@
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+//! `PATHLOCK.WAITERS`: the requests waiting at or under a path, in queue order.
 
+use redis_module::{RedisResult, RedisValue};
+
+use super::Call;
 use crate::reply::WaiterEntry;
-use crate::{args, registry, reply, store};
+use crate::{args, registry, reply};
 
 /// PATHLOCK.WAITERS key [path]
-pub fn waiters(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> RedisResult {
-    if !(2..=3).contains(&words.len()) {
-        return Err(RedisError::WrongArity);
-    }
+pub fn waiters(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     let under = args::under(words.get(2).copied())?;
     // Waits are timed on the registry's clock, which the wall clock's jumps do not move.
     let now = registry::monotonic_us();
-    let listed = store::read(ctx, key, |project| {
+    let listed = call.read(|project| {
         let waiting = project.waiters_under(&under);
         let ids: Vec<u64> = waiting.iter().map(|(id, _)| *id).collect();
         // A waiter the registry no longer knows gave up; its queue forgets it at the key's
