@@ -8,7 +8,7 @@ export PATHLOCK_MODULE := $(MODULE)
 
 .PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-instructions fuzz clean dist test-dist
 
-# The servers of the README's compatibility table. `make test` runs the integration tests on each,
+# The servers of the compatibility table (docs/operations.md). `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
 # Valkey 9.1 instead of redis-server (also SERVER=valkey-8.1, SERVER=redis-8.0, or
 # SERVER=/path/to/server). Redis 8.0 is built from Debian's source package (scripts/deps.sh redis8).
@@ -87,8 +87,8 @@ test-cluster: build
 
 # Redis's own test suite (the units in scripts/redis-suite.sh) with the module loaded, on Redis 7.0
 # (Debian's redis-server, with the tests of its source package) and Redis 8.0 (built from Debian's
-# source package), each from its own source tree in .deps/. Not in `make test`; see the README
-# (Compatibility) for its time. SUITE_MODULE=no runs the same suite without the module.
+# source package), each from its own source tree in .deps/. Not in `make test`; see
+# docs/operations.md (Redis's own test suite) for its time. SUITE_MODULE=no runs the same suite without the module.
 test-redis-suite: build
 	@scripts/deps.sh suite
 	scripts/redis-suite.sh $(if $(filter no,$(SUITE_MODULE)),--without-module,$(MODULE))
@@ -145,6 +145,7 @@ lint:
 	@scripts/deps.sh build
 	$(CARGO) fmt --all -- --check
 	python3 scripts/import-cycles.py src core/src clients/rust/src clients/python/src/pathlock clients/node/src
+	python3 scripts/check-links.py
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 clean:

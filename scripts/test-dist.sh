@@ -66,7 +66,7 @@ say "$(basename "$deb"): Version $version, Depends: $depends"
 
 if command -v lintian >/dev/null 2>&1; then
     # initial-upload-closes-no-bugs asks a package's first upload to Debian to close its ITP bug;
-    # this package is not uploaded to Debian (the README's packaging notes).
+    # this package is not uploaded to Debian (docs/operations.md, Packages).
     lintian --fail-on error,warning --display-info --display-experimental --pedantic --suppress-tags initial-upload-closes-no-bugs \
         "$deb" 2>/dev/null || fail "lintian"
     say "lintian: nothing at warning level or above"

@@ -18,7 +18,7 @@ pub const ERR_FENCES_EXHAUSTED: &str =
     "ERR fences reached 2^53, beyond which JavaScript clients cannot read them exactly";
 /// What the log adds where the server refuses a file for an impossible fence, since only the
 /// operator can choose to load it.
-pub const HINT_LOWER_IMPOSSIBLE_FENCES: &str = "to load it with such fences lowered to the highest possible one, start the server with pathlock.lower-impossible-fences yes (README, Fences)";
+pub const HINT_LOWER_IMPOSSIBLE_FENCES: &str = "to load it with such fences lowered to the highest possible one, start the server with pathlock.lower-impossible-fences yes (docs/operations.md)";
 pub const ERR_PANIC: &str = "ERR internal error in pathlock: the command was not applied";
 /// The answers of a waiter whose project left the key name it waited on (see `registry`).
 pub const ERR_MOVED_RENAMED: &str = "ERR project moved: its key was renamed or moved to another database while this client waited; acquire it under its new name";
@@ -121,7 +121,7 @@ impl fmt::Display for Error {
             ),
             Error::ImpossibleFence { counter, ceiling } => write!(
                 f,
-                "ERR impossible fence counter {counter}: no server can have reached more than {ceiling} by now (README, Fences); refused"
+                "ERR impossible fence counter {counter}: no server can have reached more than {ceiling} by now (docs/commands.md, Fences); refused"
             ),
             Error::Path(e) => write!(f, "ERR {e}"),
             Error::Token(e) => write!(f, "ERR {e}"),

@@ -27,7 +27,7 @@
 //! server with Redis's slot-migration API, `CLUSTER MIGRATION IMPORT` is refused by the command
 //! filter (renamed to a command that does not exist, whose name says why, so the server answers
 //! its own unknown-command error), and a migration started another way (a cluster manager)
-//! makes every later effect built, as above (see the README).
+//! makes every later effect built, as above (see `docs/operations.md`, "Scaling out").
 //!
 //! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`, `eviction`,
 //! `propagation`, `slot`. Subscribed by

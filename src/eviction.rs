@@ -1,4 +1,4 @@
-//! Project keys and the server's `maxmemory` eviction (SPEC, "Eviction").
+//! Project keys and the server's `maxmemory` eviction (`docs/commands.md`, "Eviction").
 //!
 //! Under `noeviction` and the `volatile-*` policies a project key is never evicted: it has no
 //! TTL (a module value that someone gave one with `EXPIRE` is the exception, and its loss is

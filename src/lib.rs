@@ -8,8 +8,9 @@
 
 // The modules by level: each imports only from lower levels, and this file from any (`harness`
 // is built for tests and fuzzing only). `make lint` runs `scripts/import-cycles.py`, which fails
-// on an import circle and when these lines, a file header's level sentence or the README's table
-// of the files disagrees with the imports; `scripts/import-cycles.py --write src` rewrites them.
+// on an import circle and when these lines, a file header's level sentence or the table of the
+// files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
+// rewrites them.
 //
 // 0  config, contain, context, docs, errors, fences, slot, stats
 // 1  args, clock, eviction, propagation, registry, reply, selected_db

@@ -8,7 +8,7 @@
 //! every other one of the module, selects the source database back on the `move_to` or
 //! `copy_to` event. The source is known from `move_from`, which fires first in the source
 //! database, and, for `COPY`, from the type's `copy2` callback, so a `COPY ... DB` of a key of
-//! another type stays affected on those releases (the README lists it). Elsewhere the
+//! another type stays affected on those releases (`docs/operations.md` lists it). Elsewhere the
 //! subscriber's client is a temporary one, or the server restores it, and this is a no-op.
 //!
 //! Level 1: imports `context`. Called by Redis (keyspace events) and `keytype` (`copy2`).

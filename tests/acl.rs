@@ -1,6 +1,6 @@
 //! Least-privilege ACL users against a real server: key specs that say what each command does to
 //! its key (read-only `LOCKS`, `CHECK` and `WAITERS`), the `pathlock` ACL category where the server has
-//! module categories (Redis 7.2+, Valkey 8+), and the README's recipes, which on Redis 7.0 name
+//! module categories (Redis 7.2+, Valkey 8+), and the recipes of `docs/operations.md`, which on Redis 7.0 name
 //! the commands instead of the category. Nobody needs the replication-only command.
 
 mod common;
@@ -44,7 +44,7 @@ fn user(server: &Server, admin: &mut Connection, name: &str, rules: &[&str]) -> 
     con
 }
 
-/// The README's application recipe: the lock commands on `proj:*` keys, nothing else.
+/// The application recipe of `docs/operations.md`: the lock commands on `proj:*` keys, nothing else.
 fn application_rules(categories: bool) -> Vec<&'static str> {
     if categories {
         vec!["~proj:*", "+@pathlock"]
@@ -61,7 +61,7 @@ fn application_rules(categories: bool) -> Vec<&'static str> {
     }
 }
 
-/// The README's dashboard recipe: read permission on `proj:*` keys and the three reading
+/// The dashboard recipe of `docs/operations.md`: read permission on `proj:*` keys and the three reading
 /// commands.
 fn dashboard_rules() -> Vec<&'static str> {
     vec![

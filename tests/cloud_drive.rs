@@ -1,11 +1,12 @@
-//! The cloud-drive operations of the README's table, each mapped to its lock request, run pairwise
-//! by two users against a real server and checked against the conflict rule of SPEC.md.
+//! The cloud-drive operations of the table in `docs/clients.md`, each mapped to its lock request,
+//! run pairwise by two users against a real server and checked against the conflict rule of
+//! `docs/commands.md`.
 
 mod common;
 
 use common::*;
 
-/// (operation, its lock request), as the README's table maps them.
+/// (operation, its lock request), as the table in `docs/clients.md` maps them.
 const OPERATIONS: &[(&str, &[&str])] = &[
     ("upload /A/C/D/new.txt", &["WRITE", "/A/C/D/new.txt"]),
     ("create folder /A/D/N", &["WRITE", "/A/D/N"]),
@@ -43,7 +44,7 @@ fn segments(path: &str) -> Vec<&str> {
         .collect()
 }
 
-/// The conflict rule of SPEC.md, stated directly: different owners, one path equal to or an
+/// The conflict rule of `docs/commands.md` (the model), stated directly: different owners, one path equal to or an
 /// ancestor of the other, at least one WRITE.
 fn rule_conflicts(first: &[&str], second: &[&str]) -> bool {
     first.chunks(2).any(|a| {

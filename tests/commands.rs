@@ -253,7 +253,7 @@ fn keywords_are_case_insensitive_and_options_come_in_any_order() {
     assert_eq!(reply, 2);
 }
 
-/// Every bad input named in SPEC.md, and a few more, is an error that names the problem.
+/// Every bad input named in `docs/commands.md` (Errors), and a few more, is an error that names the problem.
 #[test]
 fn bad_input_is_refused_with_a_clear_error() {
     let server = Server::start();

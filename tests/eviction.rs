@@ -1,4 +1,4 @@
-//! Project keys under `maxmemory` eviction (SPEC, "Eviction"), with the scenario: a
+//! Project keys under `maxmemory` eviction (`docs/operations.md`, "Memory limits and eviction"), with the scenario: a
 //! 20 MB server used as a cache too, projects holding live locks, then 200,000 `SET cache:<i>`
 //! of 200 bytes. Locking is refused while an `allkeys-*` policy can evict projects, unless the
 //! operator accepts the risk; then a lost project is loud (log, INFO, the `evicted` event, the

@@ -1,5 +1,5 @@
 //! No value of one key can harm another (issue 28): a payload whose fences no server can have
-//! handed out (README "Fences": above 1,000 × (the clock in ms + a year) for a client's
+//! handed out (`docs/commands.md`, "Fences": above 1,000 × (the clock in ms + a year) for a client's
 //! `RESTORE`, above 1,000 × (the clock + two years) for what servers send each other, never 2^53)
 //! is refused with a clear error and changes nothing, through every way a value reaches the
 //! server: `RESTORE` (which `MIGRATE` sends), an RDB file (a key's value and the fence mark in the

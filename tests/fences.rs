@@ -1,4 +1,4 @@
-//! Fences never go back for a key name (SPEC, "Fence"): while a key exists each grant takes the
+//! Fences never go back for a key name (`docs/commands.md`, "Fences"): while a key exists each grant takes the
 //! previous fence + 1, and a key created again after `DEL`, `UNLINK`, `FLUSHALL`, a restart from
 //! RDB or AOF (with and without the RDB preamble), a failover to a replica, or on another shard
 //! after a reshard starts above every fence given before. Eviction is in `eviction.rs`.

@@ -21,8 +21,8 @@
 //! the probes conflict only with each other.
 //!
 //! Three settings: no protection; `min-replicas-to-write 1` with `min-replicas-max-lag 1` on
-//! both servers; and the same plus the README's discipline, where a grant (and a renewal) counts
-//! only once `WAIT 1` confirms that the replica has it. The README claims safety for the last
+//! both servers; and the same plus the discipline of `docs/operations.md`, where a grant (and a renewal) counts
+//! only once `WAIT 1` confirms that the replica has it. The docs claim safety for the last
 //! one only, and only that one is asserted to have no violation. Without root or `ip netns` the
 //! tests say so on stderr and skip.
 

@@ -1,5 +1,6 @@
-//! The README's command examples, run in order as printed against one empty server, each reply
-//! compared with the printed one as `redis-cli` would print it.
+//! The documentation's command examples (the README's, then `docs/commands.md`'s), run in order
+//! as printed against one empty server, each reply compared with the printed one as `redis-cli`
+//! would print it.
 //!
 //! An example is a fenced block with `127.0.0.1:6379> ` prompts: each prompt's command, then the
 //! reply lines up to the next prompt, comment or blank line. A `# session N` comment switches to
@@ -21,9 +22,9 @@ use std::time::Duration;
 
 use common::*;
 
-/// The files whose examples run, in this order, as one session: the README today, the pages of
-/// `docs/` once it is split there.
-const EXAMPLES: &[&str] = &["README.md"];
+/// The files whose examples run, in this order, as one session: the README's quick start, then
+/// the command reference, which continues it.
+const EXAMPLES: &[&str] = &["README.md", "docs/commands.md"];
 
 const PROMPT: &str = "127.0.0.1:6379> ";
 
@@ -370,7 +371,7 @@ fn compare(
 }
 
 #[test]
-fn the_readmes_examples_run_in_order_as_printed() {
+fn the_documented_examples_run_in_order_as_printed() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut all = Vec::new();
     for file in EXAMPLES {

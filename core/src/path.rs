@@ -408,7 +408,7 @@ mod tests {
         assert!(by_path == parsed);
     }
 
-    /// The parser as the README states it, written the slow and obvious way: split at `/`, drop
+    /// The parser as `docs/commands.md` states it, written the slow and obvious way: split at `/`, drop
     /// empty and `.` segments, refuse `..`, count the depth, escape NUL and 0x01.
     fn reference(raw: &[u8], limits: &PathLimits) -> Result<Vec<u8>, PathError> {
         if raw.len() > limits.max_bytes {

@@ -7,7 +7,7 @@
 //! RDB length for a number or a length and bytes for a string; the first item is the fence
 //! counter), the module EOF opcode (0), the RDB version (2 bytes) and the CRC-64 of all of it.
 
-/// The fence rule as the README states it ("Fences"), which payloads are held to.
+/// The fence rule as `docs/commands.md` states it ("Fences"), which payloads are held to.
 pub const FENCE_LIMIT: u64 = 1 << 53;
 pub const FENCES_PER_MS: u64 = 1000;
 pub const SKEW_MS: u64 = 365 * 24 * 3600 * 1000;

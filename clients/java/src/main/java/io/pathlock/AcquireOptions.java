@@ -58,7 +58,10 @@ public final class AcquireOptions {
         return new AcquireOptions(ttl, waitFor, replicas, timeout, note, onLost);
     }
 
-    /** What the locks are for, shown to whoever they block (SPEC's {@code NOTE}). */
+    /**
+     * What the locks are for, shown to whoever they block ({@code PATHLOCK.ACQUIRE}'s {@code NOTE}
+     * in docs/commands.md).
+     */
     public AcquireOptions note(String note) {
         return new AcquireOptions(ttl, waitFor, replicas, replicasTimeout, note, onLost);
     }

@@ -101,9 +101,10 @@ public final class PathLocks {
     }
 
     /**
-     * The note kept with every lock this handle takes (SPEC's {@code NOTE}), shown to whoever it
-     * blocks: who is doing what, e.g. {@code "Alice"}. A call's own note replaces it. Without one,
-     * each lock's note names its operation ({@code move /A/C -> /B}).
+     * The note kept with every lock this handle takes ({@code PATHLOCK.ACQUIRE}'s {@code NOTE} in
+     * docs/commands.md), shown to whoever it blocks: who is doing what, e.g. {@code "Alice"}. A
+     * call's own note replaces it. Without one, each lock's note names its operation
+     * ({@code move /A/C -> /B}).
      */
     public PathLocks note(String note) {
         return new PathLocks(connection, key, settings, note, operationNotes, onLost, scheduler);
