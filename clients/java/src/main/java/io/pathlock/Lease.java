@@ -48,6 +48,17 @@ public final class Lease implements AutoCloseable {
     private boolean released;
     private LeaseLost lostWith;
     private CompletableFuture<?> inflight;
+    /**
+     * The most locks a renewal has found. The watchdog's renewals go one at a time, so the count
+     * they see only falls when locks of the lease are gone (released by someone with the token, or
+     * expired), even while {@link #lock} grants more: a fall is a loss, as in the other clients.
+     */
+    private long most;
+    /**
+     * Until when (nanoTime) the count is not compared: a failed {@link #lock} whose grant may have
+     * happened frees what it may have added in the background, so a fall until then is that.
+     */
+    private long countUnsureUntil = System.nanoTime();
     private ScheduledFuture<?> timer;
     private long timerAt = Long.MAX_VALUE;
 
@@ -204,12 +215,17 @@ public final class Lease implements AutoCloseable {
                 added.add(path);
             }
         }
+        proveHeld();
         Settings defaults = owner.settings();
         Settings merged = new Settings(ttlMs, defaults.waitMs(), defaults.replicas(), defaults.replicasTimeoutMs())
                 .with(options);
         String lockNote = options.note() != null ? options.note() : note;
         Runnable cleanup = () -> {
             if (!added.isEmpty()) {
+                synchronized (mu) {
+                    most = 0;
+                    countUnsureUntil = System.nanoTime() + ttlNanos;
+                }
                 owner.releaseLater(token, added, ttlMs);
             }
         };
@@ -234,6 +250,33 @@ public final class Lease implements AutoCloseable {
             }
         }
         return grant.fence();
+    }
+
+    /**
+     * Renews the lease before it takes more locks. Once its own locks are gone (its key deleted,
+     * its token released elsewhere), an ACQUIRE under its token would make new ones that keep
+     * answering its renewals, and the loss would go unseen; so the loss is reported here instead.
+     */
+    private void proveHeld() {
+        long sentAt = System.nanoTime();
+        LostReason lose = null;
+        try {
+            if (Reply.integer(owner.call("PATHLOCK.RENEW", owner.key(), token, ttlMs)) <= 0) {
+                lose = LostReason.GONE;
+            }
+        } catch (WrongType e) {
+            lose = LostReason.REPLACED;
+        }
+        if (lose != null) {
+            lose(lose);
+            throwIfLost();
+            throw new IllegalStateException("lease " + token + " was released while it took more locks");
+        }
+        synchronized (mu) {
+            if (sentAt + ttlNanos - deadline > 0) {
+                deadline = sentAt + ttlNanos;
+            }
+        }
     }
 
     /**
@@ -387,7 +430,12 @@ public final class Lease implements AutoCloseable {
                             ((Reply.Error) reply).message());
                 }
                 nextRenew = System.nanoTime() + Math.max(1, periodNanos / 3);
+            } else if (Reply.integer(reply) > 0 && Reply.integer(reply) < most) {
+                // Some of the lease's locks are gone (one path released elsewhere with the token,
+                // say): the work it protects is no longer covered.
+                lose = LostReason.GONE;
             } else if (Reply.integer(reply) > 0) {
+                most = System.nanoTime() - countUnsureUntil >= 0 ? Reply.integer(reply) : 0;
                 // The server set the new deadline at some moment after sentAt; sentAt + ttl is the
                 // earliest it can be, so the client never believes in a lease longer than the
                 // server keeps it.

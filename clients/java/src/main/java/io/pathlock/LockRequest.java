@@ -14,6 +14,12 @@ public record LockRequest(Mode mode, String path) {
     public LockRequest {
         Objects.requireNonNull(mode, "mode");
         Objects.requireNonNull(path, "path");
+        if (path.isEmpty()) {
+            // As in the other clients, the empty string is never taken for the root: it is
+            // most often a missing value.
+            throw new IllegalArgumentException("an empty path is refused; the whole project is "
+                    + "LockRequest.wholeProject(Mode." + mode + ")");
+        }
     }
 
     /** {@code mode path}; refuses the project root (use {@link #wholeProject(Mode)} for it). */

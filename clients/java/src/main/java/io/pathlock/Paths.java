@@ -41,6 +41,9 @@ final class Paths {
             throw new IllegalArgumentException("\"" + path
                     + "\" names the project root, which cannot be moved or copied into a folder");
         }
+        if (folder.isEmpty()) {
+            throw new IllegalArgumentException("an empty folder is refused; write \"/\" for the project root");
+        }
         List<String> to = segments(folder);
         to.add(from.get(from.size() - 1));
         return "/" + String.join("/", to);

@@ -346,6 +346,44 @@ class WatchdogTest {
     }
 
     @Test
+    void aLeaseMissingSomeOfItsLocksIsLostAndALostLeaseTakesNoMore() {
+        String key = project();
+        PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofMillis(600));
+        // One path of a move released elsewhere with its token: the move no longer covers its work.
+        Lease move = locks.move("/A/C", "/B");
+        CompletableFuture<Double> lost = lostAt(move);
+        Servers.sleep(250);
+        double releasedAt = Servers.nowMs();
+        assertEquals(1L, server.connect().keyCommand(key, "PATHLOCK.RELEASE", key, move.token(), "/B/C"));
+        double elapsed = within(lost, 2000) - releasedAt;
+        assertTrue(elapsed <= 200 + SLACK_MS, "lost " + elapsed + " ms after one path was released");
+        assertEquals(LostReason.GONE, within(move.lost(), 1000).reason());
+        move.release();
+        // A lease whose key was deleted before its next renewal takes no new locks under its
+        // token (they would keep answering its renewals and hide the loss): lock() reports it.
+        Lease upload = locks.upload("/D/f");
+        assertEquals(1L, server.command("DEL", key));
+        LeaseLost refused = assertThrows(LeaseLost.class, () -> upload.lock(LockRequest.write("/D/g")));
+        assertEquals(LostReason.GONE, refused.reason());
+        assertTrue(upload.isLost());
+        assertEquals(List.of(), locks.locks());
+        upload.release();
+    }
+
+    @Test
+    void refusesTheEmptyPathAndTheEmptyFolderEveryWay() {
+        PathLocks locks = PathLocks.of(connection, project());
+        assertThrows(IllegalArgumentException.class, () -> new LockRequest(Mode.WRITE, ""));
+        assertThrows(IllegalArgumentException.class, () -> locks.move("/A/C", ""));
+        assertThrows(IllegalArgumentException.class, () -> locks.copy("/A/C", ""));
+        assertEquals(List.of(), locks.locks());
+        // The root written out is the whole project, as in the other clients' lock().
+        try (Lease into = locks.move("/A/C", "/")) {
+            assertEquals(List.of(LockRequest.write("/A/C"), LockRequest.write("/C")), into.locks());
+        }
+    }
+
+    @Test
     void aKeyOfAnotherTypeIsNamedInTheErrorAndLosesTheLease() {
         String key = project();
         server.command("SET", key, "not a project");
