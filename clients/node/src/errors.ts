@@ -56,7 +56,7 @@ export class LeaseLostError extends Error {
 function lostMessage(key: string, token: string, reason: LostReason): string {
   switch (reason) {
     case "gone":
-      return `lease ${token} on ${key} is lost: a renewal answered 0 (its locks expired, were released with its token, or the key was deleted)`;
+      return `lease ${token} on ${key} is lost: a renewal answered 0, or fewer locks than the lease held (its locks expired, were released with its token, or the key was deleted)`;
     case "expired":
       return `lease ${token} on ${key} is lost: no renewal succeeded before its deadline`;
     case "replaced":

@@ -186,12 +186,14 @@ def test_a_lease_locks_more_under_its_own_token_renews_and_releases_them(
 
 
 def test_a_nested_lock_waits_on_a_connection_of_its_own(client: redis.Redis) -> None:
-    locks = PathLocks(client, KEY, ttl_ms=600)
+    # The wait outlasts the TTL more than twice: had it held up the move's renewals, the move
+    # would be lost by the time the nested lock is granted.
+    locks = PathLocks(client, KEY, ttl_ms=300)
     with locks.upload("/Q/x") as other, locks.move("/A/C", "/B") as move:
-        threading.Timer(0.5, other.release).start()
+        threading.Timer(0.8, other.release).start()
         started = time.monotonic()
         move.lock([("WRITE", "/Q")], wait_ms=5000)
-        assert 0.4 < time.monotonic() - started < 3
+        assert 0.7 < time.monotonic() - started < 3
         move.check()
         assert [b.path for b in locks.locks(token=move.token)] == ["/A/C", "/B/C", "/Q"]
 

@@ -25,8 +25,8 @@ impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LostReason::Gone => {
-                "a renewal answered 0 (its locks expired, were released with its token, or the \
-                 key was deleted)"
+                "a renewal answered 0, or fewer locks than the lease held (its locks expired, \
+                 were released with its token, or the key was deleted)"
             }
             LostReason::Expired => "no renewal succeeded before its deadline",
             LostReason::Replaced => "the key now holds another type of value",

@@ -13,8 +13,8 @@ from ._types import Blocker, Key, LockRequest
 
 #: Why a lease was lost (`LeaseLost.reason`, `lease.lost_reason`), with what each means.
 LOST_REASONS = {
-    "gone": "a renewal answered 0: its locks expired, were released with its token, or the key "
-    "was deleted",
+    "gone": "a renewal answered 0, or fewer locks than the lease held: its locks expired, were "
+    "released with its token, or the key was deleted",
     "expired": "no renewal succeeded before its deadline, counted on the client's own clock",
     "replaced": "the key now holds another type of value, and the locks went with the old one",
 }
