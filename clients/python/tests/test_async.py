@@ -141,6 +141,17 @@ def test_lost_when_the_token_is_released_elsewhere_or_the_key_deleted(
         assert lease.lost_reason == "gone"
         await lease.release()
 
+        # A project overwritten under the lease: lost, and it says why.
+        lease = await locks.upload("/A/f")
+        await asyncio.sleep(0.4)
+        client.set(KEY, "not a project any more")
+        await lost_within(lease, time.monotonic(), 0.3 + SLACK)
+        assert lease.lost_reason == "replaced"
+        with pytest.raises(LeaseLost, match="another type of value"):
+            lease.check()
+        await lease.release()
+        client.delete(KEY)
+
     run(server, body)
 
 
@@ -173,6 +184,7 @@ def test_lost_when_the_server_is_paused_past_the_deadline(own_server: Server) ->
         own_server.client().execute_command("CLIENT", "PAUSE", 3000, "WRITE")
         took = await lost_within(lease, paused, 0.9 + 0.3 + SLACK)
         assert took >= 0.9 - 0.3 - 0.15
+        assert lease.lost_reason == "expired"
         own_server.client().execute_command("CLIENT", "UNPAUSE")
         await lease.release()
         assert held(own_server.client()) == []
