@@ -33,6 +33,8 @@ public final class Lease implements AutoCloseable {
     private final String token;
     private final long fence;
     private final long ttlMs;
+    /** The settings the lease was taken with: its further locks wait and replicate by them too. */
+    private final Settings settings;
     private final long ttlNanos;
     private final long periodNanos;
     private final String note;
@@ -67,6 +69,7 @@ public final class Lease implements AutoCloseable {
         this.owner = owner;
         this.token = token;
         this.fence = fence;
+        this.settings = settings;
         this.ttlMs = settings.ttlMs();
         this.ttlNanos = TimeUnit.MILLISECONDS.toNanos(ttlMs);
         this.periodNanos = TimeUnit.MILLISECONDS.toNanos(settings.periodMs());
@@ -181,8 +184,8 @@ public final class Lease implements AutoCloseable {
     }
 
     /**
-     * As {@link #lock(LockRequest...)}, with a wait, replicas or a note of its own (the lease's
-     * note by default). The TTL is the lease's: one renewal keeps all its locks.
+     * As {@link #lock(LockRequest...)}, with a wait, replicas or a note of its own (by default the
+     * lease's, as its operation took them). The TTL is the lease's: one renewal keeps all its locks.
      */
     public long lock(Collection<LockRequest> requests, AcquireOptions options) {
         Objects.requireNonNull(options, "options");
@@ -216,9 +219,7 @@ public final class Lease implements AutoCloseable {
             }
         }
         proveHeld();
-        Settings defaults = owner.settings();
-        Settings merged = new Settings(ttlMs, defaults.waitMs(), defaults.replicas(), defaults.replicasTimeoutMs())
-                .with(options);
+        Settings merged = settings.with(options);
         String lockNote = options.note() != null ? options.note() : note;
         Runnable cleanup = () -> {
             if (!added.isEmpty()) {

@@ -371,6 +371,29 @@ class WatchdogTest {
     }
 
     @Test
+    void aNestedLockWaitsAsTheLeasesOperationWaits() {
+        String key = project();
+        PathLocks locks = PathLocks.of(connection, key).ttl(Duration.ofMillis(300));
+        Lease other = locks.upload("/Q/x");
+        // The handle waits for nothing; the move was asked to wait, and its nested lock does too.
+        Lease move = locks.move("/A/C", "/B", AcquireOptions.with().waitFor(Duration.ofSeconds(5)));
+        CompletableFuture<Void> released = CompletableFuture.runAsync(() -> {
+            Servers.sleep(800);
+            other.release();
+        });
+        long started = System.nanoTime();
+        long fence = move.lock(LockRequest.write("/Q"));
+        double tookMs = (System.nanoTime() - started) / 1e6;
+        within(released, 2000);
+        assertTrue(tookMs > 700 && tookMs < 3000, "waited " + tookMs + " ms");
+        assertTrue(fence > move.fence());
+        // The wait outlasted the TTL more than twice, on a connection of its own.
+        assertFalse(move.isLost());
+        move.release();
+        assertEquals(List.of(), locks.locks());
+    }
+
+    @Test
     void refusesTheEmptyPathAndTheEmptyFolderEveryWay() {
         PathLocks locks = PathLocks.of(connection, project());
         assertThrows(IllegalArgumentException.class, () -> new LockRequest(Mode.WRITE, ""));
