@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::lock::{Freed, Items, Mode, Note, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
-use crate::table::{LockTable, Request};
+use crate::table::{allocation, LockTable, Request};
 
 /// A request waiting for its locks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,11 +78,25 @@ impl Lapsed {
     }
 }
 
+/// A project: its locks, and what a change leaves for its caller or someone waits for. A
+/// project key costs its table and three words while nobody waits and nothing lapsed is left
+/// to take: the queue and the lapsed record are allocated when first needed and dropped when
+/// they empty, so that a million keys of one lock each cost what their locks do.
 #[derive(Debug, Default)]
 pub struct Project {
     locks: LockTable,
-    /// Lazy expiry not yet taken by the caller; empty between changes.
-    lapsed: Lapsed,
+    /// Lazy expiry not yet taken by the caller; none between changes.
+    lapsed: Option<Box<Lapsed>>,
+    /// The waiting requests; none while nobody waits.
+    queue: Option<Box<Queue>>,
+}
+
+// A key holding a project costs this allocation besides its table's: 32 bytes.
+const _: () = assert!(std::mem::size_of::<Project>() == 32);
+
+/// The waiting requests of a project, and their index.
+#[derive(Debug, Default)]
+struct Queue {
     index: WaitIndex,
     waiters: BTreeMap<u64, Waiter>,
     /// The waiters of each token, to know which waiters share theirs. Ordered maps rather than
@@ -102,6 +116,9 @@ enum TokenWaiters {
     Many(BTreeSet<u64>),
 }
 
+/// The index of a project nobody waits on.
+static NO_WAITERS: WaitIndex = WaitIndex::new();
+
 /// Copies carry the locks but not the waiters: a waiter belongs to the key it asked for.
 impl Clone for Project {
     fn clone(&self) -> Project {
@@ -115,6 +132,61 @@ impl Project {
     pub fn copy(&mut self) -> Project {
         Project::from_locks(self.locks.share())
     }
+}
+
+impl Queue {
+    /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`: a
+    /// look at the oldest waiting items on the related paths, O(depth) per item.
+    fn behind_a_waiter(&self, token: &Token, items: &[(Mode, Path)], before: u64) -> bool {
+        let other_owner = |id: u64| self.waiters.get(&id).is_some_and(|w| w.token != *token);
+        items
+            .iter()
+            .any(|(mode, path)| self.index.any_earlier(*mode, path, before, other_owner))
+    }
+
+    fn remove_waiter(&mut self, id: u64) -> Option<Waiter> {
+        let waiter = self.waiters.remove(&id)?;
+        self.forget_waiter(id, &waiter);
+        Some(waiter)
+    }
+
+    /// Takes `waiter`'s entries out of the index and the token sets.
+    fn forget_waiter(&mut self, id: u64, waiter: &Waiter) {
+        distinct(&waiter.items, |mode, path| {
+            self.index.remove(id, mode, path)
+        });
+        match self.by_token.get_mut(&waiter.token) {
+            Some(TokenWaiters::One(only)) if *only == id => {
+                self.by_token.remove(&waiter.token);
+            }
+            Some(TokenWaiters::Many(ids)) => {
+                ids.remove(&id);
+                self.shared.remove(&id);
+                if let (1, Some(&last)) = (ids.len(), ids.first()) {
+                    // The token's last waiter no longer shares it.
+                    self.shared.remove(&last);
+                    self.by_token
+                        .insert(waiter.token.clone(), TokenWaiters::One(last));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Records the owners lazy expiry reclaimed at `now` in `lapsed`, for the caller to replicate
+/// and count (see [`Project::take_lapsed`]); the one place that does. Returns where to look for
+/// the waiters they held up; nothing when nothing was reclaimed.
+fn record_lapsed(lapsed: &mut Option<Box<Lapsed>>, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
+    if freed.tokens.is_empty() {
+        return Vec::new();
+    }
+    let lapsed = lapsed.get_or_insert_with(Box::default);
+    lapsed
+        .owners
+        .extend(freed.tokens.into_iter().map(|t| (now, t)));
+    lapsed.locks += freed.locks;
+    freed.probes
 }
 
 impl Project {
@@ -139,34 +211,54 @@ impl Project {
         &mut self.locks
     }
 
+    /// The bytes the project takes on the heap, as the allocator rounds them, for `MEMORY
+    /// USAGE`: its own allocation and its table's. While someone waits, the queue's allocation
+    /// and its waiters' entries are added; what a waiter costs beyond them (its index entries,
+    /// its paths) is not counted, as waiters come and go within their timeouts.
+    pub fn memory_estimate(&self) -> usize {
+        let queue = self.queue.as_ref().map_or(0, |queue| {
+            allocation(std::mem::size_of::<Queue>())
+                + queue.waiters.len() * std::mem::size_of::<(u64, Waiter)>()
+        });
+        allocation(std::mem::size_of::<Project>()) + self.locks.memory_estimate() + queue
+    }
+
     pub fn waiting(&self) -> usize {
-        self.waiters.len()
+        self.queue.as_ref().map_or(0, |queue| queue.waiters.len())
     }
 
     /// The ids of the waiting requests, oldest first.
     pub fn waiter_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.waiters.keys().copied()
+        self.queue
+            .iter()
+            .flat_map(|queue| queue.waiters.keys().copied())
     }
 
     /// The path index of the waiters, for tests of its consistency.
     pub fn wait_index(&self) -> &WaitIndex {
-        &self.index
+        self.queue
+            .as_ref()
+            .map_or(&NO_WAITERS, |queue| &queue.index)
     }
 
     /// The waiting requests with an item at or beneath `under`, oldest first, with their ids:
     /// `WAITERS`. The index keeps the ids waiting in each subtree, so this costs O(depth) plus
     /// O(log n) per waiter it returns, however long the queue is elsewhere.
     pub fn waiters_under(&self, under: &Path) -> Vec<(u64, &Waiter)> {
-        self.index
+        let Some(queue) = &self.queue else {
+            return Vec::new();
+        };
+        queue
+            .index
             .ids_under(under)
             .into_iter()
-            .filter_map(|id| self.waiters.get(&id).map(|waiter| (id, waiter)))
+            .filter_map(|id| queue.waiters.get(&id).map(|waiter| (id, waiter)))
             .collect()
     }
 
-    /// Grants `items` to `token` unless a live lock or an earlier waiter of another owner
-    /// conflicts. The token's own lapsed lease, and lapsed owners in the way, are reclaimed
-    /// first (see [`Project::take_lapsed`]), so a lapsed lease is free to take.
+    /// Grants `items` to `token` unless a live lock or an earlier waiting request of another
+    /// owner conflicts. The token's own lapsed lease, and lapsed owners in the way, are
+    /// reclaimed first (see [`Project::take_lapsed`]), so a lapsed lease is free to take.
     pub fn acquire(
         &mut self,
         now: u64,
@@ -210,12 +302,12 @@ impl Project {
     /// [`Project::acquire`] of a whole [`Request`]: `ACQUIRE` as the module makes it, with its
     /// note kept with the locks as [`LockTable::grant_noted`] does.
     pub fn acquire_request(&mut self, now: u64, request: &Request) -> Option<u64> {
-        if self.waiters.is_empty() {
+        let Some(queue) = &self.queue else {
             let acquired = self.locks.acquire_with(now, request, true);
             self.lapse(now, acquired.lapsed);
             return acquired.fence;
-        }
-        if self.behind_a_waiter(request.token, request.items, u64::MAX) {
+        };
+        if queue.behind_a_waiter(request.token, request.items, u64::MAX) {
             return None;
         }
         // What goes may let waiters in; they are granted before this request is decided, in the
@@ -234,7 +326,7 @@ impl Project {
     /// most `others` more lapsed owners, earliest first. The rest is left to the expiry cycle,
     /// or to the requests it gets in the way of. See [`Project::take_lapsed`].
     pub fn reclaim_lazily(&mut self, now: u64, token: Option<&Token>, others: usize) {
-        let describe = !self.waiters.is_empty();
+        let describe = self.queue.is_some();
         if let Some(token) = token {
             let freed = self.locks.reclaim_expired_of(now, token, describe);
             self.lapse(now, freed);
@@ -249,46 +341,27 @@ impl Project {
     /// through it takes this after the change, to replicate the reclaimed owners (`EXPIRE now
     /// token...`) ahead of the change's own effects and to answer the waiters granted.
     pub fn take_lapsed(&mut self) -> Lapsed {
-        std::mem::take(&mut self.lapsed)
+        self.lapsed.take().map(|lapsed| *lapsed).unwrap_or_default()
     }
 
     /// Whether lazy expiry reclaimed anything not yet taken: a look before `take_lapsed`,
     /// which every change calls and which nearly always finds nothing.
     pub fn has_lapsed(&self) -> bool {
-        !self.lapsed.is_empty()
+        self.lapsed
+            .as_ref()
+            .is_some_and(|lapsed| !lapsed.is_empty())
     }
 
     /// Records what was reclaimed at `now` and grants the waiters it lets in.
     fn lapse(&mut self, now: u64, freed: Freed) {
-        let probes = self.record_lapsed(now, freed);
+        let probes = record_lapsed(&mut self.lapsed, now, freed);
         let grants = self.wake_probes(now, &probes);
-        self.lapsed.grants.extend(grants);
-    }
-
-    /// Records the owners lazy expiry reclaimed at `now`, for the caller to replicate and count
-    /// (see [`Project::take_lapsed`]); the one place that does. Returns where to look for the
-    /// waiters they held up; nothing when nothing was reclaimed.
-    fn record_lapsed(&mut self, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
-        if freed.tokens.is_empty() {
-            return Vec::new();
+        if !grants.is_empty() {
+            self.lapsed
+                .get_or_insert_with(Box::default)
+                .grants
+                .extend(grants);
         }
-        self.lapsed
-            .owners
-            .extend(freed.tokens.into_iter().map(|t| (now, t)));
-        self.lapsed.locks += freed.locks;
-        freed.probes
-    }
-
-    /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`: a look
-    /// at the oldest waiting items on the related paths, O(depth) per item.
-    fn behind_a_waiter(&self, token: &Token, items: &[(Mode, Path)], before: u64) -> bool {
-        if self.waiters.is_empty() {
-            return false;
-        }
-        let other_owner = |id: u64| self.waiters.get(&id).is_some_and(|w| w.token != *token);
-        items
-            .iter()
-            .any(|(mode, path)| self.index.any_earlier(*mode, path, before, other_owner))
     }
 
     /// Frees `token`'s live locks (see [`LockTable::release`]) and grants the waiters that
@@ -301,7 +374,7 @@ impl Project {
         paths: Option<&[Path]>,
     ) -> (usize, Vec<Grant>) {
         // The freed locks are described only for the waiters they may let in.
-        let describe = !self.waiters.is_empty();
+        let describe = self.queue.is_some();
         let released = self.locks.release(now, token, paths, describe);
         if released.lapsed.tokens.is_empty() {
             let grants = self.wake_probes(now, &released.freed.probes);
@@ -309,7 +382,7 @@ impl Project {
         }
         // A lapsed lease: its grants are replicated after the release, as for `renew`, since a
         // waiter of this token may be among them.
-        let probes = self.record_lapsed(now, released.lapsed);
+        let probes = record_lapsed(&mut self.lapsed, now, released.lapsed);
         (released.count, self.wake_probes(now, &probes))
     }
 
@@ -321,7 +394,7 @@ impl Project {
     /// it would move its lease.
     pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
         let (renewed, lapsed) = self.locks.renew(now, token, deadline);
-        let probes = self.record_lapsed(now, lapsed);
+        let probes = record_lapsed(&mut self.lapsed, now, lapsed);
         (renewed, self.wake_probes(now, &probes))
     }
 
@@ -329,7 +402,7 @@ impl Project {
     /// that were waiting for them. Its cost is the whole expiry: commands use
     /// [`Project::reclaim_lazily`], the expiry cycle [`Project::expire_some`].
     pub fn reclaim_expired(&mut self, now: u64) -> (Freed, Vec<Grant>) {
-        let freed = self.locks.reclaim_expired(now, !self.waiters.is_empty());
+        let freed = self.locks.reclaim_expired(now, self.queue.is_some());
         let grants = self.wake_probes(now, &freed.probes);
         (freed, grants)
     }
@@ -339,7 +412,7 @@ impl Project {
     pub fn expire_some(&mut self, now: u64, max_owners: usize) -> (Freed, Vec<Grant>) {
         let freed = self
             .locks
-            .reclaim_some_expired(now, max_owners, !self.waiters.is_empty());
+            .reclaim_some_expired(now, max_owners, self.queue.is_some());
         let grants = self.wake_probes(now, &freed.probes);
         (freed, grants)
     }
@@ -351,41 +424,52 @@ impl Project {
     /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
     /// keep a waiter's id when it is queued again elsewhere so that it keeps its place.
     pub fn enqueue(&mut self, id: u64, waiter: Waiter) {
-        if let Some(old) = self.waiters.get(&id).cloned() {
+        let queue = self.queue.get_or_insert_with(Box::default);
+        if let Some(old) = queue.waiters.get(&id).cloned() {
             // The same id twice would be two entries in the index for one waiter.
-            self.forget_waiter(id, &old);
+            queue.forget_waiter(id, &old);
         }
         distinct(&waiter.items, |mode, path| {
-            self.index.insert(id, mode, path)
+            queue.index.insert(id, mode, path)
         });
-        match self.by_token.get_mut(&waiter.token) {
+        match queue.by_token.get_mut(&waiter.token) {
             None => {
-                self.by_token
+                queue
+                    .by_token
                     .insert(waiter.token.clone(), TokenWaiters::One(id));
             }
             Some(TokenWaiters::One(first)) => {
                 // The token's second waiter: both are shared from now on.
-                self.shared.extend([*first, id]);
+                queue.shared.extend([*first, id]);
                 let ids = BTreeSet::from([*first, id]);
-                self.by_token
+                queue
+                    .by_token
                     .insert(waiter.token.clone(), TokenWaiters::Many(ids));
             }
             Some(TokenWaiters::Many(ids)) => {
                 ids.insert(id);
-                self.shared.insert(id);
+                queue.shared.insert(id);
             }
         }
-        self.waiters.insert(id, waiter);
+        queue.waiters.insert(id, waiter);
+    }
+
+    /// Drops the queue once its last waiter left, so that the project costs its table alone.
+    fn drop_queue_if_empty(&mut self) {
+        if self.queue.as_ref().is_some_and(|q| q.waiters.is_empty()) {
+            self.queue = None;
+        }
     }
 
     /// Removes a waiter that gave up (timed out, disconnected), and grants the later waiters it
     /// alone was holding up.
     pub fn cancel(&mut self, now: u64, id: u64) -> (Option<Waiter>, Vec<Grant>) {
-        let Some(waiter) = self.remove_waiter(id) else {
+        let Some(waiter) = self.queue.as_mut().and_then(|q| q.remove_waiter(id)) else {
             return (None, Vec::new());
         };
         // Only later waiters can have been behind it.
         let grants = self.wake_near(now, waiter.items.iter().map(|(m, p)| (*m, p)), id);
+        self.drop_queue_if_empty();
         (Some(waiter), grants)
     }
 
@@ -404,12 +488,12 @@ impl Project {
         probes: impl Iterator<Item = (Mode, &'a Path)>,
         after: u64,
     ) -> Vec<Grant> {
-        if self.waiters.is_empty() {
+        let Some(queue) = &self.queue else {
             return Vec::new();
-        }
+        };
         let mut candidates = Vec::new();
         for (mode, path) in probes {
-            self.index.fronts_near(mode, path, after, &mut candidates);
+            queue.index.fronts_near(mode, path, after, &mut candidates);
         }
         let mut grants = Vec::new();
         let mut after = after;
@@ -417,8 +501,11 @@ impl Project {
         // what they free may let in waiters that these probes did not reach, so those paths
         // are probed in turn (from the front of the queue). Every further round reclaims
         // locks, so the rounds end.
-        while !candidates.is_empty() || !self.shared.is_empty() {
-            candidates.extend(self.shared.range(after.saturating_add(1)..).copied());
+        while let Some(queue) = &self.queue {
+            if candidates.is_empty() && queue.shared.is_empty() {
+                break;
+            }
+            candidates.extend(queue.shared.range(after.saturating_add(1)..).copied());
             candidates.sort_unstable();
             candidates.dedup();
             let mut freed = Vec::new();
@@ -431,10 +518,13 @@ impl Project {
                 break;
             }
             after = 0;
-            for (mode, path) in &freed {
-                self.index.fronts_near(*mode, path, after, &mut candidates);
+            if let Some(queue) = &self.queue {
+                for (mode, path) in &freed {
+                    queue.index.fronts_near(*mode, path, after, &mut candidates);
+                }
             }
         }
+        self.drop_queue_if_empty();
         grants
     }
 
@@ -443,12 +533,13 @@ impl Project {
     /// paths added to `freed`; its own go before it is granted, so that nothing reclaimed later
     /// in this change is its, and the reclaimed owners can replicate ahead of the grants.
     fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<(Mode, Path)>) -> Option<Grant> {
-        let waiter = self.waiters.get(&id)?;
-        if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
+        let queue = self.queue.as_mut()?;
+        let waiter = queue.waiters.get(&id)?;
+        if queue.behind_a_waiter(&waiter.token, &waiter.items, id) {
             return None;
         }
         // Out of the map for the moment the table needs it, and back if it is still blocked.
-        let waiter = self.waiters.remove(&id)?;
+        let waiter = queue.waiters.remove(&id)?;
         let request = Request {
             token: &waiter.token,
             generated: false,
@@ -457,12 +548,13 @@ impl Project {
             note: waiter.note.as_ref(),
         };
         let acquired = self.locks.acquire_with(now, &request, true);
-        freed.extend(self.record_lapsed(now, acquired.lapsed));
+        freed.extend(record_lapsed(&mut self.lapsed, now, acquired.lapsed));
+        let queue = self.queue.as_mut()?;
         let Some(fence) = acquired.fence else {
-            self.waiters.insert(id, waiter);
+            queue.waiters.insert(id, waiter);
             return None;
         };
-        self.forget_waiter(id, &waiter);
+        queue.forget_waiter(id, &waiter);
         Some(Grant {
             waiter: id,
             deadline: now.saturating_add(waiter.ttl),
@@ -476,38 +568,9 @@ impl Project {
     /// Takes every waiter out, oldest first: the key they waited on was deleted or moved, so
     /// they must be retried against whatever the key name holds now.
     pub fn take_waiters(&mut self) -> Vec<(u64, Waiter)> {
-        self.index = WaitIndex::new();
-        self.by_token.clear();
-        self.shared.clear();
-        std::mem::take(&mut self.waiters).into_iter().collect()
-    }
-
-    fn remove_waiter(&mut self, id: u64) -> Option<Waiter> {
-        let waiter = self.waiters.remove(&id)?;
-        self.forget_waiter(id, &waiter);
-        Some(waiter)
-    }
-
-    /// Takes `waiter`'s entries out of the index and the token sets.
-    fn forget_waiter(&mut self, id: u64, waiter: &Waiter) {
-        distinct(&waiter.items, |mode, path| {
-            self.index.remove(id, mode, path)
-        });
-        match self.by_token.get_mut(&waiter.token) {
-            Some(TokenWaiters::One(only)) if *only == id => {
-                self.by_token.remove(&waiter.token);
-            }
-            Some(TokenWaiters::Many(ids)) => {
-                ids.remove(&id);
-                self.shared.remove(&id);
-                if let (1, Some(&last)) = (ids.len(), ids.first()) {
-                    // The token's last waiter no longer shares it.
-                    self.shared.remove(&last);
-                    self.by_token
-                        .insert(waiter.token.clone(), TokenWaiters::One(last));
-                }
-            }
-            _ => {}
-        }
+        self.queue
+            .take()
+            .map(|queue| queue.waiters.into_iter().collect())
+            .unwrap_or_default()
     }
 }

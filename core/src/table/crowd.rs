@@ -20,7 +20,7 @@ use super::idmap;
 use super::ids::{NodeId, OwnerId, Tagged, NONE, SPILLED};
 use super::rehash::LinearTable;
 use super::tree::Held;
-use super::LockTable;
+use super::Tree;
 use crate::lock::Mode;
 
 #[derive(Clone, Debug, Default)]
@@ -64,7 +64,7 @@ impl Crowd {
     }
 }
 
-impl LockTable {
+impl Tree {
     pub(super) fn crowd(&self, node: NodeId) -> Option<&Crowd> {
         if self.nodes[node as usize].lock.owner.0 != SPILLED {
             return None;

@@ -5,7 +5,7 @@
 //! arena: after a quarter of a million locks come and go, the arena keeps its full length, a
 //! chunk of it for every few live entries, and `used_memory` does not come back. Handing out
 //! the lowest free slot instead fills the arena from its start, so the slots at its end are the
-//! last taken and the first to fall free together; `LockTable::trim_some` then pops them off the
+//! last taken and the first to fall free together; `Tree::trim_some` then pops them off the
 //! end, a bounded number per call, and the arena's chunks go back to the allocator.
 //!
 //! The set is a bitmap with a summary word per 64 words: finding the lowest free slot looks at

@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ids::{NodeId, OwnerId, Tagged, BIG, NONE, ROOT, SPILLED};
-use super::LockTable;
+use super::Tree;
 use crate::lock::{Mode, PackedToken};
 
-impl LockTable {
+impl Tree {
     /// Recomputes every derived structure from the locks themselves and reports the first
     /// disagreement: intention marks, `latest` bounds, big owners' marks and sets, owners'
     /// lists, the expiry index, the graveyard, the counts, the canonical order, the tree's links,

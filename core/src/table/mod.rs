@@ -33,7 +33,7 @@
 //! without reclaiming them), and a request reclaims the lapsed owners it meets in its way (a
 //! bounded number), leaving the rest to the expiry cycle. A request may therefore be granted
 //! over lapsed locks still stored beneath its path; persistence and digests carry only live
-//! locks ([`LockTable::live`]), so no payload ever holds two conflicting locks.
+//! locks ([`Tree::live`]), so no payload ever holds two conflicting locks.
 //!
 //! Each part owns its state, one file each:
 //!
@@ -48,7 +48,7 @@
 //!   what it holds and grows or shrinks a small step at a time, so that no call pauses Redis for
 //!   long at any size.
 //!
-//! Copies share that storage ([`LockTable::share`], what `COPY` does). Every part of it is a
+//! Copies share that storage ([`Tree::share`], what `COPY` does). Every part of it is a
 //! vector of small pieces (chunks of the arenas, segments of the hash tables, runs of the
 //! expiry index) that can sit behind `Arc`s, so a copy costs a step per piece, about one per
 //! 2,048 nodes or owners or 1,024 index entries, and the first write to a piece that the other
@@ -59,10 +59,12 @@
 
 mod big;
 mod chunks;
+mod compact;
 mod conflicts;
 mod crowd;
 mod cuts;
 mod expiry;
+mod form;
 mod free;
 mod idmap;
 mod ids;
@@ -72,6 +74,9 @@ mod owners;
 mod rehash;
 mod sorted;
 mod tree;
+
+pub(crate) use compact::allocation;
+pub use form::LockTable;
 
 use std::collections::VecDeque;
 
@@ -94,10 +99,10 @@ use rehash::LinearTable;
 use sorted::SortedRuns;
 use tree::Node;
 
-/// The locks of one project. `clone` copies what the table does not share with a copy;
-/// [`LockTable::share`] is the copy that costs a step per chunk.
+/// The locks of one project in the tree form. `clone` copies what the table does not share
+/// with a copy; [`Tree::share`] is the copy that costs a step per chunk.
 #[derive(Clone, Debug)]
-pub struct LockTable {
+pub(crate) struct Tree {
     nodes: Chunks<Node>,
     free_nodes: FreeSlots,
     /// The children's tables of nodes with two or more children, found by `Node::table`.
@@ -134,6 +139,9 @@ pub struct LockTable {
     /// The most locks a small owner holds (`owners::SMALL`, lower in tests that want big
     /// owners among a few locks).
     small: usize,
+    /// The most locks of the compact form this table turns back into when it shrinks to half
+    /// of it (`form`); 0 keeps it a tree.
+    compact: usize,
     next_fence: u64,
     /// Locks of owners that are not buried, lapsed or not.
     len: usize,
@@ -173,9 +181,9 @@ pub struct Released {
     pub lapsed: Freed,
 }
 
-impl Default for LockTable {
+impl Default for Tree {
     fn default() -> Self {
-        LockTable::new()
+        Tree::new()
     }
 }
 
@@ -197,9 +205,9 @@ const CUTS_OVERHEAD: usize = std::mem::size_of::<(NodeId, Cuts)>() + 8;
 /// owners costs a fixed share of their reclaiming, the expiry cycle doing the rest.
 const MET_RECLAIMED: usize = 32;
 
-impl LockTable {
-    pub fn new() -> LockTable {
-        let mut table = LockTable {
+impl Tree {
+    pub fn new() -> Tree {
+        let mut table = Tree {
             nodes: Chunks::default(),
             free_nodes: FreeSlots::default(),
             tables: Chunks::default(),
@@ -220,6 +228,7 @@ impl LockTable {
             graveyard: VecDeque::new(),
             buried_locks: 0,
             small: owners::SMALL,
+            compact: 0,
             next_fence: 1,
             len: 0,
             live_nodes: 0,
@@ -234,8 +243,8 @@ impl LockTable {
     /// (some 20,000 at ten million locks) rather than one per lock. Either side's first write
     /// to a shared chunk copies that chunk alone, so the two stay independent. It takes `&mut`
     /// because the arenas' chunks this table owns outright become shared.
-    pub fn share(&mut self) -> LockTable {
-        LockTable {
+    pub fn share(&mut self) -> Tree {
+        Tree {
             nodes: self.nodes.share(),
             // The free sets are bitmaps, a bit per slot: a copy of one is 1.25 MB at ten
             // million slots.
@@ -261,6 +270,7 @@ impl LockTable {
             graveyard: self.graveyard.clone(),
             buried_locks: self.buried_locks,
             small: self.small,
+            compact: self.compact,
             next_fence: self.next_fence,
             len: self.len,
             live_nodes: self.live_nodes,
@@ -269,24 +279,38 @@ impl LockTable {
         }
     }
 
-    /// A table whose owners become big past `small` locks instead of `owners::SMALL` (at least
-    /// 2), so that tests with a few paths exercise big owners too.
-    #[doc(hidden)]
-    pub fn with_small_owners_up_to(small: usize) -> LockTable {
-        LockTable {
+    /// A table whose owners become big past `small` locks (at least 2), and that turns into
+    /// the compact form of `compact` locks when it shrinks to half of that (never when 0).
+    pub(super) fn with_limits(small: usize, compact: usize) -> Tree {
+        Tree {
             small: small.max(2),
-            ..LockTable::new()
+            compact,
+            ..Tree::new()
         }
+    }
+
+    /// The limits [`Tree::with_limits`] took: the compact form's, then a small owner's.
+    pub(super) fn limits(&self) -> (usize, usize) {
+        (self.compact, self.small)
+    }
+
+    /// Whether the table may fit in the compact form, at a glance: few enough locks and path
+    /// bytes, and nothing that only the tree keeps (cuts, big owners, owners being freed).
+    /// [`compact::Compact::from_tree`] decides.
+    pub(super) fn may_compact(&self) -> bool {
+        self.compact > 0
+            && self.len <= self.compact / 2
+            && self.buried_locks == 0
+            && self.graveyard.is_empty()
+            && self.bigs.is_empty()
+            && self.cuts.is_empty()
+            && self.segment_bytes + self.token_bytes < compact::MAX_BYTES / 2
     }
 
     /// The number of locks stored, lapsed ones not yet reclaimed included, but not those of a
     /// released or reclaimed big owner still being freed (`free_some`).
     pub fn len(&self) -> usize {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Locks of owners released or reclaimed whole that are still stored, being freed in the
@@ -299,7 +323,7 @@ impl LockTable {
     /// the table holds, so a released lock takes its bytes back exactly once it is freed.
     pub fn memory_estimate(&self) -> usize {
         let owners = self.owners.len() - self.free_owners.len();
-        std::mem::size_of::<LockTable>()
+        std::mem::size_of::<Tree>()
             + (self.live_nodes + 1) * NODE_OVERHEAD
             + self.segment_bytes
             + (self.len + self.buried_locks) * LOCK_OVERHEAD
@@ -327,31 +351,10 @@ impl LockTable {
         self.next_fence = self.next_fence.max(next);
     }
 
-    /// Grants every `(mode, path)` to `token` for `ttl` milliseconds at `now`, all or nothing,
-    /// unless a live lock of another owner blocks one of them. The token's lease becomes the
-    /// later of what it was and `now + ttl`. The token's own lapsed locks are reclaimed first
-    /// (a lapsed lease is not revived), and so are the lapsed owners met in the request's way,
-    /// a bounded number of them (see `conflicts`).
-    pub fn acquire(
-        &mut self,
-        now: u64,
-        token: &Token,
-        ttl: u64,
-        items: &[(Mode, Path)],
-    ) -> Acquired {
-        let request = Request {
-            token,
-            generated: false,
-            ttl,
-            items,
-            note: None,
-        };
-        self.acquire_with(now, &request, true)
-    }
-
-    /// [`LockTable::acquire`] of a whole [`Request`], leaving the lapsed owners in its way alone
-    /// unless `reclaim` is set (a caller that cleared the way first, see
-    /// [`LockTable::clear_way`]). The token's own lapsed lease is reclaimed in any case.
+    /// Decides a [`Request`] and grants it unless blocked ([`LockTable::acquire_with`]),
+    /// leaving the lapsed owners in its way alone unless `reclaim` is set (a caller that cleared
+    /// the way first, see [`Tree::clear_way`]). The token's own lapsed lease is reclaimed in
+    /// any case.
     pub fn acquire_with(&mut self, now: u64, request: &Request, reclaim: bool) -> Acquired {
         let packed = PackedToken::new(request.token);
         let mut me = if request.generated {
@@ -441,21 +444,9 @@ impl LockTable {
         }
     }
 
-    /// Records a grant that was already decided: by a master whose effect a replica or an AOF
-    /// replay applies, or by loading a payload. The token's lease becomes the later of what it
-    /// was and `deadline`; re-granting a `(path, mode)` the token holds refreshes its fence.
-    /// Returns how many new locks it added.
-    pub fn grant(
-        &mut self,
-        token: &Token,
-        deadline: u64,
-        fence: u64,
-        items: &[(Mode, Path)],
-    ) -> usize {
-        self.grant_noted(token, deadline, fence, items, None)
-    }
-
-    /// [`LockTable::grant`] with a note: `Some` keeps it with every lock the grant takes or
+    /// Records a grant that was already decided ([`LockTable::grant_noted`]): the token's lease
+    /// becomes the later of what it was and `deadline`, re-granting a `(path, mode)` the token
+    /// holds refreshes its fence, and `Some` note is kept with every lock the grant takes or
     /// refreshes, in place of the note they had (an empty note takes theirs away); `None` leaves
     /// the notes of refreshed locks as they were, and new locks without one.
     pub fn grant_noted(
@@ -536,7 +527,7 @@ impl LockTable {
         released
     }
 
-    /// [`LockTable::release`] as a master decided it, for a replica or an AOF replay: no time
+    /// [`Tree::release`] as a master decided it, for a replica or an AOF replay: no time
     /// involved. Returns how many locks it freed.
     pub fn release_decided(&mut self, token: &Token, paths: Option<&[Path]>) -> usize {
         match self.find_owner(&PackedToken::new(token)) {
@@ -594,7 +585,7 @@ impl LockTable {
         (self.lock_count(owner), lapsed)
     }
 
-    /// [`LockTable::renew`] as a master decided it, for a replica or an AOF replay.
+    /// [`Tree::renew`] as a master decided it, for a replica or an AOF replay.
     pub fn renew_decided(&mut self, token: &Token, deadline: u64) -> usize {
         match self.find_owner(&PackedToken::new(token)) {
             Some(owner) => {
@@ -659,12 +650,12 @@ mod tests {
 
     #[test]
     fn a_shared_copy_holds_the_same_chunks_until_written() {
-        let mut table = LockTable::new();
+        let mut table = Tree::new();
         let token = Token::new(b"t").expect("a token");
         for i in 0..10_000 {
             let path = format!("/d{}/f{i}", i % 100);
             let path = Path::parse(path.as_bytes(), &Default::default()).expect("a path");
-            table.grant(&token, 1_000 + i, i + 1, &[(Mode::Write, path)]);
+            table.grant_noted(&token, 1_000 + i, i + 1, &[(Mode::Write, path)], None);
         }
         let mut copy = table.share();
         let chunks = table.nodes.shared_with(&copy.nodes);
