@@ -79,20 +79,28 @@ impl Lapsed {
 }
 
 /// A project: its locks, and what a change leaves for its caller or someone waits for. A
-/// project key costs its table and three words while nobody waits and nothing lapsed is left
-/// to take: the queue and the lapsed record are allocated when first needed and dropped when
-/// they empty, so that a million keys of one lock each cost what their locks do.
+/// project key costs its table and a word while nobody waits and nothing lapsed is left to
+/// take: the queue and the lapsed record are allocated when first needed and dropped when they
+/// empty, so that a million keys of one lock each cost what their locks do.
 #[derive(Debug, Default)]
 pub struct Project {
     locks: LockTable,
-    /// Lazy expiry not yet taken by the caller; none between changes.
-    lapsed: Option<Box<Lapsed>>,
-    /// The waiting requests; none while nobody waits.
-    queue: Option<Box<Queue>>,
+    side: Option<Box<Side>>,
 }
 
-// A key holding a project costs this allocation besides its table's: 32 bytes.
-const _: () = assert!(std::mem::size_of::<Project>() == 32);
+/// What a project keeps only for a while: allocated when first needed, dropped once both parts
+/// are empty.
+#[derive(Debug, Default)]
+struct Side {
+    /// Lazy expiry not yet taken by the caller; empty between changes.
+    lapsed: Lapsed,
+    /// The waiting requests.
+    queue: Queue,
+}
+
+// A key holding a project costs this allocation besides its table's: three words, which the
+// allocator rounds up to 32 bytes, leaving a word for whoever keeps the project.
+const _: () = assert!(std::mem::size_of::<Project>() == 24);
 
 /// The waiting requests of a project, and their index.
 #[derive(Debug, Default)]
@@ -174,14 +182,14 @@ impl Queue {
     }
 }
 
-/// Records the owners lazy expiry reclaimed at `now` in `lapsed`, for the caller to replicate
-/// and count (see [`Project::take_lapsed`]); the one place that does. Returns where to look for
-/// the waiters they held up; nothing when nothing was reclaimed.
-fn record_lapsed(lapsed: &mut Option<Box<Lapsed>>, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
+/// Records the owners lazy expiry reclaimed at `now` in the side's lapsed record, for the
+/// caller to replicate and count (see [`Project::take_lapsed`]); the one place that does.
+/// Returns where to look for the waiters they held up; nothing when nothing was reclaimed.
+fn record_lapsed(side: &mut Option<Box<Side>>, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
     if freed.tokens.is_empty() {
         return Vec::new();
     }
-    let lapsed = lapsed.get_or_insert_with(Box::default);
+    let lapsed = &mut side.get_or_insert_with(Box::default).lapsed;
     lapsed
         .owners
         .extend(freed.tokens.into_iter().map(|t| (now, t)));
@@ -216,36 +224,53 @@ impl Project {
     /// and its waiters' entries are added; what a waiter costs beyond them (its index entries,
     /// its paths) is not counted, as waiters come and go within their timeouts.
     pub fn memory_estimate(&self) -> usize {
-        let queue = self.queue.as_ref().map_or(0, |queue| {
-            allocation(std::mem::size_of::<Queue>())
-                + queue.waiters.len() * std::mem::size_of::<(u64, Waiter)>()
+        let queue = self.side.as_ref().map_or(0, |side| {
+            allocation(std::mem::size_of::<Side>())
+                + side.queue.waiters.len() * std::mem::size_of::<(u64, Waiter)>()
         });
         allocation(std::mem::size_of::<Project>()) + self.locks.memory_estimate() + queue
     }
 
+    /// The queue, while someone waits.
+    fn queue(&self) -> Option<&Queue> {
+        self.side
+            .as_ref()
+            .map(|side| &side.queue)
+            .filter(|queue| !queue.waiters.is_empty())
+    }
+
+    /// Drops the side once nobody waits and nothing lapsed is left to take, so that the
+    /// project costs its table alone.
+    fn trim_side(&mut self) {
+        let empty = |side: &Side| side.queue.waiters.is_empty() && side.lapsed.is_empty();
+        if self.side.as_deref().is_some_and(empty) {
+            self.side = None;
+        }
+    }
+
     pub fn waiting(&self) -> usize {
-        self.queue.as_ref().map_or(0, |queue| queue.waiters.len())
+        self.queue().map_or(0, |queue| queue.waiters.len())
     }
 
     /// The ids of the waiting requests, oldest first.
     pub fn waiter_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.queue
-            .iter()
+        self.queue()
+            .into_iter()
             .flat_map(|queue| queue.waiters.keys().copied())
     }
 
     /// The path index of the waiters, for tests of its consistency.
     pub fn wait_index(&self) -> &WaitIndex {
-        self.queue
+        self.side
             .as_ref()
-            .map_or(&NO_WAITERS, |queue| &queue.index)
+            .map_or(&NO_WAITERS, |side| &side.queue.index)
     }
 
     /// The waiting requests with an item at or beneath `under`, oldest first, with their ids:
     /// `WAITERS`. The index keeps the ids waiting in each subtree, so this costs O(depth) plus
     /// O(log n) per waiter it returns, however long the queue is elsewhere.
     pub fn waiters_under(&self, under: &Path) -> Vec<(u64, &Waiter)> {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return Vec::new();
         };
         queue
@@ -302,7 +327,7 @@ impl Project {
     /// [`Project::acquire`] of a whole [`Request`]: `ACQUIRE` as the module makes it, with its
     /// note kept with the locks as [`LockTable::grant_noted`] does.
     pub fn acquire_request(&mut self, now: u64, request: &Request) -> Option<u64> {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             let acquired = self.locks.acquire_with(now, request, true);
             self.lapse(now, acquired.lapsed);
             return acquired.fence;
@@ -326,7 +351,7 @@ impl Project {
     /// most `others` more lapsed owners, earliest first. The rest is left to the expiry cycle,
     /// or to the requests it gets in the way of. See [`Project::take_lapsed`].
     pub fn reclaim_lazily(&mut self, now: u64, token: Option<&Token>, others: usize) {
-        let describe = self.queue.is_some();
+        let describe = self.queue().is_some();
         if let Some(token) = token {
             let freed = self.locks.reclaim_expired_of(now, token, describe);
             self.lapse(now, freed);
@@ -341,26 +366,29 @@ impl Project {
     /// through it takes this after the change, to replicate the reclaimed owners (`EXPIRE now
     /// token...`) ahead of the change's own effects and to answer the waiters granted.
     pub fn take_lapsed(&mut self) -> Lapsed {
-        self.lapsed.take().map(|lapsed| *lapsed).unwrap_or_default()
+        let Some(side) = self.side.as_mut() else {
+            return Lapsed::default();
+        };
+        let lapsed = std::mem::take(&mut side.lapsed);
+        self.trim_side();
+        lapsed
     }
 
     /// Whether lazy expiry reclaimed anything not yet taken: a look before `take_lapsed`,
     /// which every change calls and which nearly always finds nothing.
     pub fn has_lapsed(&self) -> bool {
-        self.lapsed
+        self.side
             .as_ref()
-            .is_some_and(|lapsed| !lapsed.is_empty())
+            .is_some_and(|side| !side.lapsed.is_empty())
     }
 
     /// Records what was reclaimed at `now` and grants the waiters it lets in.
     fn lapse(&mut self, now: u64, freed: Freed) {
-        let probes = record_lapsed(&mut self.lapsed, now, freed);
+        let probes = record_lapsed(&mut self.side, now, freed);
         let grants = self.wake_probes(now, &probes);
         if !grants.is_empty() {
-            self.lapsed
-                .get_or_insert_with(Box::default)
-                .grants
-                .extend(grants);
+            let side = self.side.get_or_insert_with(Box::default);
+            side.lapsed.grants.extend(grants);
         }
     }
 
@@ -374,7 +402,7 @@ impl Project {
         paths: Option<&[Path]>,
     ) -> (usize, Vec<Grant>) {
         // The freed locks are described only for the waiters they may let in.
-        let describe = self.queue.is_some();
+        let describe = self.queue().is_some();
         let released = self.locks.release(now, token, paths, describe);
         if released.lapsed.tokens.is_empty() {
             let grants = self.wake_probes(now, &released.freed.probes);
@@ -382,7 +410,7 @@ impl Project {
         }
         // A lapsed lease: its grants are replicated after the release, as for `renew`, since a
         // waiter of this token may be among them.
-        let probes = record_lapsed(&mut self.lapsed, now, released.lapsed);
+        let probes = record_lapsed(&mut self.side, now, released.lapsed);
         (released.count, self.wake_probes(now, &probes))
     }
 
@@ -394,7 +422,7 @@ impl Project {
     /// it would move its lease.
     pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
         let (renewed, lapsed) = self.locks.renew(now, token, deadline);
-        let probes = record_lapsed(&mut self.lapsed, now, lapsed);
+        let probes = record_lapsed(&mut self.side, now, lapsed);
         (renewed, self.wake_probes(now, &probes))
     }
 
@@ -402,7 +430,7 @@ impl Project {
     /// that were waiting for them. Its cost is the whole expiry: commands use
     /// [`Project::reclaim_lazily`], the expiry cycle [`Project::expire_some`].
     pub fn reclaim_expired(&mut self, now: u64) -> (Freed, Vec<Grant>) {
-        let freed = self.locks.reclaim_expired(now, self.queue.is_some());
+        let freed = self.locks.reclaim_expired(now, self.queue().is_some());
         let grants = self.wake_probes(now, &freed.probes);
         (freed, grants)
     }
@@ -412,7 +440,7 @@ impl Project {
     pub fn expire_some(&mut self, now: u64, max_owners: usize) -> (Freed, Vec<Grant>) {
         let freed = self
             .locks
-            .reclaim_some_expired(now, max_owners, self.queue.is_some());
+            .reclaim_some_expired(now, max_owners, self.queue().is_some());
         let grants = self.wake_probes(now, &freed.probes);
         (freed, grants)
     }
@@ -424,7 +452,7 @@ impl Project {
     /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
     /// keep a waiter's id when it is queued again elsewhere so that it keeps its place.
     pub fn enqueue(&mut self, id: u64, waiter: Waiter) {
-        let queue = self.queue.get_or_insert_with(Box::default);
+        let queue = &mut self.side.get_or_insert_with(Box::default).queue;
         if let Some(old) = queue.waiters.get(&id).cloned() {
             // The same id twice would be two entries in the index for one waiter.
             queue.forget_waiter(id, &old);
@@ -454,22 +482,16 @@ impl Project {
         queue.waiters.insert(id, waiter);
     }
 
-    /// Drops the queue once its last waiter left, so that the project costs its table alone.
-    fn drop_queue_if_empty(&mut self) {
-        if self.queue.as_ref().is_some_and(|q| q.waiters.is_empty()) {
-            self.queue = None;
-        }
-    }
-
     /// Removes a waiter that gave up (timed out, disconnected), and grants the later waiters it
     /// alone was holding up.
     pub fn cancel(&mut self, now: u64, id: u64) -> (Option<Waiter>, Vec<Grant>) {
-        let Some(waiter) = self.queue.as_mut().and_then(|q| q.remove_waiter(id)) else {
+        let removed = self.side.as_mut().and_then(|s| s.queue.remove_waiter(id));
+        let Some(waiter) = removed else {
             return (None, Vec::new());
         };
         // Only later waiters can have been behind it.
         let grants = self.wake_near(now, waiter.items.iter().map(|(m, p)| (*m, p)), id);
-        self.drop_queue_if_empty();
+        self.trim_side();
         (Some(waiter), grants)
     }
 
@@ -488,7 +510,7 @@ impl Project {
         probes: impl Iterator<Item = (Mode, &'a Path)>,
         after: u64,
     ) -> Vec<Grant> {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return Vec::new();
         };
         let mut candidates = Vec::new();
@@ -501,7 +523,7 @@ impl Project {
         // what they free may let in waiters that these probes did not reach, so those paths
         // are probed in turn (from the front of the queue). Every further round reclaims
         // locks, so the rounds end.
-        while let Some(queue) = &self.queue {
+        while let Some(queue) = self.queue() {
             if candidates.is_empty() && queue.shared.is_empty() {
                 break;
             }
@@ -518,13 +540,13 @@ impl Project {
                 break;
             }
             after = 0;
-            if let Some(queue) = &self.queue {
+            if let Some(queue) = self.queue() {
                 for (mode, path) in &freed {
                     queue.index.fronts_near(*mode, path, after, &mut candidates);
                 }
             }
         }
-        self.drop_queue_if_empty();
+        self.trim_side();
         grants
     }
 
@@ -533,7 +555,7 @@ impl Project {
     /// paths added to `freed`; its own go before it is granted, so that nothing reclaimed later
     /// in this change is its, and the reclaimed owners can replicate ahead of the grants.
     fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<(Mode, Path)>) -> Option<Grant> {
-        let queue = self.queue.as_mut()?;
+        let queue = &mut self.side.as_mut()?.queue;
         let waiter = queue.waiters.get(&id)?;
         if queue.behind_a_waiter(&waiter.token, &waiter.items, id) {
             return None;
@@ -548,8 +570,8 @@ impl Project {
             note: waiter.note.as_ref(),
         };
         let acquired = self.locks.acquire_with(now, &request, true);
-        freed.extend(record_lapsed(&mut self.lapsed, now, acquired.lapsed));
-        let queue = self.queue.as_mut()?;
+        freed.extend(record_lapsed(&mut self.side, now, acquired.lapsed));
+        let queue = &mut self.side.as_mut()?.queue;
         let Some(fence) = acquired.fence else {
             queue.waiters.insert(id, waiter);
             return None;
@@ -568,9 +590,11 @@ impl Project {
     /// Takes every waiter out, oldest first: the key they waited on was deleted or moved, so
     /// they must be retried against whatever the key name holds now.
     pub fn take_waiters(&mut self) -> Vec<(u64, Waiter)> {
-        self.queue
-            .take()
-            .map(|queue| queue.waiters.into_iter().collect())
-            .unwrap_or_default()
+        let Some(side) = self.side.as_mut() else {
+            return Vec::new();
+        };
+        let queue = std::mem::take(&mut side.queue);
+        self.trim_side();
+        queue.waiters.into_iter().collect()
     }
 }
