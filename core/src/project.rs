@@ -32,10 +32,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::alloc::allocation;
 use crate::lock::{Freed, Items, Mode, Note, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
-use crate::table::{allocation, LockTable, Request};
+use crate::table::{LockTable, Request};
 
 /// A request waiting for its locks.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -138,9 +138,11 @@ impl Tree {
             self.common_ancestor(lca, lock.id())
         };
         if let Some(big) = self.bigs.get_mut(id) {
+            let before = big.locks.heap_bytes();
             big.locks.insert_unique(lock_hash(&lock), lock, lock_hash);
             big.lca = lca;
             self.big_locks += 1;
+            self.inner_bytes = self.inner_bytes + big.locks.heap_bytes() - before;
         }
     }
 
@@ -150,6 +152,7 @@ impl Tree {
         let Some(big) = self.bigs.get_mut(id) else {
             return;
         };
+        let before = big.locks.heap_bytes();
         if big
             .locks
             .remove(lock_hash(&lock), |&l| l == lock, lock_hash)
@@ -157,11 +160,14 @@ impl Tree {
         {
             self.big_locks -= 1;
         }
+        self.inner_bytes = self.inner_bytes + big.locks.heap_bytes() - before;
         let (buried, left) = (big.buried, big.locks.len());
         if buried {
             self.buried_locks -= 1;
             if left == 0 {
-                self.bigs.remove(id);
+                if let Some(gone) = self.bigs.remove(id) {
+                    self.inner_bytes -= gone.locks.heap_bytes();
+                }
                 self.free_owner_slot(id);
             }
         } else {
@@ -190,6 +196,7 @@ impl Tree {
             self.mark_crowd_big(lock.id(), Tagged::new(id, lock.mode()), true);
         }
         self.big_locks += big.locks.len();
+        self.inner_bytes += big.locks.heap_bytes();
         self.bigs.insert_new(id, big);
         self.owner_mut(id).lock = Tagged(BIG);
     }
@@ -200,6 +207,7 @@ impl Tree {
         let Some(big) = self.bigs.remove(id) else {
             return;
         };
+        self.inner_bytes -= big.locks.heap_bytes();
         let list: Vec<Tagged> = big.locks.iter().copied().collect();
         self.big_locks -= list.len();
         let deadline = self.owner(id).deadline;

@@ -42,6 +42,7 @@ use std::cmp::Ordering;
 use smallvec::SmallVec;
 
 use super::{Acquired, Released, Request, Tree};
+use crate::alloc::allocation;
 use crate::bytes::SmallBytes;
 use crate::lock::{uuid_text, Freed, LockInfo, Mode, Note, PackedToken, Token, MAX_TOKEN_BYTES};
 use crate::path::Path;
@@ -218,20 +219,6 @@ impl<'a> Reader<'a> {
                 return value;
             }
             shift += 7;
-        }
-    }
-}
-
-/// The bytes an allocation of `size` takes from jemalloc, the allocator Redis and Valkey count
-/// `used_memory` with: 8 and 16, then steps of 16 up to 128, then four size classes per doubling.
-pub(crate) fn allocation(size: usize) -> usize {
-    match size {
-        0 => 0,
-        1..=8 => 8,
-        9..=128 => size.div_ceil(16) * 16,
-        _ => {
-            let step = 1 << (usize::BITS - 1 - (size - 1).leading_zeros() - 2);
-            size.div_ceil(step) * step
         }
     }
 }

@@ -171,12 +171,14 @@ impl Tree {
         let Some(crowd) = self.crowded.get_mut(node) else {
             return;
         };
+        let before = crowd.readers.heap_bytes();
         match held.mode() {
             Mode::Write => crowd.writers.insert(position, held),
             Mode::Read => crowd
                 .readers
                 .insert_unique(reader_hash(&held), held, reader_hash),
         }
+        self.inner_bytes = self.inner_bytes + crowd.readers.heap_bytes() - before;
         if big {
             crowd.bigs.push(held.owner);
         } else {
@@ -200,6 +202,7 @@ impl Tree {
             }
         }
         let crowd = self.crowded.get_mut(node)?;
+        let before = crowd.readers.heap_bytes();
         let taken = match owner.mode() {
             Mode::Write => {
                 let at = crowd.writers.iter().position(|h| h.owner == owner)?;
@@ -214,6 +217,7 @@ impl Tree {
         if let Some(at) = crowd.bigs.iter().position(|&b| b == owner) {
             crowd.bigs.swap_remove(at);
         }
+        self.inner_bytes = self.inner_bytes + crowd.readers.heap_bytes() - before;
         if crowd.len() == 1 {
             let only = crowd
                 .writers
@@ -221,7 +225,9 @@ impl Tree {
                 .or_else(|| crowd.readers.any())
                 .copied();
             if let Some(only) = only {
-                self.crowded.remove(node);
+                if let Some(gone) = self.crowded.remove(node) {
+                    self.inner_bytes -= gone.readers.heap_bytes();
+                }
                 self.nodes[node as usize].lock = only;
             }
         }

@@ -13,6 +13,8 @@
 //! whatever the arena's size. Both vectors grow by a word at a time, a copy of 1.25 MB at ten
 //! million slots at most.
 
+use crate::alloc::allocation;
+
 #[derive(Clone, Debug, Default)]
 pub(super) struct FreeSlots {
     /// One bit per slot, set when the slot is free.
@@ -27,6 +29,12 @@ pub(super) struct FreeSlots {
 impl FreeSlots {
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The bytes the bitmaps take on the heap, for the memory estimate.
+    pub(super) fn heap_bytes(&self) -> usize {
+        let words = self.bits.capacity() + self.summary.capacity();
+        allocation(words * std::mem::size_of::<u64>())
     }
 
     pub(super) fn contains(&self, id: u32) -> bool {

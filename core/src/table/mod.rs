@@ -75,13 +75,13 @@ mod rehash;
 mod sorted;
 mod tree;
 
-pub(crate) use compact::allocation;
 pub use form::LockTable;
 
 use std::collections::VecDeque;
 
 use hashbrown::DefaultHashBuilder;
 
+use crate::alloc::allocation;
 use crate::lock::{Mode, Note, PackedToken, Token};
 use crate::path::Path;
 use crate::Freed;
@@ -146,8 +146,14 @@ pub(crate) struct Tree {
     /// Locks of owners that are not buried, lapsed or not.
     len: usize,
     live_nodes: usize,
+    /// The bytes of the nodes' segments, and those of them kept on the heap (longer than a
+    /// node keeps inline), as the allocator rounds them.
     segment_bytes: usize,
+    segment_heap: usize,
     token_bytes: usize,
+    /// The heap bytes of the hash tables that live inside other structures (nodes' children,
+    /// big owners' sets, crowds' readers), kept as they change (`LinearTable::heap_bytes`).
+    inner_bytes: usize,
 }
 
 /// One request to acquire: who asks, for how long, what, and the note kept with what it is
@@ -187,19 +193,6 @@ impl Default for Tree {
     }
 }
 
-/// Bytes a node costs beyond its segment: the arena slot and its share of a parent's table.
-const NODE_OVERHEAD: usize = std::mem::size_of::<Node>() + 8;
-/// Bytes a lock costs beyond its node and owner: its share of the side maps and expiry index.
-const LOCK_OVERHEAD: usize = 8;
-/// Bytes an owner costs beyond its token: the slot and its index entry.
-const OWNER_OVERHEAD: usize = std::mem::size_of::<Option<Owner>>() + 8;
-/// Bytes a big owner's lock costs in its set, beyond `LOCK_OVERHEAD`.
-const BIG_LOCK_OVERHEAD: usize = 8;
-/// Bytes one big owner's mark on one node costs, with its share of the map's entry.
-const BIG_MARK_OVERHEAD: usize = std::mem::size_of::<BigMark>() + 16;
-/// Bytes the cuts of one node cost, with their share of the map's entry.
-const CUTS_OVERHEAD: usize = std::mem::size_of::<(NodeId, Cuts)>() + 8;
-
 /// Lapsed owners a request reclaims among those it met in its way, besides big ones (a step
 /// each): enough for the common case, bounded so that a request meeting a crowd of lapsed
 /// owners costs a fixed share of their reclaiming, the expiry cycle doing the rest.
@@ -233,7 +226,9 @@ impl Tree {
             len: 0,
             live_nodes: 0,
             segment_bytes: 0,
+            segment_heap: 0,
             token_bytes: 0,
+            inner_bytes: 0,
         };
         table.nodes.push(Node::default());
         table
@@ -275,7 +270,9 @@ impl Tree {
             len: self.len,
             live_nodes: self.live_nodes,
             segment_bytes: self.segment_bytes,
+            segment_heap: self.segment_heap,
             token_bytes: self.token_bytes,
+            inner_bytes: self.inner_bytes,
         }
     }
 
@@ -319,20 +316,44 @@ impl Tree {
         self.buried_locks
     }
 
-    /// An estimate of the heap bytes the table uses, for `MEMORY USAGE`. It depends only on what
-    /// the table holds, so a released lock takes its bytes back exactly once it is freed.
+    /// The heap bytes the table uses, for `MEMORY USAGE`: its own allocation, its arenas and
+    /// their free-slot maps, its hash tables by their capacities (kept as they change, so a
+    /// step each), the expiry index's runs (a read per run, one per hundred distinct deadlines
+    /// or more), the notes, and the bytes kept beside them: segments and tokens too long to
+    /// keep inline, small owners' lists of locks, big owners' marks. It reads what the table
+    /// holds, not the clock, and an emptied table costs what a new one does but for the
+    /// capacity its first chunks grew to.
     pub fn memory_estimate(&self) -> usize {
+        // What no table measures: the lists of small owners holding several locks, a 4-byte
+        // entry per lock and a vector's slack and rounding (`reserve_for_one`). The locks in
+        // them are those neither in a big owner's set nor inline in an owner of one lock.
         let owners = self.owners.len() - self.free_owners.len();
-        std::mem::size_of::<Tree>()
-            + (self.live_nodes + 1) * NODE_OVERHEAD
-            + self.segment_bytes
-            + (self.len + self.buried_locks) * LOCK_OVERHEAD
-            + self.big_locks * BIG_LOCK_OVERHEAD
-            + self.big_mark_count * BIG_MARK_OVERHEAD
-            + owners * OWNER_OVERHEAD
-            + self.token_bytes
+        let inline = owners - self.owner_locks.len() - self.bigs.len();
+        let listed = (self.len + self.buried_locks).saturating_sub(self.big_locks + inline);
+        let lists = listed * 5 + self.owner_locks.len() * 8;
+        allocation(std::mem::size_of::<Tree>())
+            + self.nodes.heap_bytes()
+            + self.owners.heap_bytes()
+            + self.tables.heap_bytes()
+            + self.free_nodes.heap_bytes()
+            + self.free_owners.heap_bytes()
+            + self.free_tables.heap_bytes()
+            + self.inner_bytes
+            + self.crowded.heap_bytes()
+            + self.owner_locks.heap_bytes()
+            + lists
+            + self.owner_index.heap_bytes()
+            + self.expiry.heap_bytes()
+            + self.bigs.heap_bytes()
+            + self.big_marks.heap_bytes()
+            // A node's marks are a vector, nearly always of one big owner's mark.
+            + self.big_marks.len() * allocation(std::mem::size_of::<BigMark>())
+            + self.big_mark_count.saturating_sub(self.big_marks.len()) * std::mem::size_of::<BigMark>()
             + self.notes.bytes()
-            + self.cuts.len() * CUTS_OVERHEAD
+            + self.cuts.heap_bytes()
+            + self.graveyard.capacity() * std::mem::size_of::<OwnerId>()
+            + self.segment_heap
+            + self.token_bytes
     }
 
     /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
@@ -478,12 +499,29 @@ impl Tree {
         note: Option<&Note>,
     ) -> usize {
         self.raise_next_fence(fence.saturating_add(1));
+        // What the grant's locks are to carry: `Some(None)` takes their notes away.
+        let wanted = note.map(|note| Some(note).filter(|n| !n.is_empty()));
+        // The grant that creates an owner gives it its note, which its locks then carry
+        // without an entry each (see `notes`).
+        if let Some(Some(note)) = wanted {
+            if self.lock_count(owner) == 0 && !self.notes.has_owner_note(owner) {
+                self.notes.set_owner(owner, note);
+            }
+        }
         let mut added = 0;
         for (mode, path) in items {
-            added += usize::from(self.insert(path, owner, *mode, fence));
-            if let Some(note) = note {
-                self.note_lock(path, Tagged::new(owner, *mode), note);
+            let new = self.insert(path, owner, *mode, fence);
+            added += usize::from(new);
+            // A new lock without a note carries none; a refreshed one keeps its own.
+            let Some(carried) = wanted.or(new.then_some(None)) else {
+                continue;
+            };
+            // Only a lock whose note is not its owner's, or that may have an entry to drop, costs
+            // a second walk down to its node.
+            if self.notes.is_owners(owner, carried) && (new || !self.notes.has_lock_entries()) {
+                continue;
             }
+            self.note_lock(path, Tagged::new(owner, *mode), carried);
         }
         // A request that only re-granted what the token holds adds nothing; an owner created for
         // it holds something, since a request names at least one path.
@@ -491,15 +529,10 @@ impl Tree {
         added
     }
 
-    /// Keeps `note` with the lock `owner` (tagged with its mode) holds on `path`, or takes its
-    /// note away when `note` is empty. A second walk down the path, paid only by noted grants.
-    fn note_lock(&mut self, path: &Path, owner: Tagged, note: &Note) {
-        let Some(node) = self.locate(path) else {
-            return;
-        };
-        if note.is_empty() {
-            self.notes.remove(node, owner);
-        } else {
+    /// Keeps `note` with the lock `owner` (tagged with its mode) holds on `path` (`None`: no
+    /// note).
+    fn note_lock(&mut self, path: &Path, owner: Tagged, note: Option<&Note>) {
+        if let Some(node) = self.locate(path) {
             self.notes.set(node, owner, note);
         }
     }

@@ -136,6 +136,7 @@ impl Tree {
     pub(super) fn free_owner_slot(&mut self, id: OwnerId) {
         if let Some(owner) = self.owners[id as usize].take() {
             self.token_bytes -= owner.token.heap_bytes();
+            self.notes.forget_owner(id);
             self.free_owners.insert(id);
         }
     }

@@ -9,6 +9,7 @@ use super::chunks::Chunks;
 use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT};
 use super::rehash::{prefetch, LinearTable, Rehasher};
 use super::Tree;
+use crate::alloc::allocation;
 use crate::bytes::SmallBytes;
 use crate::lock::{LockInfo, Mode};
 use crate::path::Path;
@@ -210,6 +211,7 @@ impl Tree {
         };
         self.live_nodes += 1;
         self.segment_bytes += segment.len();
+        self.segment_heap += allocation(self.nodes[id as usize].segment.heap_bytes());
         self.add_child(node, id);
         id
     }
@@ -236,9 +238,11 @@ impl Tree {
             nodes: &self.nodes,
             hasher: &self.hasher,
         };
+        let before = self.tables[slot].heap_bytes();
         for c in moved.into_iter().chain([child]) {
             self.tables[slot].insert_unique(keys.hash(&c), c, keys);
         }
+        self.inner_bytes = self.inner_bytes + self.tables[slot].heap_bytes() - before;
     }
 
     pub(super) fn remove_child(&mut self, parent: NodeId, child: NodeId) {
@@ -256,7 +260,9 @@ impl Tree {
             hasher: &self.hasher,
         };
         let table = &mut self.tables[slot as usize];
+        let before = table.heap_bytes();
         table.remove(keys.hash(&child), |&c| c == child, keys);
+        self.inner_bytes = self.inner_bytes + table.heap_bytes() - before;
         // A table lives until its node has no child left; converting back at one child would
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
@@ -373,6 +379,7 @@ impl Tree {
         self.drop_cuts(id);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
+        self.segment_heap -= allocation(node.segment.heap_bytes());
         self.free_nodes.insert(id);
     }
 
