@@ -71,22 +71,10 @@ impl<T> Default for LinearTable<T> {
     }
 }
 
-/// The bytes a segment's slots and control bytes take, as the allocator rounds them: hashbrown
-/// keeps its buckets (a power of two, 7/8 of them usable from 8 on) and a control byte per
-/// bucket and per byte of a group, in one allocation.
+/// The bytes a segment's slots and control bytes take, as the allocator rounds them: what
+/// hashbrown allocated for them, in one block.
 fn slot_bytes<T>(segment: &HashTable<T>) -> u32 {
-    const GROUP: usize = 16;
-    let capacity = segment.capacity();
-    if capacity == 0 {
-        return 0;
-    }
-    let buckets = if capacity < 8 {
-        capacity + 1
-    } else {
-        capacity / 7 * 8
-    };
-    let data = (buckets * std::mem::size_of::<T>()).next_multiple_of(GROUP);
-    allocation(data + buckets + GROUP) as u32
+    allocation(segment.allocation_size()) as u32
 }
 
 /// How a table finds the hash of an entry it holds, to re-hash it when a segment grows, splits
