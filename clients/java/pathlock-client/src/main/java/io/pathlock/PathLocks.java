@@ -704,7 +704,7 @@ public final class PathLocks implements AutoCloseable {
         for (LockRequest request : nonEmpty(requests)) {
             args.add(request.mode().name()).add(request.path());
         }
-        return array(Keyword.CHECK, args).thenApply(PathLocks::heldLocks);
+        return mapped(array(Keyword.CHECK, args).thenApply(PathLocks::heldLocks));
     }
 
     CompletableFuture<List<HeldLock>> locksAsync(String path, String token) {
@@ -716,7 +716,7 @@ public final class PathLocks implements AutoCloseable {
         if (token != null) {
             args.add("TOKEN").add(token);
         }
-        return array(Keyword.LOCKS, args).thenApply(PathLocks::heldLocks);
+        return mapped(array(Keyword.LOCKS, args).thenApply(PathLocks::heldLocks));
     }
 
     CompletableFuture<List<Waiter>> waitersAsync(String path) {
@@ -724,7 +724,7 @@ public final class PathLocks implements AutoCloseable {
         if (path != null) {
             args.add(Paths.normalise(path));
         }
-        return array(Keyword.WAITERS, args).thenApply(reply -> {
+        return mapped(array(Keyword.WAITERS, args).thenApply(reply -> {
             List<Waiter> waiters = new ArrayList<>();
             for (Object entry : reply) {
                 List<Object> fields = Replies.array(entry);
@@ -737,6 +737,16 @@ public final class PathLocks implements AutoCloseable {
                         Replies.integer(fields.get(3)), fields.size() > 4 ? Replies.text(fields.get(4)) : null));
             }
             return waiters;
+        }));
+    }
+
+    /** The future with its failure as the client's exception (an error reply a ServerException). */
+    private <T> CompletableFuture<T> mapped(CompletableFuture<T> future) {
+        return future.handle((value, error) -> {
+            if (error != null) {
+                throw Errors.of(error, key, null);
+            }
+            return value;
         });
     }
 
@@ -892,7 +902,8 @@ public final class PathLocks implements AutoCloseable {
     /** A refusal, a wait that ran out, or an error reply: nothing was granted, so there is nothing to free. */
     private static boolean isKnownOutcome(Throwable error) {
         Throwable cause = Futures.unwrap(error);
-        return cause instanceof Busy || cause instanceof TooManyWaits || Errors.isReply(cause);
+        return cause instanceof Busy || cause instanceof TooManyWaits || cause instanceof ServerException
+                || Errors.isReply(cause);
     }
 
     /** The wait on the server, on a dedicated connection, for what is left of the call's budget. */

@@ -124,7 +124,10 @@ final class Redis {
 
     private CompletableFuture<StatefulConnection<String, String>> connect() {
         if (client instanceof RedisClusterClient cluster) {
-            return cluster.connectAsync(CODEC).thenApply(connection -> connection);
+            // connectAsync needs the slot map loaded (a sync connect loads it, blocking): load or
+            // reload it first, without blocking.
+            return cluster.refreshPartitionsAsync().toCompletableFuture()
+                    .thenCompose(loaded -> cluster.connectAsync(CODEC)).thenApply(connection -> connection);
         }
         RedisClient standalone = (RedisClient) client;
         if (uri != null) {

@@ -65,7 +65,7 @@ class NotesTest {
         // Every operation names itself; purge and lock list what they lock.
         try (Lease purge = locks.purge("/bin/1", "/bin/2");
                 Lease lock = locks.lock(LockRequest.read("/S"), LockRequest.write("/S/x"));
-                Lease rename = locks.rename("/E/f", "/E/g")) {
+                Lease rename = locks.rename("/E/f", "g")) {
             assertEquals(List.of("purge /bin/1 /bin/2"), notes(locks.locksOf(purge.token())).stream().distinct().toList());
             assertEquals(List.of("lock READ /S, WRITE /S/x"), notes(locks.locksOf(lock.token())).stream().distinct().toList());
             assertEquals(List.of("rename /E/f -> /E/g"), notes(locks.locksOf(rename.token())).stream().distinct().toList());

@@ -38,7 +38,7 @@ final class Servers {
     /** The Netty threads every test client shares, as an application shares one ClientResources. */
     static final ClientResources RESOURCES = DefaultClientResources.builder().ioThreadPoolSize(2).computationThreadPoolSize(2).build();
     static final String MODULE = System.getenv().getOrDefault("PATHLOCK_MODULE",
-            Path.of("../../target/release/libpathlock.so").toAbsolutePath().normalize().toString());
+            Path.of("../../../target/release/libpathlock.so").toAbsolutePath().normalize().toString());
     static final String SERVER = System.getenv().getOrDefault("REDIS_SERVER", "redis-server");
     private static final Set<Process> RUNNING = ConcurrentHashMap.newKeySet();
 

@@ -99,7 +99,7 @@ class WatchdogTest {
         List<Case> cases = List.of(
                 new Case(locks.create("/D/N"), List.of(List.of("/D/N", "WRITE"))),
                 new Case(locks.read("/R/f"), List.of(List.of("/R/f", "READ"))),
-                new Case(locks.rename("/E/f", "/E/g"), List.of(List.of("/E/f", "WRITE"), List.of("/E/g", "WRITE"))),
+                new Case(locks.rename("/E/f", "g"), List.of(List.of("/E/f", "WRITE"), List.of("/E/g", "WRITE"))),
                 new Case(locks.copy("/F/a.txt", "/G/"), List.of(List.of("/F/a.txt", "READ"), List.of("/G/a.txt", "WRITE"))),
                 new Case(locks.move("//A/./C/", "B"), List.of(List.of("/A/C", "WRITE"), List.of("/B/C", "WRITE"))),
                 new Case(locks.delete("/H"), List.of(List.of("/H", "WRITE"))),
@@ -424,5 +424,63 @@ class WatchdogTest {
         server.command("SET", key, "replaced");
         assertEquals(LostReason.REPLACED, within(lost, 1000).reason());
         lease.release();
+    }
+
+    @Test
+    void refusesAMoveIntoItselfOrItsOwnFolderAndARenameThatIsNotANameBeforeSendingAnything() {
+        String key = project();
+        PathLocks locks = connection.project(key);
+        server.command("CONFIG", "RESETSTAT");
+        for (String[] into : new String[][] {{"/A", "/A/C"}, {"/A/C", "/A"}, {"/A", "/A"}, {"/A/C", "/A/./"}}) {
+            assertThrows(IllegalArgumentException.class, () -> locks.move(into[0], into[1]));
+            assertThrows(IllegalArgumentException.class, () -> locks.copy(into[0], into[1]));
+        }
+        for (String name : List.of("/C2", "B/C2", "", ".", "..", "C")) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> locks.rename("/A/C", name));
+            assertTrue(e.getMessage().contains("move(path, intoFolder) changes folders"), e.getMessage());
+        }
+        assertFalse(server.info("commandstats").contains("cmdstat_pathlock.acquire"), "an ACQUIRE was sent");
+        // Beside the source, and a new name in the same folder, are fine.
+        try (Lease move = locks.move("/A/C", "/A/CD"); Lease rename = locks.rename("/E/C", "C2")) {
+            assertEquals(List.of(LockRequest.write("/A/C"), LockRequest.write("/A/CD/C")), move.locks());
+            assertEquals(List.of(LockRequest.write("/E/C"), LockRequest.write("/E/C2")), rename.locks());
+        }
+    }
+
+    @Test
+    void theLostFutureIsCancelledByANormalReleaseAndNeverHangs() throws Exception {
+        PathLocks locks = connection.project(project()).ttl(Duration.ofMillis(300));
+        Lease lease = locks.upload("/A");
+        CompletableFuture<LeaseLost> before = lease.lost();
+        Servers.sleep(400);
+        lease.release();
+        assertTrue(before.isCancelled());
+        assertTrue(lease.lost().isCancelled());
+        assertThrows(java.util.concurrent.CancellationException.class, () -> before.get(1, java.util.concurrent.TimeUnit.SECONDS));
+        assertFalse(lease.isLost());
+        // A lost lease's future completes with the reason, and a release after that changes nothing.
+        Lease other = locks.upload("/B");
+        server.integer("PATHLOCK.RELEASE", locks.key(), other.token());
+        assertEquals(LostReason.GONE, within(other.lost(), 2000).reason());
+        other.release();
+        assertEquals(LostReason.GONE, within(other.lost(), 1000).reason());
+        assertTrue(other.isLost());
+    }
+
+    @Test
+    void aBusyWithNoHolderLeftSaysSoRatherThanNamingNobody() throws Exception {
+        PathLocks locks = connection.project(project());
+        try (Lease holder = locks.upload("/A/x")) {
+            // A waiter for all of /A queues behind the holder; a read of /A/y conflicts with no
+            // live lock, only with that earlier waiter, so it is refused with no blocker to name.
+            CompletableFuture<Lease> waiter = locks.async().create("/A", AcquireOptions.with().waitFor(Duration.ofSeconds(10)));
+            Support.waitUntil("the waiter", 3000, () -> locks.waiters().size() == 1);
+            Busy busy = assertThrows(Busy.class, () -> locks.read("/A/y"));
+            assertEquals(List.of(), busy.blockers());
+            assertTrue(busy.getMessage().contains("nothing holds these paths now"), busy.getMessage());
+            assertTrue(busy.getMessage().endsWith("try again"), busy.getMessage());
+            holder.release();
+            within(waiter, 3000).release();
+        }
     }
 }
