@@ -17,6 +17,7 @@ import java.util.stream.Collectors;
 public class Busy extends PathLockException {
     private static final long serialVersionUID = 1L;
 
+    /** The project key. */
     private final String key;
     private final transient List<LockRequest> requests;
     private final transient List<HeldLock> blockers;

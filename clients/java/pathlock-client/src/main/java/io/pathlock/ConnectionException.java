@@ -9,10 +9,21 @@ package io.pathlock;
 public class ConnectionException extends PathLockException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * A failure saying what happened.
+     *
+     * @param message what happened
+     */
     public ConnectionException(String message) {
         super(message);
     }
 
+    /**
+     * A failure saying what happened, and why.
+     *
+     * @param message what happened
+     * @param cause the failure underneath
+     */
     public ConnectionException(String message, Throwable cause) {
         super(message, cause);
     }

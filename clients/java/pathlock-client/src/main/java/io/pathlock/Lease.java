@@ -88,46 +88,78 @@ public final class Lease implements AutoCloseable {
         }
     }
 
-    /** The project key. */
+    /**
+     * The project key.
+     *
+     * @return the key
+     */
     public String key() {
         return owner.key();
     }
 
-    /** The owner's token, a UUID v4 made by the client. */
+    /**
+     * The owner's token, a UUID v4 made by the client.
+     *
+     * @return the token
+     */
     public String token() {
         return token;
     }
 
-    /** The fence of the grant: pass it with every write to the storage the locks protect. */
+    /**
+     * The fence of the grant: pass it with every write to the storage the locks protect, which keeps the highest fence per path.
+     *
+     * @return the fence
+     */
     public long fence() {
         return fence;
     }
 
-    /** What the lease holds: the operation's locks, then those taken with {@link #lock}. */
+    /**
+     * What the lease holds: the operation's locks, then those taken with {@link #lock}.
+     *
+     * @return the locks
+     */
     public List<LockRequest> locks() {
         synchronized (mu) {
             return List.copyOf(locks);
         }
     }
 
-    /** The lease's length; it is renewed every third of it. */
+    /**
+     * The lease's length; it is renewed every third of it.
+     *
+     * @return the TTL
+     */
     public Duration ttl() {
         return Duration.ofMillis(ttlMs);
     }
 
-    /** The note sent with the lease's locks, or null. */
+    /**
+     * The note sent with the lease's locks.
+     *
+     * @return the note, or null
+     */
     public String note() {
         return note;
     }
 
-    /** True once the lease is known lost. Stays false after a plain release. */
+    /**
+     * True once the lease is known lost. Stays false after a normal release.
+     *
+     * @return whether it is lost
+     */
     public boolean isLost() {
         synchronized (mu) {
             return lostWith != null;
         }
     }
 
-    /** True once {@link #release()} was called. */
+    /**
+     * True once {@link #release()} was called.
+     *
+     * @return whether it was released
+     */
     public boolean isReleased() {
         synchronized (mu) {
             return released;
@@ -160,7 +192,11 @@ public final class Lease implements AutoCloseable {
         return future;
     }
 
-    /** Calls {@code listener} (on another thread) when the lease is lost, at once if it already is. */
+    /**
+     * Calls {@code listener} (on another thread) when the lease is lost, at once if it already is; never after a normal release.
+     *
+     * @param listener the listener
+     */
     public void onLost(Consumer<LeaseLost> listener) {
         Objects.requireNonNull(listener, "listener");
         LeaseLost already;
@@ -185,7 +221,11 @@ public final class Lease implements AutoCloseable {
         }
     }
 
-    /** How long the locks are certainly still held, by the client's clock; zero once lost or released. */
+    /**
+     * How long the locks are certainly still held, by the client's clock; zero once lost or released.
+     *
+     * @return the time left
+     */
     public Duration remaining() {
         synchronized (mu) {
             if (finished()) {

@@ -11,6 +11,12 @@ import java.util.Objects;
  * from a form never locks everything by mistake, and asked for with {@link #wholeProject(Mode)}.
  */
 public record LockRequest(Mode mode, String path) {
+    /**
+     * A pair as given; the empty path is refused (the whole project is {@link #wholeProject(Mode)}).
+     *
+     * @param mode READ or WRITE
+     * @param path the path, as the module splits it
+     */
     public LockRequest {
         Objects.requireNonNull(mode, "mode");
         Objects.requireNonNull(path, "path");
@@ -22,7 +28,13 @@ public record LockRequest(Mode mode, String path) {
         }
     }
 
-    /** {@code mode path}; refuses the project root (use {@link #wholeProject(Mode)} for it). */
+    /**
+     * {@code mode path}; refuses the project root (use {@link #wholeProject(Mode)} for it).
+     *
+     * @param mode READ or WRITE
+     * @param path the path
+     * @return the pair
+     */
     public static LockRequest of(Mode mode, String path) {
         Objects.requireNonNull(path, "path");
         if (Paths.isRoot(path)) {
@@ -33,17 +45,32 @@ public record LockRequest(Mode mode, String path) {
         return new LockRequest(mode, path);
     }
 
-    /** {@code READ path}: reading or downloading. Refuses the project root. */
+    /**
+     * {@code READ path}: reading or downloading. Refuses the project root.
+     *
+     * @param path the path
+     * @return the pair
+     */
     public static LockRequest read(String path) {
         return of(Mode.READ, path);
     }
 
-    /** {@code WRITE path}: writing, creating, deleting. Refuses the project root. */
+    /**
+     * {@code WRITE path}: writing, creating, deleting. Refuses the project root.
+     *
+     * @param path the path
+     * @return the pair
+     */
     public static LockRequest write(String path) {
         return of(Mode.WRITE, path);
     }
 
-    /** {@code mode /}: a lock on the project root, which covers every path of the project. */
+    /**
+     * {@code mode /}: a lock on the project root, which covers every path of the project.
+     *
+     * @param mode READ or WRITE
+     * @return the pair
+     */
     public static LockRequest wholeProject(Mode mode) {
         return new LockRequest(mode, "/");
     }

@@ -16,7 +16,11 @@ public enum LostReason {
         this.description = description;
     }
 
-    /** A sentence saying what happened. */
+    /**
+     * A sentence saying what happened.
+     *
+     * @return the description
+     */
     public String description() {
         return description;
     }

@@ -10,7 +10,9 @@ package io.pathlock;
 public class TooManyWaits extends PathLockException {
     private static final long serialVersionUID = 1L;
 
+    /** The cap on connections for waiting calls. */
     private final int maxWaitingConnections;
+    /** How long the call waited for one. */
     private final long budgetMs;
 
     /**
