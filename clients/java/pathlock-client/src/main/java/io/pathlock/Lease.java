@@ -30,6 +30,8 @@ import java.util.function.Consumer;
  */
 public final class Lease implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.pathlock");
+    /** Renewals in flight at once, at most. */
+    private static final int MAX_INFLIGHT = 2;
     /** The least a release waits for the server, even once the lease's deadline has passed. */
     private static final long MIN_RELEASE_WAIT_NANOS = TimeUnit.MILLISECONDS.toNanos(100);
 
@@ -54,13 +56,21 @@ public final class Lease implements AutoCloseable {
     private long nextRenew;
     private boolean released;
     private LeaseLost lostWith;
-    private CompletableFuture<?> inflight;
     /**
-     * The most locks a renewal has found. The watchdog's renewals go one at a time, so the count
-     * they see only falls when locks of the lease are gone (released by someone with the token, or
+     * The renewals sent and not answered yet: one, and a second once the first has gone a whole
+     * renewal period unanswered (a busy machine, or a connection Lettuce is still reconnecting, to
+     * a master that failed over, say), which goes where the client's topology then says. Neither
+     * is given up on before the deadline: whichever answers first keeps the lease.
+     */
+    private final List<CompletableFuture<?>> inflight = new ArrayList<>(MAX_INFLIGHT);
+    /**
+     * The most locks a renewal has found. Counted in the order the renewals were sent, the count
+     * only falls when locks of the lease are gone (released by someone with the token, or
      * expired), even while {@link #lock} grants more: a fall is a loss, as in the other clients.
      */
     private long most;
+    /** When the renewal whose count was compared last was sent: an older answer is not compared. */
+    private long countedSentAt;
     /**
      * Until when (nanoTime) the count is not compared: a failed {@link #lock} whose grant may have
      * happened frees what it may have added in the background, so a fall until then is that.
@@ -84,6 +94,7 @@ public final class Lease implements AutoCloseable {
         synchronized (mu) {
             deadline = sentAt + ttlNanos;
             nextRenew = sentAt + periodNanos;
+            countedSentAt = sentAt;
             arm();
         }
     }
@@ -416,7 +427,8 @@ public final class Lease implements AutoCloseable {
             released = true;
             wasLost = lostWith != null;
             cancelTimer();
-            renewing = inflight;
+            renewing = inflight.isEmpty() ? null
+                    : CompletableFuture.allOf(inflight.toArray(CompletableFuture[]::new));
             cancel = wasLost ? List.of() : List.copyOf(lostFutures);
             lostFutures.clear();
             bound = Math.max(deadline - System.nanoTime(), MIN_RELEASE_WAIT_NANOS);
@@ -467,8 +479,8 @@ public final class Lease implements AutoCloseable {
     }
 
     // The watchdog. One timer per lease, at its next renewal or at its deadline, whichever comes
-    // first; while a renewal is in flight, at its deadline. Renewals go on the connection's shared
-    // lane and are answered on Netty's event loop, which only does bookkeeping here.
+    // first; while two renewals are in flight, at its deadline. Renewals go on the shared
+    // connection and are answered on Lettuce's event loop, which only does bookkeeping here.
 
     private boolean finished() {
         return released || lostWith != null;
@@ -479,7 +491,7 @@ public final class Lease implements AutoCloseable {
         if (finished()) {
             return;
         }
-        long at = inflight != null ? deadline : Math.min(nextRenew, deadline);
+        long at = inflight.size() >= MAX_INFLIGHT ? deadline : Math.min(nextRenew, deadline);
         if (timer != null) {
             if (timerAt <= at) {
                 return;
@@ -510,7 +522,7 @@ public final class Lease implements AutoCloseable {
             if (now - deadline >= 0) {
                 expired = true;
             } else {
-                if (inflight == null && now - nextRenew >= 0) {
+                if (inflight.size() < MAX_INFLIGHT && now - nextRenew >= 0) {
                     renew(now);
                 }
                 arm();
@@ -522,24 +534,22 @@ public final class Lease implements AutoCloseable {
     }
 
     /**
-     * Sends one renewal; one at a time, since more queued behind a stuck one would not help. It
-     * gives up after a renewal period (or the command timeout, if shorter): a renewal stuck in a
-     * connection that Lettuce is still reconnecting (to a master that failed over, say) is then
-     * followed by another, which goes where the client's topology now says. Holds mu.
+     * Sends a renewal, which may take until the deadline (or the command timeout) to answer; the
+     * next is due a renewal period later, answered or not (see {@link #inflight}). Holds mu.
      */
     private void renew(long sentAt) {
-        Duration limit = Duration.ofNanos(Math.min(periodNanos, owner.redis().commandTimeout().toNanos()));
+        Duration limit = Duration.ofNanos(Math.max(TimeUnit.MILLISECONDS.toNanos(1),
+                Math.min(deadline - sentAt, owner.redis().commandTimeout().toNanos())));
         CompletableFuture<Long> renewal = owner.renew(token, ttlMs, limit);
-        inflight = renewal;
+        inflight.add(renewal);
+        nextRenew = sentAt + periodNanos;
         renewal.whenComplete((count, error) -> renewed(renewal, sentAt, count, error));
     }
 
     private void renewed(CompletableFuture<?> renewal, long sentAt, Long count, Throwable error) {
         LostReason lose = null;
         synchronized (mu) {
-            if (inflight == renewal) {
-                inflight = null;
-            }
+            inflight.remove(renewal);
             if (finished()) {
                 // Released (or lost) while the renewal was in flight: its answer means nothing now.
                 return;
@@ -558,12 +568,15 @@ public final class Lease implements AutoCloseable {
                     LOG.log(System.Logger.Level.WARNING, "pathlock: renewing {0} was refused: {1}", token, reply);
                 }
                 nextRenew = System.nanoTime() + Math.max(1, periodNanos / 3);
-            } else if (count > 0 && count < most) {
+            } else if (count > 0 && sentAt - countedSentAt > 0 && count < most) {
                 // Some of the lease's locks are gone (one path released elsewhere with the token,
                 // say): the work it protects is no longer covered.
                 lose = LostReason.GONE;
             } else if (count > 0) {
-                most = System.nanoTime() - countUnsureUntil >= 0 ? count : 0;
+                if (sentAt - countedSentAt > 0) {
+                    most = System.nanoTime() - countUnsureUntil >= 0 ? count : 0;
+                    countedSentAt = sentAt;
+                }
                 // The server set the new deadline at some moment after sentAt; sentAt + ttl is the
                 // earliest it can be, so the client never believes in a lease longer than the
                 // server keeps it.

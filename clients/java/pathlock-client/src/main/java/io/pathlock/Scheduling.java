@@ -12,7 +12,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * Where the client's background work runs when the application does not say.
  *
  * <p>The watchdog's timers run on one daemon thread for the whole process: a timer only does
- * bookkeeping and hands a command to Netty, which never blocks, so one thread keeps any number of
+ * bookkeeping and hands a command to Lettuce, which never blocks, so one thread keeps any number of
  * leases. Cancelled timers (a lease released before its renewal, nearly all of them) are removed
  * at once rather than left in the queue until they were due.
  *

@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -45,6 +46,9 @@ class ReadmeTest {
                 write(step, lease.fence());
             }
         } catch (Busy busy) {
+            if (busy.blockers().isEmpty()) {
+                printed.add("/A/C is free again: try again");
+            }
             for (HeldLock b : busy.blockers()) {
                 printed.add(b.path() + " is locked by " + b.token() + ": " + b.note());
             }
@@ -53,8 +57,10 @@ class ReadmeTest {
 
     @Test
     void runsTheUseExampleAndItsBusyBranch() {
-        PathLocks redis = server.connect();
-        PathLocks locks = redis.project("proj:42").ttl(Duration.ofSeconds(60));
+        // As the README builds them: one handle at start, one per request from it.
+        PathLocks drive = PathLocks.of(server.client(server.uri()), "proj:42").ttl(Duration.ofSeconds(60));
+        server.track(drive);
+        PathLocks locks = drive.project("proj:" + 42);
         example(locks);
         assertEquals(2, written.size());
         long fence = Long.parseLong(written.get(0).split(" @")[1]);
@@ -64,6 +70,17 @@ class ReadmeTest {
             example(locks);
             assertEquals(1, printed.size());
             assertTrue(printed.get(0).startsWith("/A is locked by " + other.token() + ": "), printed.get(0));
+        }
+        // Refused with nobody left to name (only an earlier waiter for /A was in the way): the
+        // example says to try again.
+        try (Lease unrelated = locks.upload("/Z")) {
+            CompletableFuture<Lease> waiter = locks.async().lock(List.of(LockRequest.write("/A"), LockRequest.write("/Z")),
+                    AcquireOptions.with().waitFor(Duration.ofSeconds(10)));
+            Support.waitUntil("the waiter", 3000, () -> locks.waiters().size() == 1);
+            example(locks);
+            assertEquals(List.of("/A/C is free again: try again"), printed.subList(1, printed.size()));
+            unrelated.release();
+            Support.within(waiter, 3000).release();
         }
     }
 
