@@ -63,13 +63,16 @@ public class Busy extends PathLockException {
         return blockers;
     }
 
+    /** The contract's text (clients/contract/contract.json's busy, blocker and busy_nobody). */
     private static String message(String key, List<LockRequest> requests, List<HeldLock> blockers) {
         String wanted = requests.stream().map(LockRequest::toString).collect(Collectors.joining(", "));
         if (blockers.isEmpty()) {
-            return "busy: " + wanted + " in " + Paths.quote(key) + ", but nothing holds these paths now: the holders "
+            return "busy: " + wanted + " in " + Paths.quote(key) + ": nothing holds these paths now: the holders "
                     + "let go in between, or an earlier waiting request goes first; try again";
         }
-        return "busy: " + wanted + " in " + Paths.quote(key) + " is blocked by "
-                + blockers.stream().map(HeldLock::toString).collect(Collectors.joining("; "));
+        return "busy: " + wanted + " in " + Paths.quote(key) + ": " + blockers.stream()
+                .map(b -> b.mode() + " " + b.path() + " held by " + b.token() + (b.note() == null ? "" : " (" + b.note() + ")")
+                        + " for " + b.ttlMs() + " ms more")
+                .collect(Collectors.joining("; "));
     }
 }

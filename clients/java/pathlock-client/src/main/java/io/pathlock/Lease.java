@@ -312,7 +312,7 @@ public final class Lease implements AutoCloseable {
             }
         }
         Settings merged = settings.with(options);
-        String lockNote = options.note() != null ? options.note() : note;
+        String lockNote = options.note() != null ? (options.note().isEmpty() ? null : options.note()) : note;
         Runnable cleanup = PathLocks.once(() -> {
             if (!added.isEmpty()) {
                 synchronized (mu) {
@@ -329,7 +329,13 @@ public final class Lease implements AutoCloseable {
                 .thenApply(grant -> {
                     boolean gone;
                     synchronized (mu) {
-                        locks.addAll(wanted);
+                        // Locking what the lease holds again refreshes it (a new fence): listed once.
+                        for (LockRequest request : wanted) {
+                            if (locks.stream().noneMatch(mine -> mine.mode() == request.mode()
+                                    && Paths.normalise(mine.path()).equals(Paths.normalise(request.path())))) {
+                                locks.add(request);
+                            }
+                        }
                         gone = finished();
                     }
                     if (gone) {
@@ -431,15 +437,12 @@ public final class Lease implements AutoCloseable {
                     : CompletableFuture.allOf(inflight.toArray(CompletableFuture[]::new));
             cancel = wasLost ? List.of() : List.copyOf(lostFutures);
             lostFutures.clear();
-            bound = Math.max(deadline - System.nanoTime(), MIN_RELEASE_WAIT_NANOS);
+            // A lost lease may still have locks on the server (some of them, or all by the server's
+            // clock): they are freed too, but the caller waits for a server that may be down no
+            // longer than the least wait.
+            bound = wasLost ? MIN_RELEASE_WAIT_NANOS : Math.max(deadline - System.nanoTime(), MIN_RELEASE_WAIT_NANOS);
         }
         cancel.forEach(future -> future.cancel(false));
-        if (wasLost) {
-            // The server may still hold locks the client gave up on by its own clock; free them
-            // when the server answers, without making the caller wait for one that may be down.
-            owner.releaseLater(token, List.of(), ttlMs);
-            return CompletableFuture.completedFuture(null);
-        }
         Duration limit = Duration.ofNanos(Math.min(bound, owner.redis().commandTimeout().toNanos()));
         long until = System.nanoTime() + limit.toNanos();
         CompletableFuture<?> first = renewing == null ? CompletableFuture.completedFuture(null)

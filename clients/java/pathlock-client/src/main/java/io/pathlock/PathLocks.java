@@ -757,8 +757,9 @@ public final class PathLocks implements AutoCloseable {
         Objects.requireNonNull(options, "options");
         nonEmpty(requests);
         Settings merged = settings.with(options);
-        String lockNote = options.note() != null ? options.note()
-                : note != null ? note : operationNotes ? Paths.defaultNote(operation) : null;
+        // An empty note is none at all: nothing is sent, and nothing takes its place.
+        String lockNote = options.note() != null ? emptyAsNone(options.note())
+                : note != null ? emptyAsNone(note) : operationNotes ? Paths.defaultNote(operation) : null;
         // The client makes the token, so that a retry after a lost reply is the same owner: the
         // server then refreshes the grant instead of refusing or doubling it.
         String token = UUID.randomUUID().toString();
@@ -1112,6 +1113,10 @@ public final class PathLocks implements AutoCloseable {
                 action.run();
             }
         };
+    }
+
+    private static String emptyAsNone(String note) {
+        return note.isEmpty() ? null : note;
     }
 
     private static long ceilMillis(long nanos) {

@@ -41,7 +41,7 @@ final class Paths {
     private static List<String> compared(String operation, String path) {
         List<String> segments = segments(path);
         if (segments.contains("..")) {
-            throw new IllegalArgumentException(operation + ": \"..\" is refused in a path (" + quote(path) + ")");
+            throw new IllegalArgumentException(operation + ": " + quote(path) + " has a \"..\" segment, which pathlock refuses");
         }
         return segments;
     }
@@ -64,13 +64,12 @@ final class Paths {
         List<String> from = compared(operation, path);
         List<String> to = compared(operation, folder);
         if (to.size() >= from.size() && to.subList(0, from.size()).equals(from)) {
-            throw new IllegalArgumentException(operation + " of " + quote(normalise(path)) + " into "
-                    + quote(normalise(folder)) + " is refused: a folder cannot go into itself or its own subtree");
+            throw new IllegalArgumentException("cannot " + operation + " " + path + " into " + folder
+                    + ": a folder cannot go into itself or its own subtree");
         }
         if (to.equals(from.subList(0, from.size() - 1))) {
-            throw new IllegalArgumentException(operation + " of " + quote(normalise(path)) + " into "
-                    + quote(normalise(folder)) + " is refused: that is already its folder, so the target would be "
-                    + "the source itself");
+            throw new IllegalArgumentException("cannot " + operation + " " + path + " into " + folder
+                    + ": it is already in that folder (the target would be the source itself)");
         }
         List<String> target = new ArrayList<>(to);
         target.add(from.get(from.size() - 1));
@@ -91,9 +90,9 @@ final class Paths {
         String current = from.get(from.size() - 1);
         if (newName.isEmpty() || newName.contains("/") || newName.equals(".") || newName.equals("..")
                 || newName.equals(current)) {
-            throw new IllegalArgumentException("rename of " + quote(normalise(path)) + " to " + quote(newName)
-                    + " is refused: rename takes the new name in the same folder, one segment other than "
-                    + quote(current) + " (e.g. \"" + current + "2\"); move(path, intoFolder) changes folders");
+            throw new IllegalArgumentException("rename takes a name for " + path + " in the same folder, not "
+                    + quote(newName) + ": a name has no \"/\" and is not \"\", \".\", \"..\" or the current name; to "
+                    + "change folders, use move(path, intoFolder)");
         }
         List<String> target = new ArrayList<>(from.subList(0, from.size() - 1));
         target.add(newName);

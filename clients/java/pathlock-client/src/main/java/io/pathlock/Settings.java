@@ -40,7 +40,7 @@ record Settings(long ttlMs, long waitMs, int replicas, long replicasTimeoutMs) {
 
     static int replicas(int replicas) {
         if (replicas < 0) {
-            throw new IllegalArgumentException("replicas must be 0 or more, not " + replicas);
+            throw new IllegalArgumentException("replicas must be a whole number of replicas, at least 0; got " + replicas);
         }
         return replicas;
     }
@@ -50,12 +50,12 @@ record Settings(long ttlMs, long waitMs, int replicas, long replicasTimeoutMs) {
             throw new NullPointerException(name);
         }
         if (value.compareTo(Duration.ofMillis(leastMs)) < 0) {
-            throw new IllegalArgumentException(name + " must be at least " + leastMs + " ms, not "
-                    + Paths.describe(value));
+            throw new IllegalArgumentException(name + " must be a number of milliseconds, at least " + leastMs
+                    + "; got " + Paths.describe(value));
         }
         if (value.getSeconds() >= Integer.MAX_VALUE / 1000) {
-            throw new IllegalArgumentException(name + " must be under " + Integer.MAX_VALUE + " ms, not "
-                    + Paths.describe(value));
+            throw new IllegalArgumentException(name + " must be a number of milliseconds under " + Integer.MAX_VALUE
+                    + "; got " + Paths.describe(value));
         }
         long ms = value.toMillis();
         return value.minusMillis(ms).isZero() ? ms : ms + 1;

@@ -14,7 +14,7 @@ public class WrongType extends ServerException {
      * @param reply the server's WRONGTYPE reply
      */
     public WrongType(String key, String reply) {
-        super("key " + Paths.quote(key) + " is not a pathlock project: it holds another type of value", reply);
+        super("key " + Paths.quote(key) + " is not a pathlock project: it holds another type of value (check the key name)", reply);
         this.key = key;
     }
 

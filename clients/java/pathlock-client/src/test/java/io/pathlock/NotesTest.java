@@ -48,7 +48,7 @@ class NotesTest {
             assertEquals("move /A/C -> /B", move.note());
             Busy busy = assertThrows(Busy.class, () -> bob.upload("/A/C/D/new.txt"));
             assertEquals(List.of("move /A/C -> /B"), notes(busy.blockers()));
-            assertTrue(busy.getMessage().contains("\"move /A/C -> /B\""), busy.getMessage());
+            assertTrue(busy.getMessage().contains("(move /A/C -> /B)"), busy.getMessage());
         }
         PathLocks alice = locks.note("Alice");
         try (Lease copy = alice.copy("/F/a.txt", "/G"); Lease read = alice.read("/R", AcquireOptions.with().note("Alice, reading"))) {

@@ -79,7 +79,7 @@ class WatchdogTest {
         assertEquals(move.fence(), blocker.fence());
         assertTrue(blocker.ttlMs() > 29000, "ttl " + blocker.ttlMs());
         assertEquals(List.of(LockRequest.write("/A/C/D/new.txt")), refusal.requests());
-        assertTrue(refusal.getMessage().contains("WRITE /A/C (owner " + move.token()), refusal.getMessage());
+        assertTrue(refusal.getMessage().contains("WRITE /A/C held by " + move.token()), refusal.getMessage());
         // Beside the moved folder, work goes on.
         try (Lease beside = bob.upload("/A/CD/notes.txt")) {
             assertEquals(move.fence() + 1, beside.fence());
@@ -125,10 +125,10 @@ class WatchdogTest {
         }
         IllegalArgumentException zero = assertThrows(IllegalArgumentException.class,
                 () -> locks.upload("/A", AcquireOptions.with().ttl(Duration.ZERO)));
-        assertEquals("ttl must be at least 1 ms, not 0 us", zero.getMessage());
+        assertEquals("ttl must be a number of milliseconds, at least 1; got 0 us", zero.getMessage());
         IllegalArgumentException micro = assertThrows(IllegalArgumentException.class,
                 () -> locks.ttl(Duration.ofNanos(500_000)));
-        assertEquals("ttl must be at least 1 ms, not 500 us", micro.getMessage());
+        assertEquals("ttl must be a number of milliseconds, at least 1; got 500 us", micro.getMessage());
         assertThrows(IllegalArgumentException.class, () -> locks.replicasTimeout(Duration.ZERO));
         assertThrows(IllegalArgumentException.class, () -> locks.waitFor(Duration.ofMillis(-1)));
         assertThrows(IllegalArgumentException.class, () -> locks.replicas(-1));
@@ -437,7 +437,7 @@ class WatchdogTest {
         }
         for (String name : List.of("/C2", "B/C2", "", ".", "..", "C")) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> locks.rename("/A/C", name));
-            assertTrue(e.getMessage().contains("move(path, intoFolder) changes folders"), e.getMessage());
+            assertTrue(e.getMessage().contains("to change folders, use move(path, intoFolder)"), e.getMessage());
         }
         assertFalse(server.info("commandstats").contains("cmdstat_pathlock.acquire"), "an ACQUIRE was sent");
         // Beside the source, and a new name in the same folder, are fine.
