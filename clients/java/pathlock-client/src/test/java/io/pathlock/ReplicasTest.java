@@ -52,21 +52,4 @@ class ReplicasTest {
         locks.upload("/A/C/x", AcquireOptions.with().waitFor(Duration.ofMillis(200))).release();
     }
 
-    @Test
-    @Order(2)
-    void throwsNotReplicatedAndReleasesWhenTheReplicaIsGone() {
-        servers.replica().stop();
-        PathLocks master = servers.master().connect();
-        PathLocks locks = master.project("proj:r2").replicas(1).replicasTimeout(Duration.ofMillis(200));
-        double started = Servers.nowMs();
-        NotReplicated error = assertThrows(NotReplicated.class, () -> locks.upload("/A"));
-        assertEquals(1, error.replicas());
-        assertEquals(0, error.acknowledged());
-        assertTrue(Servers.nowMs() - started >= 190);
-        assertEquals("grant on \"proj:r2\" reached 0 of the 1 replicas asked for in time; it was released",
-                error.getMessage());
-        // Released: the path is free for the next owner, who does not ask for replicas.
-        assertEquals(List.of(), locks.locks());
-        locks.upload("/A", AcquireOptions.with().replicas(0)).release();
-    }
 }
