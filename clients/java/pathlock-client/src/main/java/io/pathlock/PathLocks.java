@@ -171,6 +171,7 @@ public final class PathLocks implements AutoCloseable {
     public static final class Builder {
         private final io.lettuce.core.AbstractRedisClient client;
         private final RedisURI uri;
+        private RedisURI connectTo;
         private int maxWaitingConnections = Redis.DEFAULT_MAX_WAITING_CONNECTIONS;
 
         private Builder(io.lettuce.core.AbstractRedisClient client, RedisURI uri) {
@@ -196,6 +197,25 @@ public final class PathLocks implements AutoCloseable {
         }
 
         /**
+         * The server the application's {@code RedisClient} connects to for pathlock, for a client
+         * made without one ({@code RedisClient.create()}, then {@code connect(uri)}), or made with
+         * another. Connections then open through Lettuce's asynchronous {@code connectAsync}; without
+         * it they open with the client's own URI, which Lettuce only offers blocking (on a thread of
+         * pathlock's, never the caller's).
+         *
+         * @param uri the server (standalone, or a Sentinel URI)
+         * @return this builder
+         */
+        public Builder uri(RedisURI uri) {
+            if (!(client instanceof RedisClient)) {
+                throw new IllegalArgumentException("uri(...) is for the application's RedisClient; a cluster client has its "
+                        + "own seeds, and a handle made from a URI has that one");
+            }
+            this.connectTo = Objects.requireNonNull(uri, "uri");
+            return this;
+        }
+
+        /**
          * The handle on {@code key}, with the default settings (see {@link PathLocks#of(RedisClient, String)}).
          *
          * @param key the project key
@@ -204,7 +224,7 @@ public final class PathLocks implements AutoCloseable {
         public PathLocks build(String key) {
             checkKey(key);
             Redis redis = client != null
-                    ? new Redis(client, null, false, maxWaitingConnections)
+                    ? new Redis(client, connectTo, false, maxWaitingConnections)
                     : new Redis(RedisClient.create(uri), uri, true, maxWaitingConnections);
             return new PathLocks(redis, key, Settings.DEFAULTS, null, true, null, null);
         }

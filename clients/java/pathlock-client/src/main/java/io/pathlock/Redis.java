@@ -50,7 +50,7 @@ final class Redis {
     static final Duration FALLBACK_TIMEOUT = Duration.ofSeconds(60);
 
     private final AbstractRedisClient client;
-    /** The URI to connect to, for a client the family made itself; null for the application's. */
+    /** The URI to connect to: the one a client the family made was made for, or one the application gave; else null. */
     private final RedisURI uri;
     private final boolean ownsClient;
     private final int maxWaitingConnections;

@@ -159,4 +159,75 @@ class WaitingTest {
         }
         assertThrows(ConnectionException.class, own::locks);
     }
+
+    private static long connectionsReceived() {
+        Matcher m = Pattern.compile("total_connections_received:(\\d+)").matcher(server.info("stats"));
+        assertTrue(m.find());
+        return Long.parseLong(m.group(1));
+    }
+
+    @Test
+    void eightThreadsWaitingOnAFewHotFoldersForThreeSecondsOpenNoMoreThanTheCap() throws Exception {
+        // The FolderService in small: 8 threads moving and uploading in 3 folders, each
+        // acquire waiting up to 2 s for busy locks. The old client opened a connection per waiting
+        // call (48 in 10 s); this one opens its shared connection and at most the cap.
+        PathLocks family = PathLocks.builder(server.client(server.uri())).maxWaitingConnections(4).build("unused");
+        server.track(family);
+        PathLocks locks = family.project(project());
+        long before = connectionsReceived();
+        AtomicInteger granted = new AtomicInteger();
+        AtomicInteger busy = new AtomicInteger();
+        long until = System.nanoTime() + java.util.concurrent.TimeUnit.SECONDS.toNanos(3);
+        List<CompletableFuture<Void>> threads = new ArrayList<>();
+        for (int t = 0; t < 8; t++) {
+            int thread = t;
+            threads.add(Support.async(() -> {
+                AcquireOptions wait = AcquireOptions.with().waitFor(Duration.ofSeconds(2));
+                for (int i = 0; i < 10_000 && System.nanoTime() < until; i++) {
+                    String folder = "/F" + (i + thread) % 3;
+                    try (Lease lease = i % 2 == 0 ? locks.move(folder + "/x" + thread, "/F" + (i + thread + 1) % 3, wait)
+                            : locks.upload(folder + "/f", wait)) {
+                        Servers.sleep(5);
+                        assertFalse(lease.isLost());
+                        granted.incrementAndGet();
+                    } catch (Busy e) {
+                        busy.incrementAndGet();
+                    }
+                }
+                return null;
+            }));
+        }
+        for (CompletableFuture<Void> thread : threads) {
+            within(thread, 20000);
+        }
+        long opened = connectionsReceived() - before;
+        System.out.printf("# 8 threads, 3 s: %d granted, %d busy, %d connections opened (cap 4, and 1 shared)%n",
+                granted.get(), busy.get(), opened);
+        assertTrue(granted.get() > 50, "granted " + granted.get());
+        assertTrue(opened <= 5, "connections opened: " + opened);
+        assertTrue(family.redis().dedicatedConnections() <= 4);
+        assertEquals(List.of(), locks.locks());
+    }
+
+    @Test
+    void aWaitingCallStartedOnLettucesOwnThreadNeitherBlocksItNorDeadlocks() {
+        // A family given the URI connects without blocking; the second call, which needs a new
+        // dedicated connection, is made from the thread that completed the first (Lettuce's).
+        PathLocks family = PathLocks.builder(server.client(server.uri())).uri(server.uri()).build("unused");
+        server.track(family);
+        PathLocks locks = family.project(project());
+        Lease holder = locks.upload("/A");
+        String[] thread = new String[1];
+        CompletableFuture<Lease> chained = locks.async().upload("/B").thenCompose(first -> {
+            thread[0] = Thread.currentThread().getName();
+            first.releaseAsync();
+            return locks.async().upload("/A/x", AcquireOptions.with().waitFor(Duration.ofSeconds(5)));
+        });
+        Support.waitUntil("the chained wait on the server", 5000, () -> info("pathlock_clients_waiting") == 1);
+        holder.release();
+        Lease granted = within(chained, 5000);
+        assertTrue(thread[0].startsWith("lettuce-"), "completed on " + thread[0]);
+        granted.release();
+        assertEquals(List.of(), locks.locks());
+    }
 }
