@@ -210,23 +210,27 @@ class WaitingTest {
     }
 
     @Test
-    void aWaitingCallStartedOnLettucesOwnThreadNeitherBlocksItNorDeadlocks() {
-        // A family given the URI connects without blocking; the second call, which needs a new
-        // dedicated connection, is made from the thread that completed the first (Lettuce's).
+    void aWaitingCallMadeOnANettyThreadReturnsAtOnceAndCompletes() {
+        // Made on one of Lettuce's Netty threads, a call that must open a dedicated connection and
+        // wait on the server returns its future at once: nothing in it blocks the thread.
         PathLocks family = PathLocks.builder(server.client(server.uri())).uri(server.uri()).build("unused");
         server.track(family);
         PathLocks locks = family.project(project());
         Lease holder = locks.upload("/A");
         String[] thread = new String[1];
-        CompletableFuture<Lease> chained = locks.async().upload("/B").thenCompose(first -> {
+        long[] callMs = new long[1];
+        CompletableFuture<Lease> chained = CompletableFuture.supplyAsync(() -> {
             thread[0] = Thread.currentThread().getName();
-            first.releaseAsync();
-            return locks.async().upload("/A/x", AcquireOptions.with().waitFor(Duration.ofSeconds(5)));
-        });
-        Support.waitUntil("the chained wait on the server", 5000, () -> info("pathlock_clients_waiting") == 1);
+            long started = System.nanoTime();
+            CompletableFuture<Lease> waiting = locks.async().upload("/A/x", AcquireOptions.with().waitFor(Duration.ofSeconds(5)));
+            callMs[0] = (System.nanoTime() - started) / 1_000_000;
+            return waiting;
+        }, Servers.RESOURCES.eventExecutorGroup()).thenCompose(waiting -> waiting);
+        Support.waitUntil("the wait on the server", 5000, () -> info("pathlock_clients_waiting") == 1);
+        assertTrue(thread[0].startsWith("lettuce-"), "made on " + thread[0]);
+        assertTrue(callMs[0] < 1000, "the call took " + callMs[0] + " ms to return");
         holder.release();
         Lease granted = within(chained, 5000);
-        assertTrue(thread[0].startsWith("lettuce-"), "completed on " + thread[0]);
         granted.release();
         assertEquals(List.of(), locks.locks());
     }
