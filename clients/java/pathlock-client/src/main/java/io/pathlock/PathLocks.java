@@ -923,10 +923,6 @@ public final class PathLocks implements AutoCloseable {
                 redis.giveBack(connection, true);
             }
         }
-
-        synchronized boolean isCancelled() {
-            return cancelled;
-        }
     }
 
     /**

@@ -90,10 +90,6 @@ final class Redis {
         return client instanceof RedisClusterClient;
     }
 
-    AbstractRedisClient client() {
-        return client;
-    }
-
     int maxWaitingConnections() {
         return maxWaitingConnections;
     }
