@@ -12,8 +12,9 @@ import java.util.stream.Stream;
 
 /**
  * The client's test servers ({@link Servers}: real redis-server processes with the module at
- * PATHLOCK_MODULE, on free loopback ports), for the tests of what is built on the client, which
- * live in other packages; and a server without the module, for what must notice its absence.
+ * PATHLOCK_MODULE, on free loopback ports) for the tests of what is built on the client, in other
+ * packages and modules (the Spring Boot starter, the example application), which get them through
+ * this module's test-jar; and a server without the module, for what must notice its absence.
  */
 public final class TestServers {
     private TestServers() {
