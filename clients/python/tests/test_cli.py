@@ -424,3 +424,21 @@ def test_watch_piped_prints_json_lines(client: "redis.Redis", server: Server) ->
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
     assert [f["projects"][0]["locks"] for f in frames] == [3, 3, 3]
+
+
+def test_why_counts_a_waiter_that_no_lock_explains(client: "redis.Redis", server: Server) -> None:
+    """A reader holds /X, a writer waits for /X: a reader of /X/a meets no lock in its way, yet
+    the server refuses it, because the waiter is served first. `why` says so, as the server does."""
+    client.execute_command("PATHLOCK.ACQUIRE", "q", "TOKEN", "reader", "TTL", 60000, "READ", "/X")
+    blocked = send(server, "PATHLOCK.ACQUIRE", "q", "TOKEN", "writer", "WAIT", 20000, "WRITE", "/X")
+    wait_until(lambda: client.execute_command("PATHLOCK.WAITERS", "q"), what="the writer to queue")
+    view = json.loads(run("why", "q", "READ", "/X/a", "--json", port=server.port)[1])
+    assert view["blockers"] == [] and [w["token"] for w in view["waiters"]] == ["writer"]
+    assert view["free"] is False
+    assert client.execute_command("PATHLOCK.ACQUIRE", "q", "READ", "/X/a") is None
+    # Beside the queue, a reader of /Y is free, and the server agrees.
+    assert json.loads(run("why", "q", "READ", "/Y", "--json", port=server.port)[1])["free"] is True
+    assert client.execute_command("PATHLOCK.ACQUIRE", "q", "READ", "/Y") is not None
+    client.execute_command("PATHLOCK.RELEASE", "q", "reader")
+    assert blocked.read_response()[0] == b"writer"
+    blocked.disconnect()
