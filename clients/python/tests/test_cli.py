@@ -15,13 +15,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from servers import REPO, Server, wait_until
+from servers import REPO, Server, cluster, wait_until
 
 from pathlock.cli import main
 
@@ -282,6 +282,21 @@ def test_top_by_waiters(client: "redis.Redis", server: Server) -> None:
     client.execute_command("PATHLOCK.RELEASE", "proj:1", "t0")
     assert blocked.read_response() is not None
     blocked.disconnect()
+
+
+@pytest.fixture(scope="module")
+def cluster_nodes() -> Iterator[List[Server]]:
+    nodes = cluster(3)
+    yield nodes
+    for node in nodes:
+        node.close()
+
+
+@pytest.fixture
+def cluster_client(cluster_nodes: List[Server]) -> Iterator[RedisCluster]:
+    client = RedisCluster(host="127.0.0.1", port=cluster_nodes[0].port)
+    yield client
+    client.close()
 
 
 def test_cluster_is_found_and_top_covers_every_primary(
