@@ -10,9 +10,9 @@ import (
 type status int
 
 const (
-	held status = iota
-	lost
-	released
+	statusHeld status = iota
+	statusLost
+	statusReleased
 )
 
 // Lease is the locks granted to one owner (its token), kept alive by a watchdog that renews
@@ -130,7 +130,7 @@ func (l *Lease) Err() error {
 func (l *Lease) IsLost() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.status == lost
+	return l.status == statusLost
 }
 
 // Lost answers a channel that is closed when the lease ends: at once when it is lost, and when
@@ -140,7 +140,7 @@ func (l *Lease) Lost() <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.done == nil {
 		l.done = make(chan struct{})
-		if l.status != held {
+		if l.status != statusHeld {
 			close(l.done)
 		}
 	}
@@ -155,7 +155,7 @@ func (l *Lease) Context() context.Context {
 	defer l.mu.Unlock()
 	if l.ctx == nil {
 		l.ctx, l.cancel = context.WithCancelCause(l.parent)
-		if l.status != held {
+		if l.status != statusHeld {
 			l.cancel(l.err)
 		}
 	}
@@ -165,14 +165,14 @@ func (l *Lease) Context() context.Context {
 func (l *Lease) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state := [...]string{held: "held", lost: "lost", released: "released"}[l.status]
+	state := [...]string{statusHeld: "held", statusLost: "lost", statusReleased: "released"}[l.status]
 	return fmt.Sprintf("Lease(%s fence=%d %s %v)", l.token, l.fence, state, l.requests)
 }
 
 // end moves the lease from held to st, once; it answers false when it had already ended.
 func (l *Lease) end(st status, err error) bool {
 	l.mu.Lock()
-	if l.status != held {
+	if l.status != statusHeld {
 		l.mu.Unlock()
 		return false
 	}
@@ -191,7 +191,7 @@ func (l *Lease) end(st status, err error) bool {
 }
 
 func (l *Lease) lose(reason LostReason) {
-	l.end(lost, &LeaseLostError{Key: l.locks.key, Token: l.token, Reason: reason})
+	l.end(statusLost, &LeaseLostError{Key: l.locks.key, Token: l.token, Reason: reason})
 }
 
 // The watchdog: fire runs on the timer's goroutine and only decides; a renewal runs on a
@@ -199,7 +199,7 @@ func (l *Lease) lose(reason LostReason) {
 
 func (l *Lease) fire() {
 	l.mu.Lock()
-	if l.status != held {
+	if l.status != statusHeld {
 		l.mu.Unlock()
 		return
 	}
@@ -248,7 +248,7 @@ func (l *Lease) renew() {
 	l.renewing = false
 	// A renewal that was in flight when the lease was released answers 0 (or renews what the
 	// RELEASE then frees): either way it is not a loss.
-	if l.status != held {
+	if l.status != statusHeld {
 		l.mu.Unlock()
 		return
 	}
@@ -296,9 +296,9 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 		return nil
 	}
 	l.freeing = true
-	wasLost := l.status == lost
+	wasLost := l.status == statusLost
 	l.mu.Unlock()
-	l.end(released, cause)
+	l.end(statusReleased, cause)
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
@@ -345,7 +345,7 @@ func (l *Lease) Lock(ctx context.Context, requests []Request, options ...Option)
 		return 0, err
 	}
 	l.mu.Lock()
-	if l.status != held {
+	if l.status != statusHeld {
 		err := l.err
 		l.mu.Unlock()
 		// The lease ended while the grant was on its way: nobody renews those locks now.
@@ -388,7 +388,7 @@ func (l *Lease) proveHeld(ctx context.Context) error {
 		l.lose(Gone)
 	default:
 		l.mu.Lock()
-		if d := sent.Add(l.s.ttl); l.status == held && d.After(l.deadline) {
+		if d := sent.Add(l.s.ttl); l.status == statusHeld && d.After(l.deadline) {
 			l.deadline = d
 		}
 		l.mu.Unlock()

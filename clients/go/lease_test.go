@@ -1,0 +1,442 @@
+package pathlock
+
+// The watchdog and the losses, against a real server.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var uuid4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+func TestEachOperationAsksForTheLocksOfTheTable(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	key := testKey(t)
+	locks := mustNew(t, c, key)
+	cases := []struct {
+		acquire func() (*Lease, error)
+		want    []Request
+	}{
+		{func() (*Lease, error) { return locks.Upload(bg, "/D/f") }, []Request{{Write, "/D/f"}}},
+		{func() (*Lease, error) { return locks.Create(bg, "/D/N") }, []Request{{Write, "/D/N"}}},
+		{func() (*Lease, error) { return locks.Read(bg, "/D/f") }, []Request{{Read, "/D/f"}}},
+		{func() (*Lease, error) { return locks.Rename(bg, "/D/f", "g") }, []Request{{Write, "/D/f"}, {Write, "/D/g"}}},
+		{func() (*Lease, error) { return locks.Move(bg, "/A/C", "/B") }, []Request{{Write, "/A/C"}, {Write, "/B/C"}}},
+		{func() (*Lease, error) { return locks.Move(bg, "/A/C", "/") }, []Request{{Write, "/A/C"}, {Write, "/C"}}},
+		{func() (*Lease, error) { return locks.Copy(bg, "/A/a.txt", "/B") }, []Request{{Read, "/A/a.txt"}, {Write, "/B/a.txt"}}},
+		{func() (*Lease, error) { return locks.Delete(bg, "/A") }, []Request{{Write, "/A"}}},
+		{func() (*Lease, error) { return locks.Purge(bg, []string{"/bin/1", "/bin/2"}) }, []Request{{Write, "/bin/1"}, {Write, "/bin/2"}}},
+		{func() (*Lease, error) { return locks.Lock(bg, []Request{{"read", "/X"}, {Write, "/X/y"}}) }, []Request{{Read, "/X"}, {Write, "/X/y"}}},
+	}
+	for i, tc := range cases {
+		lease, err := tc.acquire()
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if !uuid4.MatchString(lease.Token()) {
+			t.Errorf("case %d: token %q is not a UUID v4", i, lease.Token())
+		}
+		if got, want := held(t, c, key), lockLines(lease.Token(), tc.want...); !sameLines(got, want) {
+			t.Errorf("case %d: held %v, want %v", i, got, want)
+		}
+		if fmt.Sprint(lease.Requests()) != fmt.Sprint(tc.want) {
+			t.Errorf("case %d: Requests() = %v, want %v", i, lease.Requests(), tc.want)
+		}
+		if err := lease.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+		if got := held(t, c, key); len(got) != 0 {
+			t.Fatalf("case %d: left %v after release", i, got)
+		}
+	}
+}
+
+func TestWatchdogKeepsA300msLeaseFor3s(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	key := testKey(t)
+	locks := mustNew(t, c, key, WithTTL(300*time.Millisecond))
+	lease, err := locks.Move(bg, "/A/C", "/B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lost: %v", err)
+	}
+	if got, want := held(t, c, key), lockLines(lease.Token(), Request{Write, "/A/C"}, Request{Write, "/B/C"}); !sameLines(got, want) {
+		t.Fatalf("held %v, want %v", got, want)
+	}
+	if _, err := mustNew(t, c, key).Upload(bg, "/A/C/x"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("an upload into the held move: %v", err)
+	}
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(t, c, key); len(got) != 0 {
+		t.Fatalf("left %v", got)
+	}
+	if lease.IsLost() || !errors.Is(lease.Err(), ErrReleased) || errors.Is(lease.Err(), ErrLeaseLost) {
+		t.Fatalf("after a release: lost %v, err %v", lease.IsLost(), lease.Err())
+	}
+}
+
+func TestSecondOwnerIsBusyWithBlockersThenGranted(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	key := testKey(t)
+	alice, bob := mustNew(t, c, key), mustNew(t, c, key)
+	moving, err := alice.Move(bg, "/A/C", "/B", WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.Upload(bg, "/A/C/D/new.txt")
+	var busy *BusyError
+	if !errors.As(err, &busy) || !errors.Is(err, ErrBusy) {
+		t.Fatalf("not busy: %v", err)
+	}
+	if len(busy.Blockers) != 1 {
+		t.Fatalf("blockers %v", busy.Blockers)
+	}
+	b := busy.Blockers[0]
+	if b.Path != "/A/C" || b.Mode != Write || b.Token != moving.Token() || b.Fence != moving.Fence() ||
+		b.TTL <= 50*time.Second || b.TTL > time.Minute {
+		t.Fatalf("blocker %+v", b)
+	}
+	if fmt.Sprint(busy.Requests) != fmt.Sprint([]Request{{Write, "/A/C/D/new.txt"}}) {
+		t.Fatalf("requests %v", busy.Requests)
+	}
+	// Beside the folder being moved, work goes on.
+	beside, err := bob.Upload(bg, "/A/CD/notes.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if beside.Fence() != moving.Fence()+1 {
+		t.Fatalf("fences %d then %d", moving.Fence(), beside.Fence())
+	}
+	_ = beside.Release(bg)
+	_ = moving.Release(bg)
+	upload, err := bob.Upload(bg, "/A/C/D/new.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = upload.Release(bg)
+
+	// With a wait, the second owner waits for the release instead.
+	moving, err = alice.Move(bg, "/A/C", "/B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(200*time.Millisecond, func() { _ = moving.Release(bg) })
+	started := time.Now()
+	upload, err = bob.Upload(bg, "/A/C/D/new.txt", WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(started); took < 150*time.Millisecond || took > 4*time.Second {
+		t.Fatalf("granted after %v", took)
+	}
+	_ = upload.Release(bg)
+}
+
+func TestLostWhenTheTokenIsReleasedElsewhere(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	key := testKey(t)
+	lease, err := mustNew(t, c, key, WithTTL(900*time.Millisecond)).Upload(bg, "/A/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := lease.Context()
+	var called atomic.Int32
+	context.AfterFunc(work, func() { called.Add(1) })
+	time.Sleep(400 * time.Millisecond)
+	if n, _ := c.Do(bg, "PATHLOCK.RELEASE", key, lease.Token()).Int(); n != 1 {
+		t.Fatalf("RELEASE freed %d", n)
+	}
+	lostWithin(t, lease, time.Now(), 300*time.Millisecond+slack)
+	if lostReason(lease) != Gone {
+		t.Fatalf("reason %v", lease.Err())
+	}
+	var lostErr *LeaseLostError
+	if !errors.Is(lease.Err(), ErrLeaseLost) || !errors.As(lease.Err(), &lostErr) || lostErr.Token != lease.Token() || lostErr.Key != key {
+		t.Fatalf("Err() = %v", lease.Err())
+	}
+	<-work.Done()
+	if cause := context.Cause(work); !errors.Is(cause, ErrLeaseLost) {
+		t.Fatalf("the context's cause is %v", cause)
+	}
+	waitUntil(t, time.Second, "the AfterFunc callback", func() bool { return called.Load() == 1 })
+	// Releasing a lost lease, twice, is not an error; the loss stays what it was.
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if lostReason(lease) != Gone {
+		t.Fatalf("after release: %v", lease.Err())
+	}
+}
+
+func TestLostWhenTheKeyIsDeleted(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	key := testKey(t)
+	lease, err := mustNew(t, c, key, WithTTL(900*time.Millisecond)).Upload(bg, "/A/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(bg)
+	if err := lease.Err(); err != nil {
+		t.Fatal(err)
+	}
+	c.Del(bg, key)
+	lostWithin(t, lease, time.Now(), 300*time.Millisecond+slack)
+	if lostReason(lease) != Gone {
+		t.Fatalf("reason %v", lease.Err())
+	}
+}
+
+func TestLostWhenTheServerIsPausedPastTheDeadline(t *testing.T) {
+	t.Parallel()
+	s := ownServer(t)
+	c := s.client()
+	defer c.Close()
+	lease, err := mustNew(t, c, testKey(t), WithTTL(900*time.Millisecond)).Upload(bg, "/A/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	paused := time.Now()
+	if err := c.Do(bg, "CLIENT", "PAUSE", 3000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The last renewal that got through was sent about one period before the pause at most: the
+	// loss waits for the deadline, it is not reported at the first renewal that hangs.
+	took := lostWithin(t, lease, paused, 900*time.Millisecond+300*time.Millisecond+slack)
+	if took < 900*time.Millisecond-300*time.Millisecond-150*time.Millisecond {
+		t.Fatalf("lost after %v, before the deadline could have passed", took)
+	}
+	if lostReason(lease) != Expired {
+		t.Fatalf("reason %v", lease.Err())
+	}
+	c.Do(bg, "CLIENT", "UNPAUSE")
+	_ = lease.Release(bg)
+	waitUntil(t, 5*time.Second, "the lost lease to be released", func() bool { return len(held(t, c, testKey(t))) == 0 })
+}
+
+func TestLostWhenTheServerIsStoppedPastTheDeadline(t *testing.T) {
+	t.Parallel()
+	s := ownServer(t)
+	c := s.client()
+	defer c.Close()
+	lease, err := mustNew(t, c, testKey(t), WithTTL(900*time.Millisecond)).Upload(bg, "/A/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	stopped := time.Now()
+	s.stop()
+	lostWithin(t, lease, stopped, 900*time.Millisecond+300*time.Millisecond+slack)
+	if lostReason(lease) != Expired {
+		t.Fatalf("reason %v", lease.Err())
+	}
+	// The server is gone: releasing is still not an error for a lost lease.
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gate is a go-redis hook that holds PATHLOCK.RENEW back before it is sent or after it is
+// answered, to put a renewal in flight exactly when the lease is released.
+type gate struct {
+	after   bool
+	closed  atomic.Bool
+	holding chan struct{}
+	open    chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	answers []int64
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "pathlock.renew" || !g.closed.Load() {
+			return next(ctx, cmd)
+		}
+		if !g.after {
+			g.once.Do(func() { close(g.holding) })
+			<-g.open
+		}
+		err := next(ctx, cmd)
+		if g.after {
+			g.once.Do(func() { close(g.holding) })
+			<-g.open
+		}
+		if c, ok := cmd.(*redis.Cmd); ok {
+			n, _ := c.Int64()
+			g.mu.Lock()
+			g.answers = append(g.answers, n)
+			g.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func TestARenewalInFlightAtReleaseNeitherKeepsTheLockNorReportsALoss(t *testing.T) {
+	t.Parallel()
+	for _, after := range []bool{false, true} {
+		t.Run(map[bool]string{false: "before-send", true: "after-answer"}[after], func(t *testing.T) {
+			t.Parallel()
+			key := testKey(t)
+			c := sharedClient(t)
+			gated := sharedServer(t).client()
+			defer gated.Close()
+			g := &gate{after: after, holding: make(chan struct{}), open: make(chan struct{})}
+			gated.AddHook(g)
+			lease, err := mustNew(t, gated, key, WithTTL(600*time.Millisecond)).Upload(bg, "/A/f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.closed.Store(true)
+			select {
+			case <-g.holding:
+			case <-time.After(2 * time.Second):
+				t.Fatal("no renewal was held back")
+			}
+			if err := lease.Release(bg); err != nil {
+				t.Fatal(err)
+			}
+			if got := held(t, c, key); len(got) != 0 {
+				t.Fatalf("held %v after release", got)
+			}
+			close(g.open)
+			waitUntil(t, 5*time.Second, "the held-back renewal to be answered", func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return len(g.answers) == 1
+			})
+			// Sent after the RELEASE it answers 0; answered before it, the RELEASE freed what it
+			// renewed.
+			if want := map[bool]int64{false: 0, true: 1}[after]; g.answers[0] != want {
+				t.Fatalf("the renewal answered %d, want %d", g.answers[0], want)
+			}
+			time.Sleep(800 * time.Millisecond)
+			if got := held(t, c, key); len(got) != 0 {
+				t.Fatalf("held %v", got)
+			}
+			if lease.IsLost() || !errors.Is(lease.Err(), ErrReleased) {
+				t.Fatalf("after release: %v", lease.Err())
+			}
+		})
+	}
+}
+
+func TestReleasesRacingRenewalsNeverReportALoss(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	key := testKey(t)
+	locks := mustNew(t, c, key, WithTTL(300*time.Millisecond))
+	rng := rand.New(rand.NewSource(7))
+	calls := renewCalls(t, c)
+	var leases []*Lease
+	for i := range 40 {
+		lease, err := locks.Upload(bg, fmt.Sprintf("/f%d", i%5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Around the renewal period (100 ms), so that releases land before, during and after
+		// renewals.
+		time.Sleep(time.Duration(60+rng.Intn(80)) * time.Millisecond)
+		if err := lease.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, lease)
+	}
+	if renewCalls(t, c) <= calls {
+		t.Fatal("no renewal ever ran")
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, lease := range leases {
+		if lease.IsLost() {
+			t.Fatalf("a released lease was reported lost: %v", lease.Err())
+		}
+	}
+	if got := held(t, c, key); len(got) != 0 {
+		t.Fatalf("held %v", got)
+	}
+}
+
+func TestAReleasedLeaseEndsItsContextAndLostChannelWithReleased(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	locks := mustNew(t, c, testKey(t))
+	lease, err := locks.Delete(bg, "/A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, work := lease.Lost(), lease.Context()
+	select {
+	case <-lost:
+		t.Fatal("Lost() closed while held")
+	default:
+	}
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	<-lost
+	<-work.Done()
+	if cause := context.Cause(work); cause != ErrReleased {
+		t.Fatalf("cause %v", cause)
+	}
+	if lease.IsLost() || lease.Err() != ErrReleased {
+		t.Fatalf("after release: %v", lease.Err())
+	}
+	// Asked for after the release, they are ended already.
+	<-lease.Lost()
+	<-lease.Context().Done()
+	if _, err := lease.Lock(bg, []Request{{Write, "/A/x"}}); !errors.Is(err, ErrReleased) {
+		t.Fatalf("Lock after release: %v", err)
+	}
+}
+
+func TestALeaseIsReleasedWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	c := sharedClient(t)
+	key := testKey(t)
+	ctx, cancel := context.WithCancelCause(bg)
+	lease, err := mustNew(t, c, key).Upload(ctx, "/A/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := lease.Context()
+	stopped := errors.New("the request was cancelled")
+	cancel(stopped)
+	<-work.Done()
+	if cause := context.Cause(work); cause != stopped {
+		t.Fatalf("cause %v", cause)
+	}
+	waitUntil(t, 5*time.Second, "the lease to be released", func() bool { return len(held(t, c, key)) == 0 })
+	<-lease.Lost()
+	if lease.IsLost() || !errors.Is(lease.Err(), ErrReleased) || !errors.Is(lease.Err(), stopped) {
+		t.Fatalf("Err() = %v", lease.Err())
+	}
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+}
