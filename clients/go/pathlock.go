@@ -10,7 +10,8 @@
 //
 //	locks, err := pathlock.New(rdb, "proj:42")
 //	lease, err := locks.Move(ctx, "/A/C", "/B") // WRITE /A/C, WRITE /B/C
-//	if busy := (*pathlock.BusyError)(nil); errors.As(err, &busy) {
+//	var busy *pathlock.BusyError
+//	if errors.As(err, &busy) {
 //		// busy.Blockers: who holds what, and why (their notes)
 //	}
 //	defer lease.Release(ctx)

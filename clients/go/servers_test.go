@@ -266,6 +266,13 @@ func clusterClient(t testing.TB, nodes []*server) *redis.ClusterClient {
 }
 
 func TestMain(m *testing.M) {
+	// The examples (example_test.go) talk to the shared server.
+	shared.once.Do(func() { shared.server, shared.err = newServer(false) })
+	if shared.err != nil {
+		fmt.Fprintln(os.Stderr, shared.err)
+		os.Exit(1)
+	}
+	SetExampleAddr(shared.server.addr())
 	code := m.Run()
 	if shared.server != nil {
 		shared.server.close()
