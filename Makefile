@@ -40,6 +40,7 @@ test: build
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-node
 	$(MAKE) --no-print-directory test-java
+	$(MAKE) --no-print-directory test-go
 	$(MAKE) --no-print-directory test-dist
 
 # The Python client's tests (real servers, a replica, a cluster) and the example that uses it, in a
@@ -66,6 +67,22 @@ test-node: build
 test-java: build
 	@scripts/deps.sh test java
 	cd clients/java && mvn -B -ntp test
+
+# The Go client (clients/go): go vet, then its tests with the race detector against servers they
+# start (a single one, a master with a replica, a 3-master cluster), and its examples. The Go
+# toolchain fetches go-redis into its module cache; nothing else is installed.
+.PHONY: test-go
+test-go: build
+	@scripts/deps.sh test
+	cd clients/go && go vet ./... && go test -race -count=1 ./...
+
+# Lock plus release of one path through the Go client beside redsync and bsm/redislock, at 0 and
+# 100,000 locks held (clients/go/bench, a module of its own so that the client needs go-redis
+# only); see docs/performance.md.
+.PHONY: bench-go
+bench-go: build
+	@scripts/deps.sh test
+	cd clients/go/bench && go test -run '^$$' -bench . -benchtime 2s -count 1 .
 
 # What users install without a Rust toolchain, in dist/: the module's Debian package, the Python
 # client's wheel and sdist, the Node client's npm tarball, the Rust client's .crate (see
@@ -147,6 +164,7 @@ lint:
 	python3 scripts/import-cycles.py src core/src clients/rust/src clients/python/src/pathlock clients/node/src
 	python3 scripts/check-links.py
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	cd clients/go && ! gofmt -l . | grep . && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 clean:
 	$(CARGO) clean
