@@ -82,7 +82,7 @@ test-go: build
 .PHONY: bench-go
 bench-go: build
 	@scripts/deps.sh test
-	cd clients/go/bench && go test -run '^$$' -bench . -benchtime 2s -count 1 .
+	cd clients/go/bench && go test -run '^$$' -bench . -benchtime 2s -count 3 -benchmem .
 
 # What users install without a Rust toolchain, in dist/: the module's Debian package, the Python
 # client's wheel and sdist, the Node client's npm tarball, the Rust client's .crate (see
