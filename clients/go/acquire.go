@@ -316,12 +316,20 @@ func (p *pinned) do(ctx context.Context, asking bool, args []any) (any, error) {
 		}
 	}
 	if p.id != 0 {
+		unblocked := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
+			defer close(unblocked)
 			unblock, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			_ = p.node.Do(unblock, "CLIENT", "UNBLOCK", p.id).Err()
 		})
-		defer stop()
+		defer func() {
+			// An UNBLOCK on its way must land before the connection goes back to the pool,
+			// where it could end another call's wait.
+			if !stop() {
+				<-unblocked
+			}
+		}()
 	}
 	return p.conn.Do(ctx, args...).Result()
 }
