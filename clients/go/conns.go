@@ -42,6 +42,10 @@ type blockingPool struct {
 	grace time.Duration
 }
 
+// failoverAddr is the Addr go-redis gives the options of a failover client
+// (redis.NewFailoverClient), whose dialer asks the sentinels for the master.
+const failoverAddr = "FailoverClient"
+
 // At most this many connections of a blocking pool stay open while idle, as in the other
 // clients; more are closed when they come back.
 const maxIdleBlocking = 4
@@ -79,6 +83,14 @@ func blockingFor(client redis.UniversalClient) *blockingPool {
 		// keep the token and the wait's budget.
 		opt.ContextTimeoutEnabled = true
 		opt.MaxRetries = -1
+		if opt.Addr == failoverAddr {
+			// The failover client drops its connections to a master the sentinels replaced; a
+			// copy of its options does not get that signal, and a connection kept idle here
+			// would still reach the old master, which takes writes until the sentinels demote
+			// it. So each blocking call dials anew (a connection idle for a nanosecond is stale
+			// to go-redis), through the dialer that asks for the current master.
+			opt.ConnMaxIdleTime = time.Nanosecond
+		}
 		pool.single = redis.NewClient(&opt)
 	case *redis.ClusterClient:
 		opt := *c.Options()

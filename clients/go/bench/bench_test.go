@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package bench compares lock plus release of one path through the pathlock Go client with
 // redsync and bsm/redislock, each on go-redis against one redis-server started here, with 0
 // and 100,000 other locks held: in the same project for pathlock, as other keys for the others.
@@ -14,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +52,8 @@ func startServer(b *testing.B) *redis.Client {
 	_ = l.Close()
 	cmd := exec.Command(binary, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", b.TempDir(), "--loadmodule", module)
+	// Killed with the benchmark, should it be stopped before its cleanup runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
@@ -123,51 +128,38 @@ func BenchmarkLockRelease(b *testing.B) {
 			return lock.Release(ctx)
 		}},
 	}
-	// perOp[held][round][name] is the time per lock plus release of the round's last run (the
-	// framework runs each with growing counts; the last is the one it reports).
-	perOp := map[int][]map[string]time.Duration{}
-	for _, n := range []int{0, held} {
-		fill(b, rdb, n)
-		// The three take turns, rounds times, so that a busy moment of the machine falls on
-		// each alike; go test names the repeats #01, #02, ...
-		for round := range rounds {
-			perOp[n] = append(perOp[n], map[string]time.Duration{})
-			for _, c := range contenders {
-				b.Run(fmt.Sprintf("held=%d/%s", n, c.name), func(b *testing.B) {
-					for range b.N {
-						if err := c.once(); err != nil {
-							b.Fatal(err)
-						}
-					}
-					perOp[n][round][c.name] = b.Elapsed() / time.Duration(b.N)
-				})
-			}
-		}
-	}
-	// The medians, and the median of each round's ratio: a ratio measured side by side holds
-	// better on a busy machine than the times themselves.
+	// The three take turns operation by operation (each iteration runs one lock plus release of
+	// each, starting with a different one each time), and each operation is timed alone: the
+	// medians of interleaved samples hold on a busy machine, where a burst of other work falls
+	// on all three alike, better than three timed runs one after the other.
 	table := "\n| locks held | pathlock | redsync | bsm/redislock | redsync / pathlock | redislock / pathlock |\n|---:|---:|---:|---:|---:|---:|\n"
 	for _, n := range []int{0, held} {
-		med := func(f func(r map[string]time.Duration) float64) float64 {
-			var xs []float64
-			for _, r := range perOp[n] {
-				xs = append(xs, f(r))
+		fill(b, rdb, n)
+		var medians map[string]time.Duration
+		b.Run(fmt.Sprintf("held=%d", n), func(b *testing.B) {
+			samples := map[string][]time.Duration{}
+			for i := range b.N {
+				for k := range contenders {
+					c := contenders[(i+k)%len(contenders)]
+					start := time.Now()
+					if err := c.once(); err != nil {
+						b.Fatal(err)
+					}
+					samples[c.name] = append(samples[c.name], time.Since(start))
+				}
 			}
-			sort.Float64s(xs)
-			return xs[len(xs)/2]
-		}
-		us := func(name string) float64 {
-			return med(func(r map[string]time.Duration) float64 { return float64(r[name]) / 1e3 })
-		}
-		ratio := func(name string) float64 {
-			return med(func(r map[string]time.Duration) float64 { return float64(r[name]) / float64(r["pathlock"]) })
-		}
+			medians = map[string]time.Duration{}
+			for _, c := range contenders {
+				xs := samples[c.name]
+				sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+				medians[c.name] = xs[len(xs)/2]
+				b.ReportMetric(float64(medians[c.name])/1e3, c.name+"-us")
+			}
+		})
 		table += fmt.Sprintf("| %d | %.0f us | %.0f us | %.0f us | %.2f | %.2f |\n", n,
-			us("pathlock"), us("redsync"), us("redislock"), ratio("redsync"), ratio("redislock"))
+			float64(medians["pathlock"])/1e3, float64(medians["redsync"])/1e3, float64(medians["redislock"])/1e3,
+			float64(medians["redsync"])/float64(medians["pathlock"]), float64(medians["redislock"])/float64(medians["pathlock"]))
 	}
 	// Printed rather than logged: a parent benchmark's log is not shown when its children pass.
-	fmt.Printf("lock plus release, medians of %d interleaved rounds:\n%s", rounds, table)
+	fmt.Printf("lock plus release, median of each one's operations, timed in turns:\n%s", table)
 }
-
-// rounds is how many times each contender runs at each number of locks held.
-const rounds = 7
