@@ -69,12 +69,20 @@ test-java: build
 	cd clients/java && mvn -B -ntp test
 
 # The Go client (clients/go): go vet, then its tests with the race detector against servers they
-# start (a single one, a master with a replica, a 3-master cluster), and its examples. The Go
-# toolchain fetches go-redis into its module cache; nothing else is installed.
+# start (a single one, a master with a replica and a sentinel, a 3-master cluster), and its
+# examples; on the go-redis its go.mod requires (the oldest it supports), then again on the one the
+# benchmark's module pins (the current release), through a copy of go.mod in a temporary folder.
+# The Go toolchain fetches go-redis into its module cache; nothing else is installed.
+GO_REDIS_LATEST = $(shell sed -n 's|.*github.com/redis/go-redis/v9 \(v[0-9.]*\)$$|\1|p' clients/go/bench/go.mod)
 .PHONY: test-go
 test-go: build
 	@scripts/deps.sh test
 	cd clients/go && go vet ./... && go test -race -count=1 ./...
+	@latest=$$(mktemp -d) && trap 'rm -rf "$$latest"' EXIT && cd clients/go && \
+	    cp go.mod "$$latest/go.mod" && cp go.sum "$$latest/go.sum" && \
+	    go get -modfile="$$latest/go.mod" github.com/redis/go-redis/v9@$(GO_REDIS_LATEST) && \
+	    echo "pathlock: the Go client's tests on go-redis $(GO_REDIS_LATEST)" && \
+	    go test -modfile="$$latest/go.mod" -race -count=1 ./...
 
 # Lock plus release of one path through the Go client beside redsync and bsm/redislock, at 0 and
 # 100,000 locks held, 5,000 of each taken in turns (clients/go/bench, a module of its own so that
