@@ -127,7 +127,7 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 			if berr != nil {
 				return granted{}, berr
 			}
-			return granted{}, &BusyError{Requests: g.a.requests, Blockers: blockers}
+			return granted{}, &BusyError{Key: g.l.key, Requests: g.a.requests, Blockers: blockers}
 		}
 		if to, isAsk, ok := redirection(err); ok && g.pin != nil && redirects < maxRedirects {
 			// Only a blocking call's pinned connection sees these (go-redis follows them for Do):

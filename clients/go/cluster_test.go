@@ -172,7 +172,9 @@ func TestAWaitingAcquireFollowsItsSlotToAnotherMaster(t *testing.T) {
 	})
 	cc := clusterClient(t, nodes)
 	key := testKey(t)
-	locks := mustNew(t, cc, key, WithTTL(600*time.Millisecond))
+	// Long enough for the migration's steps on a loaded machine: the holder must keep its locks
+	// (renewed through go-redis's ASK and MOVED) until the waiter follows them.
+	locks := mustNew(t, cc, key, WithTTL(3*time.Second))
 	// The blocking pool has read the slot map once.
 	first, err := locks.Upload(bg, "/warm", WithWait(time.Second))
 	if err != nil {
@@ -193,7 +195,7 @@ func TestAWaitingAcquireFollowsItsSlotToAnotherMaster(t *testing.T) {
 	if holder.IsLost() {
 		t.Fatal(holder.Err())
 	}
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond)
 	if err := waiter.Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -79,6 +79,14 @@ func blockingFor(client redis.UniversalClient) *blockingPool {
 		opt := *c.Options()
 		pool.grace = max(opt.ReadTimeout, time.Second)
 		tune(&opt.PoolSize, &opt.MinIdleConns, &opt.MaxIdleConns, &opt.MaxActiveConns)
+		// What go-redis keeps per client stays the application's: a push processor of our own
+		// (go-redis registers its handlers on it, and refuses to register them twice), and a
+		// copy of the maintenance settings (go-redis writes their mode back after a handshake).
+		opt.PushNotificationProcessor = nil
+		if opt.MaintNotificationsConfig != nil {
+			config := *opt.MaintNotificationsConfig
+			opt.MaintNotificationsConfig = &config
+		}
 		// The caller's deadline bounds a wait; there are no retries but the client's own, which
 		// keep the token and the wait's budget.
 		opt.ContextTimeoutEnabled = true
@@ -96,6 +104,11 @@ func blockingFor(client redis.UniversalClient) *blockingPool {
 		opt := *c.Options()
 		pool.grace = max(opt.ReadTimeout, time.Second)
 		tune(&opt.PoolSize, &opt.MinIdleConns, &opt.MaxIdleConns, &opt.MaxActiveConns)
+		opt.PushNotificationProcessor = nil
+		if opt.MaintNotificationsConfig != nil {
+			config := *opt.MaintNotificationsConfig
+			opt.MaintNotificationsConfig = &config
+		}
 		opt.ContextTimeoutEnabled = true
 		opt.MaxRetries = -1
 		pool.cluster = redis.NewClusterClient(&opt)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // The errors a call can be tested for with errors.Is. Each but ErrReleased and ErrInvalid comes
@@ -16,8 +17,8 @@ var (
 	// ErrLeaseLost: the lease is gone; work under it must stop and its fence must not be used
 	// again. The [*LeaseLostError] says why.
 	ErrLeaseLost = errors.New("pathlock: lease lost")
-	// ErrReleased is the cause of a released lease's context ([Lease.Context]) and what
-	// [Lease.Err] answers once it is released: not a loss.
+	// ErrReleased is the cause of a released lease's context ([Lease.Context]), and what
+	// [Lease.Lock] answers once the lease is released: not a loss.
 	ErrReleased = errors.New("pathlock: lease released")
 	// ErrNotReplicated: fewer replicas than asked for acknowledged the grant in time; it was
 	// released.
@@ -34,24 +35,29 @@ var (
 // only an earlier waiting request was in the way, or the holders let go in between (or the
 // server could not be asked): the message then says so, and trying again may succeed.
 type BusyError struct {
+	Key      string
 	Requests []Request
 	Blockers []HeldLock
 }
 
+// Error is the contract's text (clients/contract/contract.json), the same in every client:
+// "busy: WRITE /A/C/D/new.txt in "proj:42": WRITE /A/C held by <token> (alice: move /A/C into
+// /B) for 59731 ms more".
 func (e *BusyError) Error() string {
 	wanted := make([]string, len(e.Requests))
 	for i, r := range e.Requests {
 		wanted[i] = r.String()
 	}
+	head := "busy: " + strings.Join(wanted, ", ") + " in \"" + escapeKey(e.Key) + "\": "
 	if len(e.Blockers) == 0 {
-		return "pathlock: busy: " + strings.Join(wanted, ", ") + ": nothing holds these paths " +
-			"now: the holders let go in between, or an earlier waiting request goes first; try again"
+		return head + "nothing holds these paths now: the holders let go in between, or an " +
+			"earlier waiting request goes first; try again"
 	}
 	held := make([]string, len(e.Blockers))
 	for i, b := range e.Blockers {
 		held[i] = b.String()
 	}
-	return "pathlock: busy: " + strings.Join(wanted, ", ") + " (blocked by " + strings.Join(held, "; ") + ")"
+	return head + strings.Join(held, "; ")
 }
 
 // Is makes errors.Is(err, ErrBusy) true.
@@ -104,8 +110,9 @@ type LeaseLostError struct {
 	Reason LostReason
 }
 
+// Error is the contract's text: "lease <token> on "proj:42" is lost: <what the reason means>".
 func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("pathlock: lease %s on %q is lost (%s): %s", e.Token, e.Key, e.Reason, e.Reason.explained())
+	return "lease " + e.Token + " on \"" + escapeKey(e.Key) + "\" is lost: " + e.Reason.explained()
 }
 
 // Is makes errors.Is(err, ErrLeaseLost) true.
@@ -119,7 +126,7 @@ type NotReplicatedError struct {
 }
 
 func (e *NotReplicatedError) Error() string {
-	return fmt.Sprintf("pathlock: grant acknowledged by %d of the %d replicas asked for; released", e.Acknowledged, e.Wanted)
+	return fmt.Sprintf("grant acknowledged by %d of the %d replicas asked for; released", e.Acknowledged, e.Wanted)
 }
 
 // Is makes errors.Is(err, ErrNotReplicated) true.
@@ -132,8 +139,9 @@ type WrongTypeError struct {
 	Err error
 }
 
+// Error is the contract's text, which names the key.
 func (e *WrongTypeError) Error() string {
-	return fmt.Sprintf("pathlock: key %q is not a pathlock project: it holds another type of value (check the key name)", e.Key)
+	return "key \"" + escapeKey(e.Key) + "\" is not a pathlock project: it holds another type of value (check the key name)"
 }
 
 // Is makes errors.Is(err, ErrWrongType) true.
@@ -144,4 +152,26 @@ func (e *WrongTypeError) Unwrap() error { return e.Err }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// escapeKey writes a key as the contract's messages show it: '"' and a backslash escaped by a
+// backslash,
+// and any other byte under 0x20, 0x7f, or not UTF-8, as \xHH, so that a key's bytes cannot
+// forge or garble a message.
+func escapeKey(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); {
+		r, size := utf8.DecodeRuneInString(key[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1, r < 0x20, r == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", key[i])
+			i++
+			continue
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteString(key[i : i+size])
+		i += size
+	}
+	return b.String()
 }

@@ -244,11 +244,12 @@ func ExampleLease_Release() {
 
 	lease, _ := locks.Upload(ctx, "/A/f")
 	lease.Release(ctx)
-	// After a release nothing waits forever: Lost() is closed, and Err says it was released.
+	// After a release nothing waits forever: Lost() is closed and the context ends, with
+	// ErrReleased as its cause; nothing was lost.
 	<-lease.Lost()
-	fmt.Println(lease.IsLost(), lease.Err())
+	fmt.Println(lease.IsLost(), lease.Err(), context.Cause(lease.Context()))
 	fmt.Println(lease.Release(ctx)) // twice is fine
 	// Output:
-	// false pathlock: lease released
+	// false <nil> pathlock: lease released
 	// <nil>
 }

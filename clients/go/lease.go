@@ -25,7 +25,7 @@ const (
 //
 // A normal release ends the lease too, and then nothing that waits for a loss waits forever:
 // the Lost channel is closed and the context cancelled with the cause [ErrReleased], which is
-// what Err answers, and which is not [ErrLeaseLost].
+// not [ErrLeaseLost]; Err stays nil and IsLost false, as nothing was lost.
 //
 // A lease belongs to the context it was acquired with, as a database/sql transaction does:
 // when that context ends, the lease is released (in the background). To bound only how long an
@@ -117,10 +117,22 @@ func (l *Lease) Requests() []Request {
 	return append([]Request(nil), l.requests...)
 }
 
-// Err is nil while the lease is held; a [*LeaseLostError] once it is lost; an error that
-// errors.Is [ErrReleased] once it is released (by [Lease.Release], or because the context it
-// was acquired with ended).
+// Err is the loss: a [*LeaseLostError] once the lease is lost (errors.Is(err, ErrLeaseLost)),
+// nil while it is held and after a normal release, as the other clients' checks pass after a
+// release. Poll it between steps of long work; once [Lease.Lost] is closed, it tells a loss
+// from a release.
 func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.status != statusLost {
+		return nil
+	}
+	return l.err
+}
+
+// ended answers why the lease ended: its loss, or the release's cause (which errors.Is
+// [ErrReleased]); nil while it is held.
+func (l *Lease) ended() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -134,7 +146,8 @@ func (l *Lease) IsLost() bool {
 }
 
 // Lost answers a channel that is closed when the lease ends: at once when it is lost, and when
-// it is released, so that nothing waits on it forever. [Lease.Err] then says which.
+// it is released, so that nothing waits on it forever. [Lease.Err] then says which: the loss,
+// or nil after a release.
 func (l *Lease) Lost() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -374,7 +387,7 @@ func contains(requests []Request, r Request) bool {
 // deleted, its token released elsewhere), an ACQUIRE under its token would make new ones that
 // keep answering its renewals, and the loss would go unseen.
 func (l *Lease) proveHeld(ctx context.Context) error {
-	if err := l.Err(); err != nil {
+	if err := l.ended(); err != nil {
 		return err
 	}
 	sent := time.Now()
@@ -393,5 +406,5 @@ func (l *Lease) proveHeld(ctx context.Context) error {
 		}
 		l.mu.Unlock()
 	}
-	return l.Err()
+	return l.ended()
 }

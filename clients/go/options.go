@@ -56,7 +56,7 @@ func (s *settings) refuse(format string, args ...any) {
 func WithTTL(ttl time.Duration) Option {
 	return func(s *settings) {
 		if ttl < time.Millisecond {
-			s.refuse("ttl must be at least 1ms, not %v", ttl)
+			s.refuse("ttl must be at least 1 millisecond, not %v", ttl)
 			return
 		}
 		s.ttl = ttl
@@ -69,7 +69,7 @@ func WithTTL(ttl time.Duration) Option {
 func WithWait(wait time.Duration) Option {
 	return func(s *settings) {
 		if wait < 0 {
-			s.refuse("wait must be 0 or more, not %v", wait)
+			s.refuse("wait must be 0 milliseconds or more, not %v", wait)
 			return
 		}
 		s.wait = wait
@@ -81,7 +81,7 @@ func WithWait(wait time.Duration) Option {
 func WithReplicas(replicas int) Option {
 	return func(s *settings) {
 		if replicas < 0 {
-			s.refuse("replicas must be 0 or more, not %d", replicas)
+			s.refuse("replicas must be 0 replicas or more, not %d", replicas)
 			return
 		}
 		s.replicas = replicas
@@ -93,7 +93,7 @@ func WithReplicas(replicas int) Option {
 func WithReplicasTimeout(timeout time.Duration) Option {
 	return func(s *settings) {
 		if timeout < time.Millisecond {
-			s.refuse("replicas timeout must be at least 1ms, not %v", timeout)
+			s.refuse("replicas timeout must be at least 1 millisecond, not %v", timeout)
 			return
 		}
 		s.replicasTimeout = timeout
@@ -109,7 +109,7 @@ func WithNote(note string) Option {
 	}
 }
 
-// millis is d in whole milliseconds, a fraction of one rounded up (CLIENT-DECISIONS item 4:
+// millis is d in whole milliseconds, a fraction of one rounded up (the contract's durations:
 // every client rounds the same way, so 1.5 ms is 2 ms everywhere).
 func millis(d time.Duration) int64 {
 	ms := d / time.Millisecond

@@ -40,7 +40,7 @@ func named(what, path string) ([]string, error) {
 }
 
 // into is where path lands when it is moved or copied into folder: folder/<last segment of
-// path>. Refused before anything is sent (CLIENT-DECISIONS item 1): an empty or root path, an
+// path>. Refused before anything is sent (the contract's operations): an empty or root path, an
 // empty folder, a folder equal to the path or inside it (into itself), and the path's own
 // parent (the target would be the source itself). Paths are compared segment by segment, so
 // /A/CD is not inside /A/C.
@@ -60,25 +60,23 @@ func into(operation, path, folder string) (string, error) {
 		return "", invalid("%s of %q into %q: a folder cannot go into itself or its own subtree", operation, path, folder)
 	}
 	if equal(to, from[:len(from)-1]) {
-		return "", invalid("%s of %q into %q: it is already there (the target would be the source itself)", operation, path, folder)
+		return "", invalid("%s of %q into %q: it is already in that folder (the target would be the source itself)", operation, path, folder)
 	}
 	return joined(append(to, from[len(from)-1])), nil
 }
 
 // renamed is where path goes when renamed to newName in the same folder. newName is one segment
-// (CLIENT-DECISIONS item 2): containing "/", empty, ".", "..", or the current name, it is
+// (the contract's operations): containing "/", empty, ".", "..", or the current name, it is
 // refused, with a message that says rename takes a name and Move changes folders.
 func renamed(path, newName string) (string, error) {
 	from, err := named("path", path)
 	if err != nil {
 		return "", err
 	}
-	if newName == "" || newName == "." || newName == ".." || strings.Contains(newName, "/") {
-		return "", invalid("rename takes the new name of %q in its folder, one segment, not %q; "+
-			"to change folders, use Move", path, newName)
-	}
-	if newName == from[len(from)-1] {
-		return "", invalid("rename of %q to %q: that is its name already", path, newName)
+	if newName == "" || newName == "." || newName == ".." || strings.Contains(newName, "/") ||
+		newName == from[len(from)-1] {
+		return "", invalid("rename takes a name: the new name of %q in its own folder, one segment "+
+			"other than its name now, not %q; to change folders, move it (Move)", path, newName)
 	}
 	return joined(append(from[:len(from)-1:len(from)-1], newName)), nil
 }

@@ -169,11 +169,11 @@ func TestWhatANewcomerWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = locks.Upload(ctx, "/A", pathlock.WithTTL(500*time.Microsecond)) // half a millisecond?
-	if !errors.Is(err, pathlock.ErrInvalid) || !strings.Contains(err.Error(), "at least 1ms") {
+	if !errors.Is(err, pathlock.ErrInvalid) || !strings.Contains(err.Error(), "at least 1 millisecond") {
 		t.Fatal(err)
 	}
 	_, err = locks.Rename(ctx, "/A/C", "/B/C") // a path, where rename takes a name
-	if !errors.Is(err, pathlock.ErrInvalid) || !strings.Contains(err.Error(), "use Move") {
+	if !errors.Is(err, pathlock.ErrInvalid) || !strings.Contains(err.Error(), "rename takes a name") {
 		t.Fatal(err)
 	}
 	rdb.Set(ctx, "settings", "{}", 0)

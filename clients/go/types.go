@@ -38,12 +38,14 @@ type HeldLock struct {
 	Note  string
 }
 
+// String is the contract's text of a blocker: "WRITE /A/C held by <token> (its note) for 59731
+// ms more".
 func (h HeldLock) String() string {
 	s := fmt.Sprintf("%s %s held by %s", h.Mode, h.Path, h.Token)
 	if h.Note != "" {
 		s += " (" + h.Note + ")"
 	}
-	return s + fmt.Sprintf(" for %v more", h.TTL)
+	return s + fmt.Sprintf(" for %d ms more", h.TTL.Milliseconds())
 }
 
 // Waiter is a request queued by a waiting acquire, as PATHLOCK.WAITERS reports it.

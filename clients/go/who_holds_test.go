@@ -390,19 +390,19 @@ func TestHelpersRefuseEmptyAndRootPathsAndMovesIntoThemselves(t *testing.T) {
 		{func() (*Lease, error) { return locks.Purge(bg, []string{"/bin/1", ""}) }, "whole project"},
 		{func() (*Lease, error) { return locks.Purge(bg, nil) }, "at least one"},
 		{func() (*Lease, error) { return locks.Move(bg, "/A/C", "") }, "folder is empty"},
-		// CLIENT-DECISIONS item 1: into itself or its subtree, or into its own folder.
+		// Into itself or its subtree, or into its own folder.
 		{func() (*Lease, error) { return locks.Move(bg, "/A", "/A/C") }, "into itself"},
 		{func() (*Lease, error) { return locks.Move(bg, "/A", "/A") }, "into itself"},
 		{func() (*Lease, error) { return locks.Copy(bg, "/A/", "//A/./C") }, "into itself"},
-		{func() (*Lease, error) { return locks.Move(bg, "/A/C", "/A") }, "already there"},
-		{func() (*Lease, error) { return locks.Copy(bg, "/A", "/") }, "already there"},
+		{func() (*Lease, error) { return locks.Move(bg, "/A/C", "/A") }, "already in"},
+		{func() (*Lease, error) { return locks.Copy(bg, "/A", "/") }, "already in"},
 		{func() (*Lease, error) { return locks.Move(bg, "/A/C", "/A/../B") }, "'..'"},
 		// Item 2: rename takes a name.
-		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "/A/D") }, "use Move"},
-		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "") }, "use Move"},
-		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", ".") }, "use Move"},
-		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "..") }, "use Move"},
-		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "C") }, "its name already"},
+		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "/A/D") }, "rename takes a name"},
+		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "") }, "rename takes a name"},
+		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", ".") }, "rename takes a name"},
+		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "..") }, "rename takes a name"},
+		{func() (*Lease, error) { return locks.Rename(bg, "/A/C", "C") }, "rename takes a name"},
 		{func() (*Lease, error) { return locks.Rename(bg, "/", "C") }, "whole project"},
 		{func() (*Lease, error) { return locks.Lock(bg, []Request{{Write, ""}}) }, "empty"},
 		{func() (*Lease, error) { return locks.Lock(bg, nil) }, "no locks"},
@@ -447,10 +447,10 @@ func TestHelpersRefuseEmptyAndRootPathsAndMovesIntoThemselves(t *testing.T) {
 func TestDurationsAreCheckedWithTheirUnitsAndRoundedUpToWholeMilliseconds(t *testing.T) {
 	t.Parallel()
 	c := sharedClient(t)
-	if _, err := New(c, testKey(t), WithTTL(0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "ttl must be at least 1ms, not 0s") {
+	if _, err := New(c, testKey(t), WithTTL(0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "ttl must be at least 1 millisecond, not 0s") {
 		t.Fatal(err)
 	}
-	if _, err := New(c, testKey(t), WithReplicasTimeout(0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "replicas timeout must be at least 1ms") {
+	if _, err := New(c, testKey(t), WithReplicasTimeout(0)); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "replicas timeout must be at least 1 millisecond") {
 		t.Fatal(err)
 	}
 	locks := mustNew(t, c, testKey(t))
@@ -458,10 +458,10 @@ func TestDurationsAreCheckedWithTheirUnitsAndRoundedUpToWholeMilliseconds(t *tes
 		option Option
 		says   string
 	}{
-		{WithTTL(500 * time.Microsecond), "ttl must be at least 1ms, not 500µs"},
-		{WithTTL(-time.Second), "ttl must be at least 1ms, not -1s"},
-		{WithWait(-time.Millisecond), "wait must be 0 or more, not -1ms"},
-		{WithReplicas(-1), "replicas must be 0 or more, not -1"},
+		{WithTTL(500 * time.Microsecond), "ttl must be at least 1 millisecond, not 500µs"},
+		{WithTTL(-time.Second), "ttl must be at least 1 millisecond, not -1s"},
+		{WithWait(-time.Millisecond), "wait must be 0 milliseconds or more, not -1ms"},
+		{WithReplicas(-1), "replicas must be 0 replicas or more, not -1"},
 	} {
 		if _, err := locks.Upload(bg, "/A", tc.option); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("want %q, got %v", tc.says, err)
