@@ -44,60 +44,6 @@ func redirections(t testing.TB, nodes []*server) int {
 	return total
 }
 
-func TestAHandleOnAClusterRoutesEachKeyToItsShard(t *testing.T) {
-	t.Parallel()
-	nodes := sharedCluster(t)
-	cc := clusterClient(t, nodes)
-	keys := clusterKeys(t)
-	shards := map[string]bool{}
-	for _, key := range keys {
-		master, err := cc.MasterForKey(bg, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		shards[master.Options().Addr] = true
-	}
-	if len(shards) < 2 {
-		t.Fatalf("the keys all live on %v", shards)
-	}
-	var leases []*Lease
-	for _, key := range keys {
-		lease, err := mustNew(t, cc, key, WithTTL(300*time.Millisecond)).Move(bg, "/A/C", "/B")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var busy *BusyError
-		if _, err := mustNew(t, cc, key).Upload(bg, "/A/C/x"); !errors.As(err, &busy) || len(busy.Blockers) != 1 || busy.Blockers[0].Token != lease.Token() {
-			t.Fatalf("%s: want busy by the move, got %v", key, err)
-		}
-		leases = append(leases, lease)
-	}
-	time.Sleep(1500 * time.Millisecond)
-	for i, key := range keys {
-		if err := leases[i].Err(); err != nil {
-			t.Fatal(err)
-		}
-		if got, want := held(t, cc, key), lockLines(leases[i].Token(), Request{Write, "/A/C"}, Request{Write, "/B/C"}); !sameLines(got, want) {
-			t.Fatalf("%s holds %v, want %v", key, got, want)
-		}
-	}
-	cc.Del(bg, keys[0])
-	lostWithin(t, leases[0], time.Now(), 100*time.Millisecond+slack)
-	for _, lease := range leases {
-		_ = lease.Release(bg)
-	}
-	for _, key := range keys {
-		lease, err := mustNew(t, cc, key).Upload(bg, "/A/C/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = lease.Release(bg)
-		if got := held(t, cc, key); len(got) != 0 {
-			t.Fatalf("%s: left %v", key, got)
-		}
-	}
-}
-
 func TestReplicasAndWaitsOnAClusterRunOnTheKeysMaster(t *testing.T) {
 	t.Parallel()
 	nodes := sharedCluster(t)
