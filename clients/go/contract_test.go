@@ -115,7 +115,6 @@ type run struct {
 	handles  map[string]*Locks
 	mu       sync.Mutex
 	leases   map[string]*Lease
-	fences   map[string]int64
 	tasks    map[string]*task
 	marks    map[string]time.Time
 }
@@ -134,7 +133,7 @@ func newRun(t *testing.T, settings *contractSettings, sc scenario) *run {
 	r := &run{
 		t: t, settings: settings, sc: sc, key: sc.Key,
 		servers: map[string]*server{}, admin: map[string]redis.UniversalClient{},
-		handles: map[string]*Locks{}, leases: map[string]*Lease{}, fences: map[string]int64{},
+		handles: map[string]*Locks{}, leases: map[string]*Lease{},
 		tasks: map[string]*task{}, marks: map[string]time.Time{},
 	}
 	if r.key == "" {
@@ -244,14 +243,13 @@ func (r *run) lease(name string) *Lease {
 	return lease
 }
 
-func (r *run) setLease(name string, lease *Lease, fence int64) {
+func (r *run) setLease(name string, lease *Lease) {
 	if name == "" {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.leases[name] = lease
-	r.fences[name] = fence
 }
 
 func str(v any) string {
@@ -478,7 +476,7 @@ func (r *run) call(where string, s map[string]any, call func() (*Lease, int64, e
 			defer close(tk.done)
 			tk.lease, tk.fence, tk.err = call()
 			if tk.lease != nil {
-				r.setLease(as, tk.lease, tk.fence)
+				r.setLease(as, tk.lease)
 			}
 		}()
 		return
@@ -486,7 +484,7 @@ func (r *run) call(where string, s map[string]any, call func() (*Lease, int64, e
 	lease, fence, err := call()
 	if lease != nil {
 		if as != "" {
-			r.setLease(as, lease, fence)
+			r.setLease(as, lease)
 		} else {
 			defer lease.Release(bg)
 		}
