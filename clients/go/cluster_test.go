@@ -80,12 +80,12 @@ func TestGoRedisRoutesTheModulesCommandsByTheirKey(t *testing.T) {
 	cc := clusterClient(t, nodes)
 	before := redirections(t, nodes)
 	for _, key := range clusterKeys(t) {
-		locks := mustNew(t, cc, key, WithTTL(60*time.Millisecond))
+		locks := mustNew(t, cc, key, WithTTL(600*time.Millisecond))
 		lease, err := locks.Move(bg, "/A/C", "/B")
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond) // a few renewals
+		time.Sleep(500 * time.Millisecond) // two renewals
 		if _, err := locks.Check(bg, []Request{{Write, "/A"}}, ""); err != nil {
 			t.Fatal(err)
 		}
