@@ -63,13 +63,13 @@ test-python: build
 test-node: build
 	cd clients/node && npm ci && npm run build && npm test
 
-# The Java client (clients/java) with Maven, offline from Debian's packages (Netty, JUnit 5, the
-# Maven plugins; clients/java/.mvn/ points Maven at /usr/share/maven-repo), against servers its
-# tests start: a single one, a master with a replica, and a 3-master cluster.
+# The Java client (clients/java, a multi-module Maven build resolving from Maven Central) against
+# servers its tests start: a single one, a master with a replica, and a 3-master cluster. `verify`
+# also builds the jars a release publishes (sources, and javadoc with no doclint warning).
 .PHONY: test-java
 test-java: build
 	@scripts/deps.sh test java
-	cd clients/java && mvn -B -ntp test
+	cd clients/java && mvn -B -ntp verify
 
 # The Go client (clients/go): go vet, then its tests with the race detector against servers they
 # start (a single one, a master with a replica and a sentinel, a 3-master cluster), and its

