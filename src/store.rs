@@ -22,12 +22,12 @@
 use std::ffi::CStr;
 
 use pathlock_core::Project;
-use redis_module::key::KeyFlags;
+use redis_module::key::{KeyFlags, RedisKeyWritable};
 use redis_module::{Context, RedisError, RedisString};
 
 use crate::context::{decides, in_command, notify, selected_db};
 use crate::effects::{Effect, Kind};
-use crate::errors::wrong_type;
+use crate::errors::{wrong_type, ERR_PANIC};
 use crate::keytype::PATHLOCK_TYPE;
 use crate::{clock, eviction, fences, schedule, stats};
 
@@ -42,13 +42,15 @@ pub trait Store {
     fn now_ms(&self) -> u64;
     /// Whether this call decides, rather than applies a master's decision (`context::decides`).
     fn decides(&self) -> bool;
-    /// Runs `write` on the project. A missing key is created when `create` is set, and otherwise
-    /// answers `Ok(None)`; a key of another type answers `WRONGTYPE`, naming the key.
-    fn write<R>(
+    /// Runs `write` on the project; a missing key answers `Ok(None)`, a key of another type
+    /// `WRONGTYPE`, naming the key.
+    fn write_existing<R>(
         &self,
-        create: bool,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError>;
+    /// Runs `write` on the project, created first when the key is missing (see [`created`]); a
+    /// key of another type answers `WRONGTYPE`, naming the key.
+    fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError>;
     /// Runs `read` on the project without changing it; a missing key answers `Ok(None)`. Expired
     /// locks stay in place (a replica must not reclaim them); the engine's reading methods hide
     /// them.
@@ -102,6 +104,17 @@ impl<'a> Redis<'a> {
         Redis { ctx, key }
     }
 
+    /// Opens the key for writing. A client's command touches its LRU/LFU clock, as a `SET`
+    /// does; the module's own work (a timer, the signal worker) opens it with `NOTOUCH`.
+    fn open_writable(&self) -> RedisKeyWritable {
+        let touch = if in_command(self.ctx) {
+            KeyFlags::empty()
+        } else {
+            KeyFlags::NOTOUCH
+        };
+        self.ctx.open_key_writable_with_flags(self.key, touch)
+    }
+
     /// Runs `maintain` on the project, if there is one, for work that changes nothing a client
     /// sees (freeing a buried owner's locks): the key is opened without touching its LRU/LFU, as
     /// a client's access would, and without creating it.
@@ -140,33 +153,34 @@ impl Store for Redis<'_> {
         decides(self.ctx)
     }
 
-    fn write<R>(
+    fn write_existing<R>(
         &self,
-        create: bool,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
-        let touch = if in_command(self.ctx) {
-            KeyFlags::empty()
-        } else {
-            KeyFlags::NOTOUCH
-        };
-        let key = self.ctx.open_key_writable_with_flags(self.key, touch);
+        let key = self.open_writable();
+        let project = key
+            .get_value::<Project>(&PATHLOCK_TYPE)
+            .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
+        Ok(project.map(write))
+    }
+
+    fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError> {
+        let key = self.open_writable();
         let wrong_type = |_| RedisError::String(wrong_type(self.key.as_slice()));
         if let Some(project) = key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(wrong_type)?
         {
-            return Ok(Some(write(project)));
-        }
-        if !create {
-            return Ok(None);
+            return Ok(write(project));
         }
         key.set_value(&PATHLOCK_TYPE, created(self))?;
         stats::track(&stats::KEYS, 0, 1);
-        Ok(key
+        // The key holds the project just set: redis-module only hands it back as an `Option`.
+        let project = key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(wrong_type)?
-            .map(write))
+            .ok_or(RedisError::Str(ERR_PANIC))?;
+        Ok(write(project))
     }
 
     fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {
@@ -230,20 +244,20 @@ impl Store for Memory<'_> {
         true
     }
 
-    fn write<R>(
+    fn write_existing<R>(
         &self,
-        create: bool,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
+        Ok(self.projects.borrow_mut().get_mut(self.key).map(write))
+    }
+
+    fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError> {
         let mut projects = self.projects.borrow_mut();
         if let Some(project) = projects.get_mut(self.key) {
-            return Ok(Some(write(project)));
-        }
-        if !create {
-            return Ok(None);
+            return Ok(write(project));
         }
         let project = projects.entry(self.key.to_vec()).or_insert(created(self));
-        Ok(Some(write(project)))
+        Ok(write(project))
     }
 
     fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {

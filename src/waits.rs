@@ -18,7 +18,7 @@ use pathlock_core::{Grant, Project, Request, Waiter};
 use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
 use crate::blocked::Answer;
-use crate::change::change;
+use crate::change::{change_existing, change_or_create};
 use crate::contain::contained;
 use crate::context::{in_db, look_flags, selected_db, serves};
 use crate::errors::{
@@ -121,7 +121,7 @@ fn time_out(ctx: &Context, id: u64) {
         let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
         let now = clock::now_ms(ctx);
         let key = Redis::new(ctx, &name);
-        if let Ok(Some(grants)) = change(&key, false, |p| p.cancel(now, id).1) {
+        if let Ok(Some(grants)) = change_existing(&key, |p| p.cancel(now, id).1) {
             grants::deliver(&key, grants);
         }
     });
@@ -160,7 +160,7 @@ pub fn work_off_signals(ctx: &Context) {
         for (db, key) in signals.moved {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let moved = change(&Redis::new(ctx, &name), false, |p| take_strays(db, &key, p));
+                let moved = change_existing(&Redis::new(ctx, &name), |p| take_strays(db, &key, p));
                 if let Ok(Some(strays)) = moved {
                     away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
                 }
@@ -191,7 +191,7 @@ pub fn work_off_signals(ctx: &Context) {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
                 let key = Redis::new(ctx, &name);
-                if let Ok(Some(grants)) = change(&key, false, |p| p.cancel(now, id).1) {
+                if let Ok(Some(grants)) = change_existing(&key, |p| p.cancel(now, id).1) {
                     grants::deliver(&key, grants);
                 }
             });
@@ -241,7 +241,7 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
                 // The queue goes with its waiters; nobody is granted on a replica.
                 in_db(ctx, entry.db, || {
                     let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
-                    let _ = Redis::new(ctx, &name).write(false, |p| drop(p.take_waiters()));
+                    let _ = Redis::new(ctx, &name).write_existing(|p| drop(p.take_waiters()));
                 });
                 ERR_UNBLOCKED.to_string()
             }
@@ -303,7 +303,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         return;
     }
     let store = Redis::new(ctx, &name);
-    let outcome = change(&store, true, |p| {
+    let outcome = change_or_create(&store, |p| {
         let request = Request {
             token: &waiter.token,
             generated: false,
@@ -327,8 +327,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         }
     });
     match outcome {
-        Ok(Some(grants)) => grants::deliver(&store, grants),
-        Ok(None) => {}
+        Ok(grants) => grants::deliver(&store, grants),
         // Another value took the name meanwhile.
         Err(error) => answer(id, error.to_string()),
     }
