@@ -99,7 +99,7 @@ pub fn expire_until(store: &Redis, now: u64, until: Instant) -> bool {
             publish_lapsed(store, project);
             grants::deliver(store, grants);
         }
-        store.announce(Kind::Expire, reclaimed);
+        store.count_and_notify(Kind::Expire, reclaimed);
         settle(store, project, before);
         done
     });
@@ -119,7 +119,8 @@ const LAZY_OWNERS: usize = 2;
 const OWNERS_PER_EFFECT: usize = 256;
 
 /// Replicates what lazy expiry reclaimed since the last call as `EXPIRE now token...` effects,
-/// in the order it happened, counts and announces it, and answers the waiters it let in.
+/// in the order it happened, counts it and raises its keyspace event, and answers the waiters
+/// it let in.
 fn publish_lapsed(store: &impl Store, project: &mut Project) {
     if !project.has_lapsed() {
         return;
@@ -133,7 +134,7 @@ fn publish_lapsed(store: &impl Store, project: &mut Project) {
             });
         }
     }
-    store.announce(Kind::Expire, lapsed.locks);
+    store.count_and_notify(Kind::Expire, lapsed.locks);
     grants::deliver(store, lapsed.grants);
 }
 

@@ -28,10 +28,10 @@
 //! same way. `EXPIRE now` alone (reclaim everything due) is only what older masters and AOF
 //! files hold; it is still applied, at the cost of everything it reclaims at once.
 //!
-//! Each effect's [`Kind`] names how a change of that kind is announced: its keyspace event and
-//! the INFO total it counts in. Whatever announces a change (a command, a grant, lazy or active
-//! expiry, an applied effect) goes through `store::Store::announce` with the kind, so the event
-//! names and the counters are written here alone.
+//! Each effect's [`Kind`] names how a change of that kind is made known: its keyspace event and
+//! the INFO total it counts in. Whatever makes a change known (a command, a grant, lazy or active
+//! expiry, an applied effect) goes through `store::Store::count_and_notify` with the kind, so
+//! the event names and the counters are written here alone.
 //!
 //! A `GRANT` or `FENCE` that would set a counter above the ceiling, which no server can have
 //! reached (`fences`), is refused before it touches anything ([`Effect::check_fences`]):
@@ -114,7 +114,7 @@ impl Word<'_> {
     }
 }
 
-/// What kind of change an effect records, and so how the change is announced.
+/// What kind of change an effect records, and so how the change is counted and notified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Grant,
@@ -127,7 +127,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The keyspace event (of the module class) that announces a change of this kind.
+    /// The keyspace event (of the module class) raised for a change of this kind.
     pub fn event(self) -> Option<&'static CStr> {
         match self {
             Kind::Grant => Some(c"pathlock.acquire"),

@@ -32,7 +32,7 @@ use crate::keytype::PATHLOCK_TYPE;
 use crate::{clock, eviction, fences, schedule, stats};
 
 /// One project key and where it lives: what `change`, `grants` and the handlers use to open it,
-/// and to replicate, announce and schedule what they did to it.
+/// and to replicate, count, notify and schedule what they did to it.
 pub trait Store {
     /// The key's name.
     fn key(&self) -> &[u8];
@@ -65,9 +65,9 @@ pub trait Store {
     /// After a change: marks the key as just used where the eviction policy reads it.
     fn protect(&self);
 
-    /// Counts `count` changes of `kind` in INFO and announces them with the kind's keyspace
-    /// event; nothing when there were none.
-    fn announce(&self, kind: Kind, count: usize) {
+    /// Counts `count` changes of `kind` in INFO's totals and raises the kind's keyspace event
+    /// once; nothing when there were none.
+    fn count_and_notify(&self, kind: Kind, count: usize) {
         if count == 0 {
             return;
         }

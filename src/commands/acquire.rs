@@ -69,6 +69,6 @@ pub fn acquire(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     };
     let reply = call.reply_grant(&token, fence);
     let deadline = now.saturating_add(request.ttl);
-    grants::granted(call, token, deadline, fence, request.items, request.note);
+    grants::publish_immediate(call, token, deadline, fence, request.items, request.note);
     Ok(reply)
 }

@@ -25,7 +25,7 @@ pub fn effect(call: &impl Call, words: &[&[u8]]) -> RedisResult {
         change_existing(call, apply)?
     };
     if let Some(applied) = applied {
-        call.announce(applied.kind, applied.count);
+        call.count_and_notify(applied.kind, applied.count);
     }
     // A replica's own AOF and its sub-replicas get the effect as it came.
     call.replicate_verbatim();

@@ -12,7 +12,7 @@
 //! Each handler (one file each) parses its arguments (`args`), calls the engine
 //! (`pathlock_core`) through `change::change_existing` or `change_or_create` (writes) or the
 //! store's `read`, replies, and replicates
-//! and announces what changed. Nothing is decided here. A handler is generic over [`Call`], the
+//! counts and notifies what changed. Nothing is decided here. A handler is generic over [`Call`], the
 //! storage seam (`store::Store`) plus what only a client's command does (reply, block, pass
 //! itself on): Redis runs it on `store::Redis`, the harness on `store::Memory`.
 //!

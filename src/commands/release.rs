@@ -18,7 +18,7 @@ pub fn release(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     .unwrap_or_default();
     if freed > 0 {
         call.replicate(&Effect::Release { token, paths });
-        call.announce(Kind::Release, freed);
+        call.count_and_notify(Kind::Release, freed);
     }
     // The waiters let in, by the release or by the caller's own lapsed locks (which leave even
     // when nothing live is released), after the release.

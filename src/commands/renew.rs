@@ -17,7 +17,7 @@ pub fn renew(call: &impl Call, words: &[&[u8]]) -> RedisResult {
         change_existing(call, |project| project.renew(now, &token, deadline))?.unwrap_or_default();
     if renewed > 0 {
         call.replicate(&Effect::Renew { token, deadline });
-        call.announce(Kind::Renew, renewed);
+        call.count_and_notify(Kind::Renew, renewed);
     }
     // The waiters that the caller's own lapsed locks let in, after the renewal.
     grants::deliver(call, grants);
