@@ -26,7 +26,7 @@ use pathlock_core::{Grant, Project};
 use redis_module::RedisError;
 
 use crate::effects::{Effect, Kind};
-use crate::store::{Redis, Store};
+use crate::store::{ServerKey, Store};
 use crate::{fences, grants, registry, stats};
 
 /// Changes the project of an existing key through `work`; a missing key answers `Ok(None)` and
@@ -77,7 +77,7 @@ fn around<S: Store, R>(
 /// at a time, until none is due or `until` has passed. Each step replicates as `EXPIRE now
 /// token...` naming the owners it reclaimed and wakes the waiters near what it freed. Returns
 /// whether nothing due is left; a name that holds no project has nothing due.
-pub fn expire_until(store: &Redis, now: u64, until: Instant) -> bool {
+pub fn expire_until(store: &ServerKey, now: u64, until: Instant) -> bool {
     let done = store.write_existing(|project| {
         let before = Counts::of(project);
         purge_cancelled(store, project, now);
@@ -201,7 +201,7 @@ impl Counts {
 /// has passed. It changes nothing a client or a replica can see, so every server does it on
 /// its own, replicating nothing. Returns whether work is left; a name that holds no project
 /// has none.
-pub fn free_until(store: &Redis, until: Instant) -> bool {
+pub fn free_until(store: &ServerKey, until: Instant) -> bool {
     let more = store.maintain(|project| {
         let before = Counts::of(project);
         while Instant::now() < until {

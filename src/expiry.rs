@@ -35,7 +35,7 @@ use redis_module::{raw, Context, ContextFlags, RedisString};
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
 use crate::context::in_db;
-use crate::store::Redis;
+use crate::store::ServerKey;
 use crate::{clock, schedule, slot};
 
 /// The next tick when the last one ran out of time with locks still due.
@@ -109,7 +109,7 @@ fn free_pending(ctx: &Context, until: Instant) -> bool {
         };
         let more = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            free_until(&Redis::new(ctx, &name), until)
+            free_until(&ServerKey::new(ctx, &name), until)
         });
         if more {
             schedule::still_pending((db, key));
@@ -167,7 +167,7 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
         }
         let done = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            expire_until(&Redis::new(ctx, &name), now, until)
+            expire_until(&ServerKey::new(ctx, &name), now, until)
         });
         if !done {
             break;

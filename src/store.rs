@@ -1,10 +1,10 @@
 //! The storage seam: the one way to open a project key, and what else a change of one key needs
 //! from where it runs (its clock and whether it decides, replication, the keyspace event, the
-//! expiry schedule). The [`Store`] trait names it; [`Redis`] is a key of the server's keyspace,
-//! opened through the module API, and [`Memory`] (tests and fuzzing only) a map of projects in
-//! memory, on which the fuzz harness runs the very handlers and `change` that Redis runs. Both are
-//! generic parameters, never trait objects, so Redis's path is compiled as if it called the
-//! module API directly.
+//! expiry schedule). The [`Store`] trait names it; [`ServerKey`] is one key of the server's
+//! keyspace, opened through the module API, and [`MemoryKey`] (tests and fuzzing only) one key of
+//! a map of projects in memory, on which the fuzz harness runs the very handlers and `change`
+//! that Redis runs. Both are generic parameters, never trait objects, so Redis's path is compiled
+//! as if it called the module API directly.
 //!
 //! Level 3: imports `clock`, `context`, `effects`, `errors`, `eviction`, `fences`, `keytype`,
 //! `schedule`, `stats`. Used by `change`, `grants`, `waits`, `expiry`, the commands and the
@@ -92,16 +92,16 @@ fn created(store: &impl Store) -> Project {
     project
 }
 
-/// A key of the server's keyspace, in the context's selected database.
+/// One key of the server's keyspace, in the context's selected database.
 #[derive(Clone, Copy)]
-pub struct Redis<'a> {
+pub struct ServerKey<'a> {
     pub ctx: &'a Context,
     pub key: &'a RedisString,
 }
 
-impl<'a> Redis<'a> {
-    pub fn new(ctx: &'a Context, key: &'a RedisString) -> Redis<'a> {
-        Redis { ctx, key }
+impl<'a> ServerKey<'a> {
+    pub fn new(ctx: &'a Context, key: &'a RedisString) -> ServerKey<'a> {
+        ServerKey { ctx, key }
     }
 
     /// Opens the key for writing. A client's command touches its LRU/LFU clock, as a `SET`
@@ -132,7 +132,7 @@ impl<'a> Redis<'a> {
     }
 }
 
-impl Store for Redis<'_> {
+impl Store for ServerKey<'_> {
     #[inline]
     fn key(&self) -> &[u8] {
         self.key.as_slice()
@@ -220,14 +220,14 @@ impl Store for Redis<'_> {
 /// events and nothing is scheduled. Every effect the code replicates must read back as itself,
 /// as a replica would read it.
 #[cfg(any(test, feature = "system-alloc"))]
-pub struct Memory<'a> {
+pub struct MemoryKey<'a> {
     pub projects: &'a std::cell::RefCell<std::collections::HashMap<Vec<u8>, Project>>,
     pub key: &'a [u8],
     pub now: u64,
 }
 
 #[cfg(any(test, feature = "system-alloc"))]
-impl Store for Memory<'_> {
+impl Store for MemoryKey<'_> {
     fn key(&self) -> &[u8] {
         self.key
     }

@@ -26,7 +26,7 @@ use crate::errors::{
 };
 use crate::registry::Away;
 use crate::slot::key_slot;
-use crate::store::{Redis, Store};
+use crate::store::{ServerKey, Store};
 use crate::{blocked, clock, grants, registry, stats};
 
 /// Blocks the calling client until `waiter` is granted or `timeout_ms` passes, and queues it in
@@ -120,7 +120,7 @@ fn time_out(ctx: &Context, id: u64) {
     in_db(ctx, entry.db, || {
         let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
         let now = clock::now_ms(ctx);
-        let key = Redis::new(ctx, &name);
+        let key = ServerKey::new(ctx, &name);
         if let Ok(Some(grants)) = change_existing(&key, |p| p.cancel(now, id).1) {
             grants::deliver(&key, grants);
         }
@@ -160,7 +160,8 @@ pub fn work_off_signals(ctx: &Context) {
         for (db, key) in signals.moved {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let moved = change_existing(&Redis::new(ctx, &name), |p| take_strays(db, &key, p));
+                let moved =
+                    change_existing(&ServerKey::new(ctx, &name), |p| take_strays(db, &key, p));
                 if let Ok(Some(strays)) = moved {
                     away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
                 }
@@ -190,7 +191,7 @@ pub fn work_off_signals(ctx: &Context) {
         for (db, key, id) in signals.cancelled {
             in_db(ctx, db, || {
                 let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let key = Redis::new(ctx, &name);
+                let key = ServerKey::new(ctx, &name);
                 if let Ok(Some(grants)) = change_existing(&key, |p| p.cancel(now, id).1) {
                     grants::deliver(&key, grants);
                 }
@@ -241,7 +242,7 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
                 // The queue goes with its waiters; nobody is granted on a replica.
                 in_db(ctx, entry.db, || {
                     let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
-                    let _ = Redis::new(ctx, &name).write_existing(|p| drop(p.take_waiters()));
+                    let _ = ServerKey::new(ctx, &name).write_existing(|p| drop(p.take_waiters()));
                 });
                 ERR_UNBLOCKED.to_string()
             }
@@ -302,7 +303,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         answer(id, ERR_TRYAGAIN.to_string());
         return;
     }
-    let store = Redis::new(ctx, &name);
+    let store = ServerKey::new(ctx, &name);
     let outcome = change_or_create(&store, |p| {
         let request = Request {
             token: &waiter.token,

@@ -14,7 +14,7 @@
 //! store's `read`, replies, and replicates
 //! counts and notifies what changed. Nothing is decided here. A handler is generic over [`Call`], the
 //! storage seam (`store::Store`) plus what only a client's command does (reply, block, pass
-//! itself on): Redis runs it on `store::Redis`, the harness on `store::Memory`.
+//! itself on): Redis runs it on `store::ServerKey`, the harness on `store::MemoryKey`.
 //!
 //! To add a command: write its handler in a file of its own, add a row at the end of
 //! [`COMMANDS`] (the fuzz corpus names commands by their row) and an entry point at the end of
@@ -42,7 +42,7 @@ use crate::docs::{
     STRING,
 };
 use crate::errors::ERR_PANIC;
-use crate::store::{Redis, Store};
+use crate::store::{ServerKey, Store};
 use crate::{docs, effects, reply, waits};
 
 /// One command, declared once.
@@ -65,9 +65,9 @@ pub struct Command {
 
 /// A handler, as Redis runs it and as the harness runs it: the same generic function.
 pub struct Handler {
-    pub redis: fn(&Redis, &[&[u8]]) -> RedisResult,
+    pub redis: fn(&ServerKey, &[&[u8]]) -> RedisResult,
     #[cfg(any(test, feature = "system-alloc"))]
-    pub memory: fn(&crate::store::Memory, &[&[u8]]) -> RedisResult,
+    pub memory: fn(&crate::store::MemoryKey, &[&[u8]]) -> RedisResult,
 }
 
 /// The [`Handler`] of a generic handler function. A handler sees every argument as bytes, the
@@ -264,7 +264,7 @@ pub trait Call: Store {
     fn replicate_verbatim(&self);
 }
 
-impl Call for Redis<'_> {
+impl Call for ServerKey<'_> {
     #[inline]
     fn may_block(&self) -> bool {
         may_block(self.ctx)
@@ -287,7 +287,7 @@ impl Call for Redis<'_> {
 /// Nobody waits without a server: the harness's commands never block, and a grant is the
 /// reply's value.
 #[cfg(any(test, feature = "system-alloc"))]
-impl Call for crate::store::Memory<'_> {
+impl Call for crate::store::MemoryKey<'_> {
     fn may_block(&self) -> bool {
         false
     }
@@ -383,7 +383,7 @@ fn dispatch(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     accepted: (usize, usize),
-    handler: fn(&Redis, &[&[u8]]) -> RedisResult,
+    handler: fn(&ServerKey, &[&[u8]]) -> RedisResult,
 ) -> c_int {
     let ctx = Context::new(raw_ctx);
     let count = usize::try_from(argc).unwrap_or(0);
@@ -398,7 +398,7 @@ fn dispatch(
             let key = RedisString::new(NonNull::new(raw_ctx), key);
             remembering_flags(&ctx, || {
                 catch_unwind(AssertUnwindSafe(|| {
-                    with_words(argv, |words| handler(&Redis::new(&ctx, &key), words))
+                    with_words(argv, |words| handler(&ServerKey::new(&ctx, &key), words))
                 }))
                 .unwrap_or_else(|_| Err(RedisError::Str(ERR_PANIC)))
             })
@@ -413,7 +413,7 @@ fn dispatch(
 #[cfg(any(test, feature = "system-alloc"))]
 pub fn run_in_memory(
     command: &Command,
-    memory: &crate::store::Memory,
+    memory: &crate::store::MemoryKey,
     words: &[&[u8]],
 ) -> RedisResult {
     let result = if accepts(command.accepted(), words.len()) {
