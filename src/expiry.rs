@@ -30,7 +30,7 @@
 use std::os::raw::c_void;
 use std::time::{Duration, Instant};
 
-use redis_module::{raw, Context, ContextFlags, RedisString};
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
@@ -107,10 +107,7 @@ fn free_pending(ctx: &Context, until: Instant) -> bool {
         let Some((db, key)) = schedule::pop_pending() else {
             return false;
         };
-        let more = in_db(ctx, db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &key);
-            free_until(&ServerKey::new(ctx, &name), until)
-        });
+        let more = ServerKey::visit(ctx, db, &key, |key| free_until(key, until));
         if more {
             schedule::still_pending((db, key));
             return true;
@@ -165,10 +162,7 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
             importing.push((db, key));
             continue;
         }
-        let done = in_db(ctx, db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &key);
-            expire_until(&ServerKey::new(ctx, &name), now, until)
-        });
+        let done = ServerKey::visit(ctx, db, &key, |key| expire_until(key, now, until));
         if !done {
             break;
         }

@@ -15,8 +15,8 @@
 // 0  config, contain, context, docs, errors, fences, slot, stats
 // 1  args, clock, eviction, propagation, registry, reply, selected_db
 // 2  blocked, effects, keytype, schedule
-// 3  events, info, store
-// 4  grants
+// 3  info, store
+// 4  events, grants
 // 5  change
 // 6  expiry, waits
 // 7  commands

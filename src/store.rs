@@ -7,8 +7,9 @@
 //! as if it called the module API directly.
 //!
 //! Level 3: imports `clock`, `context`, `effects`, `errors`, `eviction`, `fences`, `keytype`,
-//! `schedule`, `stats`. Used by `change`, `grants`, `waits`, `expiry`, the commands and the
-//! harness.
+//! `schedule`, `stats`. Used by `change`, `grants`, `waits`, `expiry`, `events`, the
+//! commands and the harness. Work outside a client's command opens a key of any database through
+//! `ServerKey::visit`.
 //!
 //! A project key created by a master starts its fences where `fences` says, above every fence
 //! this server has seen and above the clock floor; a replica or an AOF replay creates it at 1
@@ -25,7 +26,7 @@ use pathlock_core::Project;
 use redis_module::key::{KeyFlags, RedisKeyWritable};
 use redis_module::{Context, RedisError, RedisString};
 
-use crate::context::{decides, in_command, notify, selected_db};
+use crate::context::{decides, in_command, in_db, look_flags, notify, selected_db};
 use crate::effects::{Effect, Kind};
 use crate::errors::{wrong_type, ERR_PANIC};
 use crate::keytype::PATHLOCK_TYPE;
@@ -102,6 +103,34 @@ pub struct ServerKey<'a> {
 impl<'a> ServerKey<'a> {
     pub fn new(ctx: &'a Context, key: &'a RedisString) -> ServerKey<'a> {
         ServerKey { ctx, key }
+    }
+
+    /// Runs `work` on the key `name` of database `db`: the one way the module's work outside a
+    /// client's command (a timer, the signal worker, a keyspace event) opens a key. `db` is
+    /// selected for the time of `work`, and the database selected before is selected again.
+    pub fn visit<R>(ctx: &Context, db: i32, name: &[u8], work: impl FnOnce(&ServerKey) -> R) -> R {
+        in_db(ctx, db, || {
+            let name = RedisString::create_from_slice(ctx.ctx, name);
+            work(&ServerKey::new(ctx, &name))
+        })
+    }
+
+    /// Runs `look` on the project, if the key holds one, as the module looks at a key outside a
+    /// client's command (`context::look_flags`): no LRU/LFU touch, no keyspace event or stats.
+    pub fn look<R>(&self, look: impl FnOnce(&Project) -> R) -> Option<R> {
+        let key = self.ctx.open_key_with_flags(self.key, look_flags());
+        key.get_value::<Project>(&PATHLOCK_TYPE)
+            .ok()
+            .flatten()
+            .map(look)
+    }
+
+    /// Whether the key holds a value of any type, looked at as `look` does.
+    pub fn holds_value(&self) -> bool {
+        !self
+            .ctx
+            .open_key_with_flags(self.key, look_flags())
+            .is_null()
     }
 
     /// Opens the key for writing. A client's command touches its LRU/LFU clock, as a `SET`

@@ -20,7 +20,7 @@ use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 use crate::blocked::Answer;
 use crate::change::{change_existing, change_or_create};
 use crate::contain::contained;
-use crate::context::{in_db, look_flags, selected_db, serves};
+use crate::context::{selected_db, serves};
 use crate::errors::{
     moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED, ERR_TRYAGAIN, ERR_UNBLOCKED,
 };
@@ -117,12 +117,10 @@ fn time_out(ctx: &Context, id: u64) {
         registry::cancel_later(entry.db, entry.key, id);
         return;
     }
-    in_db(ctx, entry.db, || {
-        let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
+    ServerKey::visit(ctx, entry.db, &entry.key, |key| {
         let now = clock::now_ms(ctx);
-        let key = ServerKey::new(ctx, &name);
-        if let Ok(Some(grants)) = change_existing(&key, |p| p.cancel(now, id).1) {
-            grants::deliver(&key, grants);
+        if let Ok(Some(grants)) = change_existing(key, |p| p.cancel(now, id).1) {
+            grants::deliver(key, grants);
         }
     });
 }
@@ -158,14 +156,12 @@ pub fn work_off_signals(ctx: &Context) {
         let mut resubmit = signals.resubmit;
         let now = clock::now_ms(ctx);
         for (db, key) in signals.moved {
-            in_db(ctx, db, || {
-                let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let moved =
-                    change_existing(&ServerKey::new(ctx, &name), |p| take_strays(db, &key, p));
-                if let Ok(Some(strays)) = moved {
-                    away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
-                }
+            let moved = ServerKey::visit(ctx, db, &key, |opened| {
+                change_existing(opened, |p| take_strays(db, &key, p))
             });
+            if let Ok(Some(strays)) = moved {
+                away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
+            }
         }
         // A value that left its key was deleted when the name is now free (its waiters start
         // over there, as after a DEL) and replaced when another value holds it.
@@ -176,10 +172,7 @@ pub fn work_off_signals(ctx: &Context) {
                 continue;
             }
             if let Some((db, key, _)) = registry::waiter(id) {
-                let taken = in_db(ctx, db, || {
-                    let name = RedisString::create_from_slice(ctx.ctx, &key);
-                    !ctx.open_key_with_flags(&name, look_flags()).is_null()
-                });
+                let taken = ServerKey::visit(ctx, db, &key, |key| key.holds_value());
                 if taken {
                     away.push((id, Away::Replaced));
                 } else {
@@ -189,11 +182,9 @@ pub fn work_off_signals(ctx: &Context) {
         }
         answer_away(ctx, away);
         for (db, key, id) in signals.cancelled {
-            in_db(ctx, db, || {
-                let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let key = ServerKey::new(ctx, &name);
-                if let Ok(Some(grants)) = change_existing(&key, |p| p.cancel(now, id).1) {
-                    grants::deliver(&key, grants);
+            ServerKey::visit(ctx, db, &key, |key| {
+                if let Ok(Some(grants)) = change_existing(key, |p| p.cancel(now, id).1) {
+                    grants::deliver(key, grants);
                 }
             });
         }
@@ -201,7 +192,7 @@ pub fn work_off_signals(ctx: &Context) {
         resubmit.dedup();
         for id in resubmit {
             if let Some((db, key, waiter)) = registry::waiter(id) {
-                in_db(ctx, db, || resubmit_one(ctx, now, id, &key, waiter));
+                ServerKey::visit(ctx, db, &key, |key| resubmit_one(key, now, id, waiter));
             }
         }
     });
@@ -240,9 +231,8 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
             }
             Away::Demoted => {
                 // The queue goes with its waiters; nobody is granted on a replica.
-                in_db(ctx, entry.db, || {
-                    let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
-                    let _ = ServerKey::new(ctx, &name).write_existing(|p| drop(p.take_waiters()));
+                ServerKey::visit(ctx, entry.db, &entry.key, |key| {
+                    let _ = key.write_existing(|p| drop(p.take_waiters()));
                 });
                 ERR_UNBLOCKED.to_string()
             }
@@ -293,18 +283,16 @@ fn slot_owners(ctx: &Context) -> Vec<SlotOwner> {
 
 /// Queues a waiter again on the key name it asked for (or grants it, if nothing there blocks it
 /// now), keeping its id and so its place among the waiters.
-fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
-    let name = RedisString::create_from_slice(ctx.ctx, key);
+fn resubmit_one(store: &ServerKey, now: u64, id: u64, waiter: Waiter) {
     // A grant, and the key it may create, happen only on a node that serves the key's slot: in
     // Cluster, Redis refuses a module's call on a key it does not serve here (another node's
     // slot, or a missing key in a slot being migrated away), and the waiter is told to retry,
     // which routes it to where the slot is now.
-    if !serves(ctx, &name) {
+    if !serves(store.ctx, store.key) {
         answer(id, ERR_TRYAGAIN.to_string());
         return;
     }
-    let store = ServerKey::new(ctx, &name);
-    let outcome = change_or_create(&store, |p| {
+    let outcome = change_or_create(store, |p| {
         let request = Request {
             token: &waiter.token,
             generated: false,
@@ -328,7 +316,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         }
     });
     match outcome {
-        Ok(grants) => grants::deliver(&store, grants),
+        Ok(grants) => grants::deliver(store, grants),
         // Another value took the name meanwhile.
         Err(error) => answer(id, error.to_string()),
     }
