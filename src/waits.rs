@@ -117,12 +117,8 @@ fn time_out(ctx: &Context, id: u64) {
         registry::cancel_later(entry.db, entry.key, id);
         return;
     }
-    ServerKey::visit(ctx, entry.db, &entry.key, |key| {
-        let now = clock::now_ms(ctx);
-        if let Ok(Some(grants)) = change_existing(key, |p| p.cancel(now, id).1) {
-            grants::deliver(key, grants);
-        }
-    });
+    let now = clock::now_ms(ctx);
+    ServerKey::visit(ctx, entry.db, &entry.key, |key| cancel(key, now, id));
 }
 
 /// How long the worker waits before looking again while replication is paused.
@@ -138,7 +134,11 @@ fn replication_paused() -> bool {
 }
 
 /// Works off the registry's signals; runs from a zero-delay timer, where keys can be opened and
-/// effects replicated. While replication is paused it looks again a little later.
+/// effects replicated. While replication is paused it looks again a little later. The signals
+/// are worked off in this order: values that moved under a new name give up their strays,
+/// waiters whose value left their key are sorted into those answered and those queued again,
+/// the waiters whose project left are answered, cancelled waiters leave their queues, and the
+/// waiters to queue again are queued.
 pub fn work_off_signals(ctx: &Context) {
     contained("the waiters' signal worker", (), || {
         if replication_paused() {
@@ -156,37 +156,12 @@ pub fn work_off_signals(ctx: &Context) {
         let mut resubmit = signals.resubmit;
         let now = clock::now_ms(ctx);
         for (db, key) in signals.moved {
-            let moved = ServerKey::visit(ctx, db, &key, |opened| {
-                change_existing(opened, |p| take_strays(db, &key, p))
-            });
-            if let Ok(Some(strays)) = moved {
-                away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
-            }
+            away.extend(take_moved_strays(ctx, db, &key));
         }
-        // A value that left its key was deleted when the name is now free (its waiters start
-        // over there, as after a DEL) and replaced when another value holds it.
-        // A set, so that sorting out many waiters costs what they are, not its square.
-        let answered: BTreeSet<u64> = away.iter().map(|(id, _)| *id).collect();
-        for id in signals.unlinked {
-            if answered.contains(&id) {
-                continue;
-            }
-            if let Some((db, key, _)) = registry::waiter(id) {
-                let taken = ServerKey::visit(ctx, db, &key, |key| key.holds_value());
-                if taken {
-                    away.push((id, Away::Replaced));
-                } else {
-                    resubmit.push(id);
-                }
-            }
-        }
+        sort_unlinked(ctx, signals.unlinked, &mut away, &mut resubmit);
         answer_away(ctx, away);
         for (db, key, id) in signals.cancelled {
-            ServerKey::visit(ctx, db, &key, |key| {
-                if let Ok(Some(grants)) = change_existing(key, |p| p.cancel(now, id).1) {
-                    grants::deliver(key, grants);
-                }
-            });
+            ServerKey::visit(ctx, db, &key, |key| cancel(key, now, id));
         }
         resubmit.sort_unstable();
         resubmit.dedup();
@@ -196,6 +171,51 @@ pub fn work_off_signals(ctx: &Context) {
             }
         }
     });
+}
+
+/// A value with waiters that arrived under `(db, key)` by `RENAME` or `MOVE`: the waiters that
+/// asked for another name leave its queue, to be answered that their project moved.
+fn take_moved_strays(ctx: &Context, db: i32, key: &[u8]) -> Vec<(u64, Away)> {
+    let moved = ServerKey::visit(ctx, db, key, |opened| {
+        change_existing(opened, |p| take_strays(db, key, p))
+    });
+    match moved {
+        Ok(Some(strays)) => strays.into_iter().map(|id| (id, Away::Renamed)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Waiters whose value left their key: the value was deleted when the name is now free (its
+/// waiters start over there, as after a `DEL`, and go to `resubmit`) and replaced when another
+/// value holds it (they go to `away`). Those already in `away` are answered already.
+fn sort_unlinked(
+    ctx: &Context,
+    unlinked: Vec<u64>,
+    away: &mut Vec<(u64, Away)>,
+    resubmit: &mut Vec<u64>,
+) {
+    // A set, so that sorting out many waiters costs what they are, not its square.
+    let answered: BTreeSet<u64> = away.iter().map(|(id, _)| *id).collect();
+    for id in unlinked {
+        if answered.contains(&id) {
+            continue;
+        }
+        if let Some((db, key, _)) = registry::waiter(id) {
+            if ServerKey::visit(ctx, db, &key, |key| key.holds_value()) {
+                away.push((id, Away::Replaced));
+            } else {
+                resubmit.push(id);
+            }
+        }
+    }
+}
+
+/// A waiter that was answered already (its client gave up, its time ran out, its database was
+/// swapped away) leaves its queue; the waiters it alone held up are granted.
+fn cancel(key: &ServerKey, now: u64, id: u64) {
+    if let Ok(Some(grants)) = change_existing(key, |p| p.cancel(now, id).1) {
+        grants::deliver(key, grants);
+    }
 }
 
 /// Answers the waiters whose project left the key they waited on. In Cluster, a migrated
