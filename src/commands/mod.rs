@@ -5,9 +5,9 @@
 //! (`register`), what the server is told of each (`describe`, through `docs`), the arity every
 //! call is held to before its handler runs, and the fuzz harness's commands.
 //!
-//! Level 7: imports `args`, `change`, `clock`, `context`, `docs`, `effects`, `errors`, `eviction`,
-//! `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`. Registered by `lib.rs`;
-//! run by Redis through `dispatch`, and by the harness through `run_in_memory`.
+//! Level 7: imports `args`, `change`, `clock`, `contain`, `context`, `docs`, `effects`, `errors`,
+//! `eviction`, `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`. Registered by
+//! `lib.rs`; run by Redis through `dispatch`, and by the harness through `run_in_memory`.
 //!
 //! Each handler (one file each) parses its arguments (`args`), calls the engine
 //! (`pathlock_core`) through `change::change_existing` or `change_or_create` (writes) or the
@@ -30,12 +30,12 @@ mod waiters;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 use pathlock_core::{Project, Token, Waiter};
 use redis_module::{raw, Context, RedisError, RedisResult, RedisString, RedisValue, Status};
 
+use crate::contain::contained;
 use crate::context::{may_block, remembering_flags};
 use crate::docs::{
     arg, Arg, Docs, Keys, BLOCK, INTEGER, KEY, ONEOF, PURE_TOKEN, RO_ACCESS, RW_DELETE, RW_UPDATE,
@@ -237,6 +237,14 @@ pub const COMMANDS: [Command; 7] = [
 ];
 
 impl Command {
+    /// Where a panic of its handler is said to have happened, in the server's log: its name.
+    pub const fn place(&self) -> &'static str {
+        match self.name.to_str() {
+            Ok(name) => name,
+            Err(_) => "a command",
+        }
+    }
+
     /// The argument counts the command accepts, its name included, as `(least, most)`: Redis's
     /// arity, and at most what its arguments add up to when none of them repeats.
     pub const fn accepted(&self) -> (usize, usize) {
@@ -318,6 +326,7 @@ extern "C" fn entry_point<const I: usize>(
         argv,
         argc,
         const { COMMANDS[I].accepted() },
+        const { COMMANDS[I].place() },
         const { COMMANDS[I].handler.redis },
     )
 }
@@ -373,16 +382,16 @@ fn accepts((least, most): (usize, usize), argc: usize) -> bool {
 }
 
 /// Runs a handler for Redis. The arguments are read in place: redis-module's own dispatch
-/// copies them into a vector of retained strings, which cost a twentieth of an `ACQUIRE`. A
-/// panic becomes an error reply (unwinding out of the `extern "C"` function that Redis calls
-/// would abort the whole server), and whatever the handler answers is made safe for
-/// redis-module to write (`reply::safe`).
+/// copies them into a vector of retained strings, which cost a twentieth of an `ACQUIRE`. The
+/// handler runs through [`handled`], and whatever it answers is made safe for redis-module to
+/// write (`reply::safe`).
 #[inline(always)]
 fn dispatch(
     raw_ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     accepted: (usize, usize),
+    place: &'static str,
     handler: fn(&ServerKey, &[&[u8]]) -> RedisResult,
 ) -> c_int {
     let ctx = Context::new(raw_ctx);
@@ -397,10 +406,9 @@ fn dispatch(
         Some(&key) if accepts(accepted, argv.len()) => {
             let key = RedisString::new(NonNull::new(raw_ctx), key);
             remembering_flags(&ctx, || {
-                catch_unwind(AssertUnwindSafe(|| {
+                handled(place, || {
                     with_words(argv, |words| handler(&ServerKey::new(&ctx, &key), words))
-                }))
-                .unwrap_or_else(|_| Err(RedisError::Str(ERR_PANIC)))
+                })
             })
         }
         _ => Err(RedisError::WrongArity),
@@ -408,8 +416,17 @@ fn dispatch(
     ctx.reply(reply::safe(result)) as c_int
 }
 
+/// Runs a handler through `contain`: a panic becomes the error reply `ERR_PANIC` and one warning
+/// in the server's log naming the command, since unwinding out of the `extern "C"` function
+/// that Redis calls would abort the whole server.
+#[inline(always)]
+fn handled(place: &'static str, handler: impl FnOnce() -> RedisResult) -> RedisResult {
+    contained(place, Err(RedisError::Str(ERR_PANIC)), handler)
+}
+
 /// Runs a command on projects in memory, as [`dispatch`] runs it for Redis: its arity, its
-/// handler, and the reply made safe for redis-module to write. For the fuzz harness.
+/// handler, and the reply made safe for redis-module to write. For the fuzz harness, which
+/// must see a handler's panic, so it is not contained here.
 #[cfg(any(test, feature = "system-alloc"))]
 pub fn run_in_memory(
     command: &Command,
@@ -462,7 +479,28 @@ fn with_words<R>(argv: &[*mut raw::RedisModuleString], parse: impl FnOnce(&[&[u8
 
 #[cfg(test)]
 mod tests {
-    use super::COMMANDS;
+    use redis_module::RedisError;
+
+    use super::{handled, COMMANDS};
+    use crate::contain::take_warnings;
+    use crate::errors::ERR_PANIC;
+
+    /// What `dispatch` makes of a handler that panics: the client is answered `ERR_PANIC` and the
+    /// server's log has one warning naming the command.
+    #[test]
+    fn a_handler_that_panics_is_answered_an_internal_error_and_logged_once() {
+        take_warnings();
+        let acquire = &COMMANDS[0];
+        let reply = handled(acquire.place(), || panic!("a handler's bug"));
+        assert!(
+            matches!(reply, Err(RedisError::Str(message)) if message == ERR_PANIC),
+            "{reply:?}"
+        );
+        assert_eq!(
+            take_warnings(),
+            ["pathlock: internal error contained in PATHLOCK.ACQUIRE; see the panic message on stderr"]
+        );
+    }
 
     /// What each command accepts, from its arity and its arguments: what the handlers checked
     /// one by one before the table.
