@@ -22,6 +22,20 @@ imports, never kept by hand:
   per module with its level and what it holds, which is the first sentence of its header. A
   human edits only that header.
 
+Two more views of such a crate are written in the same Markdown file, each between its own
+pair of lines, and checked the same way:
+
+* the subsystems (`<!-- subsystems of ROOT -->` ... `<!-- end of subsystems -->`): the lines
+  `// name: a, b, c` under the comment "The subsystems" in `lib.rs` name the modules each kind
+  of work passes through; every module must be in one at least, and the table shows each
+  subsystem's modules from the top level down, with their levels;
+* the entry points, every function Redis calls into (`<!-- entry points of ROOT -->` ...
+  `<!-- end of entry points -->`): each `extern "C" fn`, each function handed to
+  `create_timer` by name, the `#[info_command_handler]`, what `lib.rs` gives the
+  `redis_module!` macro (`init`, the `event_handlers`), and the functions registered at load
+  through `registry::set_worker` and `schedule::set_tick`, each with the first sentence of its
+  doc comment, which it must have.
+
 Each that disagrees fails the check; `--write` rewrites them instead.
 """
 import os, re, subprocess, sys
@@ -276,6 +290,134 @@ def check_table(root, mods, by_level, write):
     return None
 
 
+def write_between(root, begin, end, want, what, write):
+    """Checks (or rewrites) the lines between `begin` and `end` in the one Markdown file that
+    holds them; returns a problem or None."""
+    holders = [f for f in markdown_files() if begin in open(f, encoding="utf-8").read()]
+    if len(holders) != 1:
+        return f"{root}: {len(holders)} Markdown files hold {what} between {begin} and {end}; one must"
+    path = holders[0]
+    lines = open(path, encoding="utf-8").read().split("\n")
+    stripped = [line.strip() for line in lines]
+    first = stripped.index(begin)
+    last = stripped.index(end, first)
+    if lines[first + 1:last] == want:
+        return None
+    if not write:
+        return f"{path}: its {what} is not what the sources give (scripts/import-cycles.py --write rewrites it)"
+    lines[first + 1:last] = want
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    print(f"{path}: wrote the {what}")
+    return None
+
+
+def shown_module(root, m):
+    return f"{m}/" if os.path.isdir(os.path.join(root, m)) else f"{m}.rs"
+
+
+SUBSYSTEMS_INTRO = "// The subsystems"
+SUBSYSTEM_LINE = re.compile(r"^// ([a-z][a-z ]*[a-z]): ([a-z_0-9, ]+)$")
+
+
+def check_subsystems(root, lib, mods, level, write):
+    """Checks (or rewrites) the table of the subsystems that `lib.rs` lists."""
+    lines = open(lib, encoding="utf-8").read().split("\n")
+    intro = next((i for i, line in enumerate(lines) if line.startswith(SUBSYSTEMS_INTRO)), None)
+    if intro is None:
+        return [f"{lib}: has no list of the subsystems (a comment starting {SUBSYSTEMS_INTRO!r})"]
+    subsystems, problems = [], []
+    for line in lines[intro + 1:]:
+        if not line.startswith("//"):
+            break
+        got = SUBSYSTEM_LINE.match(line)
+        if got:
+            names = [n.strip() for n in got.group(2).split(",")]
+            problems += [f"{lib}: the subsystem '{got.group(1)}' names '{n}', which is no module" for n in names if n not in mods]
+            subsystems.append((got.group(1), [n for n in names if n in mods]))
+    placed = {n for _, names in subsystems for n in names}
+    problems += [f"{lib}: the module '{m}' is in no subsystem" for m in sorted(mods) if m not in placed]
+    want = ["| subsystem | its modules, from the top level down (level) |", "|---|---|"]
+    for name, names in subsystems:
+        ordered = sorted(names, key=lambda n: (-level[n], n))
+        want.append(f"| {name} | {', '.join(f'`{shown_module(root, n)}` ({level[n]})' for n in ordered)} |")
+    problems.append(write_between(root, f"<!-- subsystems of {root} -->", "<!-- end of subsystems -->", want, "table of the subsystems", write))
+    return problems
+
+
+# Functions a module registers at load with another, which calls them from its own timer: the
+# registering function, and the module that calls them.
+REGISTRATIONS = {"set_worker": "registry", "set_tick": "schedule"}
+FN = r"[a-z_][a-z0-9_]*"
+
+
+def code_of(path):
+    """The file's text without its comments."""
+    return "\n".join(line.split("//", 1)[0] for line in open(path, encoding="utf-8").read().splitlines())
+
+
+def doc_of(path, name):
+    """The first sentence of the doc comment of `fn name` in `path`, or None."""
+    lines = open(path, encoding="utf-8").read().splitlines()
+    at = next((i for i, line in enumerate(lines)
+               if re.match(rf'^\s*(?:pub(?:\([a-z]+\))? )?(?:extern "C" )?fn {name}\b', line)), None)
+    if at is None:
+        return None
+    doc, i = [], at - 1
+    while i >= 0 and lines[i].strip().startswith("#["):
+        i -= 1
+    while i >= 0 and lines[i].strip().startswith("///"):
+        doc.insert(0, lines[i].strip()[3:].strip())
+        i -= 1
+    text = " ".join(doc)
+    if not text:
+        return None
+    return re.sub(r"\[(`[^`]*`)\]", r"\1", text[:sentence_end(text)]).replace("|", "\\|")
+
+
+def entry_points(root, lib, mods):
+    """Every function Redis calls into, as `(module, function, how it is reached)`; the module
+    is `lib` for `lib.rs`."""
+    found = []
+    files = [(m, f) for m, fs in sorted(mods.items()) for f in sorted(fs)] + [("lib", lib)]
+    for m, path in files:
+        code = code_of(path)
+        for name in re.findall(rf'^\s*(?:pub(?:\([a-z]+\))? )?extern "C" fn ({FN})', code, re.M):
+            found.append((m, name, ""))
+        for name in re.findall(rf"create_timer\(\s*[^,()]+,\s*({FN})\s*,", code):
+            found.append((m, name, "a timer"))
+        for name in re.findall(rf"#\[info_command_handler\]\s*(?:pub )?fn ({FN})", code):
+            found.append((m, name, "`#[info_command_handler]`"))
+        for register, caller in REGISTRATIONS.items():
+            for target in re.findall(rf"\b{register}\((?:\s*ctx\s*,)?\s*((?:{FN}::)?{FN})\s*\)", code):
+                owner, _, name = target.rpartition("::")
+                found.append((owner or m, name, f"registered at load through `{caller}::{register}`"))
+        if m == "lib":
+            for name in re.findall(rf"\binit:\s*({FN})", code):
+                found.append(("lib", name, "the `redis_module!` macro's `init`"))
+            for owner, name in re.findall(rf"\[@[A-Z@ ]+:\s*({FN})::({FN})\]", code):
+                found.append((owner, name, "the `redis_module!` macro's `event_handlers`"))
+    return found
+
+
+def check_entry_points(root, lib, mods, level, write):
+    """Checks (or rewrites) the table of the entry points, and that each has a doc comment."""
+    problems = []
+    rows = []
+    for m, name, how in entry_points(root, lib, mods):
+        paths = [lib] if m == "lib" else mods.get(m, [])
+        doc = next((d for d in (doc_of(p, name) for p in sorted(paths)) if d), None)
+        if doc is None:
+            problems.append(f"{root}: the entry point {m}::{name} has no doc comment saying what Redis calls it for")
+            doc = ""
+        rank = level.get(m, max(level.values()) + 1)
+        rows.append((-rank, m, name, f"| `{m}::{name}` | {doc}{f' ({how})' if how else ''} |"))
+    want = ["| entry point | what Redis calls it for |", "|---|---|"]
+    want += [row for *_, row in sorted(rows)]
+    problems.append(write_between(root, f"<!-- entry points of {root} -->", "<!-- end of entry points -->", want, "table of the entry points", write))
+    return problems
+
+
 def check_written(root, mods, graph, write):
     """For a crate written in levels: every header, the lib.rs map and the Markdown table."""
     lib = os.path.join(root, "lib.rs")
@@ -287,6 +429,8 @@ def check_written(root, mods, graph, write):
         by_level.setdefault(l, []).append(m)
     problems = [check_header(header_file(root, m, files), level[m], graph[m], write) for m, files in sorted(mods.items())]
     problems += [check_map(lib, by_level, write), check_table(root, mods, by_level, write)]
+    problems += check_subsystems(root, lib, mods, level, write)
+    problems += check_entry_points(root, lib, mods, level, write)
     return [p for p in problems if p]
 
 

@@ -86,6 +86,7 @@ fn give_up(client: usize) {
     }
 }
 
+/// A blocked client was unblocked (`unblock`): writes its answer, a grant, nil or an error.
 extern "C" fn on_reply(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -109,6 +110,7 @@ extern "C" fn on_reply(
     context.reply(reply::safe(reply)) as c_int
 }
 
+/// A blocked client's own timeout passed: it gives up its place, and is answered nil.
 extern "C" fn on_timeout(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -126,6 +128,7 @@ extern "C" fn on_timeout(
     context.reply(Ok(RedisValue::Null)) as c_int
 }
 
+/// A blocked client disconnected (or `CLIENT UNBLOCK`): it gives up its place in the queue.
 extern "C" fn on_disconnect(
     _ctx: *mut raw::RedisModuleCtx,
     client: *mut raw::RedisModuleBlockedClient,
@@ -135,6 +138,7 @@ extern "C" fn on_disconnect(
     });
 }
 
+/// Frees the answer `unblock` handed to Redis, once it was written.
 extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     if !data.is_null() {
         // SAFETY: created by `Box::into_raw` in `unblock`.

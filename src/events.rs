@@ -184,6 +184,8 @@ pub fn opts_in_to_slot_migration(ctx: &Context) -> bool {
 
 type Callback = extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
 
+/// Valkey's atomic slot migration went a step further (see the header, "Atomic slot
+/// migration").
 extern "C" fn on_valkey_slot_migration(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -186,6 +186,8 @@ pub fn subscribe(ctx: &Context) {
     }
 }
 
+/// A `CONFIG SET` changed settings: when `maxmemory` or `maxmemory-policy` is among them,
+/// whether project keys can be evicted is read again.
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -63,6 +63,8 @@ pub fn start(ctx: &Context) {
     }
 }
 
+/// The expiry cycle's tick, from `schedule`'s timer: reclaims what is due and works off the
+/// background work, within `BUDGET`, and arms the timer for the next tick.
 fn tick(ctx: &Context) {
     let started = Instant::now();
     let next = contained("the expiry cycle", None, || {

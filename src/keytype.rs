@@ -343,6 +343,7 @@ impl persist::Sink for Rdb {
     }
 }
 
+/// Writes a project into an RDB file or a `DUMP` payload.
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     contained("rdb_save", (), || {
         // SAFETY: see `project`.
@@ -356,6 +357,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     })
 }
 
+/// Reads a project from an RDB file or a `RESTORE` payload, refusing one that does not check.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     contained("rdb_load", std::ptr::null_mut(), || {
         if encver > ENCODING_VERSION {

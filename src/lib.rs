@@ -21,6 +21,20 @@
 // 6  expiry, waits
 // 7  commands
 // 8  harness
+//
+// The subsystems: the modules each kind of work passes through, from where Redis calls in.
+// `scripts/import-cycles.py` fails when a module is in none, and writes their table and the
+// table of every entry point Redis calls (with the first sentence of its doc) in ARCHITECTURE.md.
+//
+// command path: commands, docs, args, config, change, grants, store, reply, clock
+// waiting: waits, blocked, registry, grants, change, store, slot
+// background work: expiry, schedule, change, store
+// replication: effects, propagation, fences, commands, change
+// keyspace events: events, eviction, selected_db, registry, schedule, slot
+// the key type: keytype, fences
+// introspection: info, stats
+// shared: contain, context, errors
+// testing: harness
 mod args;
 mod blocked;
 mod change;
@@ -55,6 +69,8 @@ use keytype::PATHLOCK_TYPE;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
+/// Loads the module: registers its commands, subscribes to the server's events, starts the
+/// expiry cycle and registers the signal worker.
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     contain::contained("loading the module", Status::Err, || {
         // Without this option a short read while loading an RDB or a RESTORE payload kills the

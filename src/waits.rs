@@ -90,6 +90,8 @@ fn set_timeout_timer(ctx: &Context) {
     registry::set_timeout_timer(Some((id, next)));
 }
 
+/// The waiters' timeout timer fired: answers nil to the waiters whose time is up, a few at a
+/// time, and sets the timer for the next deadline.
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Context::new(ctx);
     let due = contained("the waiters' timeout timer", Vec::new(), || {
