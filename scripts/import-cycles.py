@@ -36,6 +36,10 @@ pair of lines, and checked the same way:
   through `registry::set_worker` and `schedule::set_tick`, each with the first sentence of its
   doc comment, which it must have.
 
+Any other root (a client's package) gets the same table of its files, levels and first
+sentences (a Python module's docstring, a TypeScript file's leading comment), where a Markdown
+file holds its pair of lines.
+
 Each that disagrees fails the check; `--write` rewrites them instead.
 """
 import os, re, subprocess, sys
@@ -248,10 +252,29 @@ def markdown_files():
         return [os.path.join(d, f) for d, _, fs in os.walk(".") for f in fs if f.endswith(".md")]
 
 
+def header_lines(path):
+    """A file's header, without its markers: `//!` lines in Rust, the module docstring in Python,
+    the leading `//` lines in TypeScript."""
+    if path.endswith(".rs"):
+        return header(path)
+    lines = open(path, encoding="utf-8").read().splitlines()
+    if path.endswith(".ts"):
+        taken = []
+        for line in lines:
+            if not line.startswith("//"):
+                break
+            taken.append(line[2:].removeprefix(" "))
+        return taken
+    text = "\n".join(lines).lstrip()
+    if not text.startswith('"""'):
+        return []
+    return text[3:].split('"""', 1)[0].splitlines()
+
+
 def summary(path):
     """What a module holds: the first sentence of its header, for a table cell."""
     paragraph = []
-    for line in header(path):
+    for line in header_lines(path):
         if not line.strip():
             if paragraph:
                 break
@@ -262,10 +285,13 @@ def summary(path):
     return re.sub(r"\[(`[^`]*`)\]", r"\1", text[:sentence_end(text)]).replace("|", "\\|")
 
 
-def check_table(root, mods, by_level, write):
-    """Checks (or rewrites) the table of the root's modules in the Markdown file that holds it."""
+def check_table(root, mods, by_level, write, required=True):
+    """Checks (or rewrites) the table of the root's modules in the Markdown file that holds it;
+    a root whose table is not `required` may have none."""
     begin, end = f"<!-- levels of {root} -->", "<!-- end of levels -->"
     holders = [f for f in markdown_files() if begin in open(f, encoding="utf-8").read()]
+    if not holders and not required:
+        return None
     if len(holders) != 1:
         return f"{root}: {len(holders)} Markdown files hold a table between {begin} and {end}; one must"
     path = holders[0]
@@ -275,10 +301,13 @@ def check_table(root, mods, by_level, write):
     last = stripped.index(end, first)
     indent = re.match(r"\s*", lines[first]).group(0)
     want = [f"{indent}| level | file | what it holds |", f"{indent}|---|---|---|"]
+    ext = language(root)
     for level, names in sorted(by_level.items()):
         for m in sorted(names):
-            shown = f"{m}/" if os.path.isdir(os.path.join(root, m)) else f"{m}.rs"
-            want.append(f"{indent}| {level} | `{shown}` | {summary(header_file(root, m, mods[m]))} |")
+            folder = os.path.isdir(os.path.join(root, m))
+            shown = f"{m}/" if folder else f"{m}{ext}"
+            holder = header_file(root, m, mods[m]) if ext == ".rs" else os.path.join(root, m + ext)
+            want.append(f"{indent}| {level} | `{shown}` | {summary(holder)} |")
     if lines[first + 1:last] == want:
         return None
     if not write:
@@ -418,6 +447,12 @@ def check_entry_points(root, lib, mods, level, write):
     return problems
 
 
+def is_written(root):
+    """Whether the root is a crate written in levels (its `lib.rs` holds the map)."""
+    lib = os.path.join(root, "lib.rs")
+    return os.path.exists(lib) and MAP_INTRO in open(lib, encoding="utf-8").read()
+
+
 def check_written(root, mods, graph, write):
     """For a crate written in levels: every header, the lib.rs map and the Markdown table."""
     lib = os.path.join(root, "lib.rs")
@@ -454,7 +489,11 @@ def main():
                 by_level.setdefault(l, []).append(m)
             shown = " | ".join(f"{l}: {' '.join(sorted(ms))}" for l, ms in sorted(by_level.items()))
             print(f"{root}: no import circle; levels {shown}")
-            for problem in check_written(root, mods, graph, write):
+            problems = check_written(root, mods, graph, write)
+            if not is_written(root):
+                # A client's package: its table of files, where a Markdown file holds one.
+                problems = [p for p in [check_table(root, mods, by_level, write, required=False)] if p]
+            for problem in problems:
                 print(problem)
                 failed = True
     sys.exit(1 if failed else 0)
