@@ -1,8 +1,8 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`, `registry`,
-//! `selected_db`, `stats`. Its callbacks are called by Redis; `store` and `events` use its type
-//! handle. A value leaving its key only queues a signal in `registry`; it never calls into the
+//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
+//! `move_db_workaround`, `registry`, `stats`. Its callbacks are called by Redis; `store` uses its
+//! type handle. A value leaving its key only queues a signal in `registry`; it never calls into the
 //! waiting machinery.
 //!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
@@ -21,7 +21,7 @@ use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
 use crate::errors::{logged, HINT_LOWER_IMPOSSIBLE_FENCES};
-use crate::{clock, config, eviction, fences, registry, selected_db, stats};
+use crate::{clock, config, eviction, fences, move_db_workaround, registry, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -143,11 +143,11 @@ extern "C" fn copy(
 }
 
 /// `COPY` calls this rather than `copy` where the server has it (Redis 7.0, Valkey): the same
-/// copy, and the source database for `selected_db`.
+/// copy, and the source database for `move_db_workaround`.
 extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     // SAFETY: the server passes the live key context of this COPY.
     if let Some(from_db) = unsafe { raw::RedisModule_GetDbIdFromOptCtx } {
-        selected_db::copying_from(unsafe { from_db(ctx) });
+        move_db_workaround::copying_from(unsafe { from_db(ctx) });
     }
     copy(std::ptr::null_mut(), std::ptr::null_mut(), value)
 }

@@ -12,8 +12,8 @@
 // files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
 // rewrites them.
 //
-// 0  config, contain, context, docs, errors, fences, slot, stats
-// 1  args, clock, eviction, propagation, registry, reply, selected_db
+// 0  command_docs, config, contain, context, errors, fences, slot, stats
+// 1  args, clock, eviction, move_db_workaround, propagation, registry, reply
 // 2  blocked, effects, keytype, schedule
 // 3  info, store
 // 4  events, grants
@@ -26,11 +26,11 @@
 // `scripts/import-cycles.py` fails when a module is in none, and writes their table and the
 // table of every entry point Redis calls (with the first sentence of its doc) in ARCHITECTURE.md.
 //
-// command path: commands, docs, args, config, change, grants, store, reply, clock
+// command path: commands, command_docs, args, config, change, grants, store, reply, clock
 // waiting: waits, blocked, registry, grants, change, store, slot
 // background work: expiry, schedule, change, store
 // replication: effects, propagation, fences, commands, change
-// keyspace events: events, eviction, selected_db, registry, schedule, slot
+// keyspace events: events, eviction, move_db_workaround, registry, schedule, slot
 // the key type: keytype, fences
 // introspection: info, stats
 // shared: contain, context, errors
@@ -39,11 +39,11 @@ mod args;
 mod blocked;
 mod change;
 mod clock;
+mod command_docs;
 mod commands;
 mod config;
 mod contain;
 mod context;
-mod docs;
 mod effects;
 mod errors;
 mod events;
@@ -55,11 +55,11 @@ mod grants;
 pub mod harness;
 mod info;
 mod keytype;
+mod move_db_workaround;
 mod propagation;
 mod registry;
 mod reply;
 mod schedule;
-mod selected_db;
 mod slot;
 mod stats;
 mod store;
@@ -128,7 +128,7 @@ redis_module! {
     event_handlers: [
         [@GENERIC @LOADED @EVICTED: events::on_keyspace_event],
         // Last: it undoes Valkey 8.1's database switch after every subscriber ran.
-        [@GENERIC: selected_db::on_keyspace_event],
+        [@GENERIC: move_db_workaround::on_keyspace_event],
     ],
     configurations: [
         i64: [

@@ -2,12 +2,13 @@
 //!
 //! [`COMMANDS`] holds each command's name, handler, flags, arity, key positions and key spec, ACL
 //! categories and `COMMAND DOCS`, and everything else is derived from it: the registration
-//! (`register`), what the server is told of each (`describe`, through `docs`), the arity every
-//! call is held to before its handler runs, and the fuzz harness's commands.
+//! (`register`), what the server is told of each (`describe`, through `command_docs`), the
+//! arity every call is held to before its handler runs, and the fuzz harness's commands.
 //!
-//! Level 7: imports `args`, `change`, `clock`, `contain`, `context`, `docs`, `effects`, `errors`,
-//! `eviction`, `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`. Registered by
-//! `lib.rs`; run by Redis through `dispatch`, and by the harness through `run_in_memory`.
+//! Level 7: imports `args`, `change`, `clock`, `command_docs`, `contain`, `context`, `effects`,
+//! `errors`, `eviction`, `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`.
+//! Registered by `lib.rs`; run by Redis through `dispatch`, and by the harness through
+//! `run_in_memory`.
 //!
 //! Each handler (one file each) parses its arguments (`args`), calls the engine
 //! (`pathlock_core`) through `change::change_existing` or `change_or_create` (writes) or the
@@ -35,15 +36,15 @@ use std::ptr::NonNull;
 use pathlock_core::{Project, Token, Waiter};
 use redis_module::{raw, Context, RedisError, RedisResult, RedisString, RedisValue, Status};
 
-use crate::contain::contained;
-use crate::context::{may_block, remembering_flags};
-use crate::docs::{
+use crate::command_docs::{
     arg, Arg, Docs, Keys, BLOCK, INTEGER, KEY, ONEOF, PURE_TOKEN, RO_ACCESS, RW_DELETE, RW_UPDATE,
     STRING,
 };
+use crate::contain::contained;
+use crate::context::{may_block, remembering_flags};
 use crate::errors::ERR_PANIC;
 use crate::store::{ServerKey, Store};
-use crate::{docs, effects, reply, waits};
+use crate::{command_docs, effects, reply, waits};
 
 /// One command, declared once.
 pub struct Command {
@@ -252,7 +253,7 @@ impl Command {
         if self.arity >= 0 {
             return (least, least);
         }
-        match docs::most_words(self.docs.args) {
+        match command_docs::most_words(self.docs.args) {
             Some(most) => (least, most + 1),
             None => (least, usize::MAX),
         }
@@ -370,9 +371,9 @@ pub fn register(ctx: &Context) -> Status {
 /// Puts the commands in their ACL categories, then sets their docs, arity and key spec, where
 /// the server supports each.
 pub fn describe(ctx: &Context) {
-    docs::categorize(ctx, COMMANDS.iter().map(|c| (c.name, c.acl)));
+    command_docs::categorize(ctx, COMMANDS.iter().map(|c| (c.name, c.acl)));
     for c in &COMMANDS {
-        docs::describe(ctx, c.name, c.arity, c.keys, c.key_access, &c.docs);
+        command_docs::describe(ctx, c.name, c.arity, c.keys, c.key_access, &c.docs);
     }
 }
 
