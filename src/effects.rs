@@ -47,7 +47,7 @@ use std::sync::atomic::AtomicU64;
 use pathlock_core::{Items, Mode, Note, Path, PathLimits, Project, Token, NOTE_CEILING};
 use redis_module::{raw, Context, RedisString};
 
-use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
+use crate::errors::{for_client, Error, ERR_EFFECT_SYNTAX};
 use crate::{fences, propagation, stats};
 
 pub const COMMAND: &std::ffi::CStr = c"PATHLOCK.EFFECT";
@@ -270,8 +270,8 @@ impl Effect {
                     .chunks(2)
                     .map(|pair| match pair {
                         [mode, raw] => {
-                            let mode =
-                                Mode::parse(mode).ok_or_else(|| Error::InvalidMode(shown(mode)))?;
+                            let mode = Mode::parse(mode)
+                                .ok_or_else(|| Error::InvalidMode(for_client(mode)))?;
                             Ok((mode, path(raw)?))
                         }
                         _ => Err(Error::Fixed(ERR_EFFECT_SYNTAX)),

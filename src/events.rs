@@ -340,8 +340,8 @@ extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
             registry::command_starts(None);
             return;
         }
-        let host = errors::shown(arg(1).unwrap_or_default());
-        let port = errors::shown(arg(2).unwrap_or_default());
+        let host = errors::for_client(arg(1).unwrap_or_default());
+        let port = errors::for_client(arg(2).unwrap_or_default());
         // SAFETY: as above.
         let count = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(filter)) };
         let args: Vec<&[u8]> = (0..count).map_while(arg).collect();

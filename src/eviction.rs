@@ -167,7 +167,7 @@ pub fn evicted(ctx: &Context, key: &[u8]) {
     ctx.log_warning(&format!(
         "pathlock: maxmemory-policy {policy} evicted project key '{}' holding {locks} locks; \
          their holders lost them, and their next RENEW answers 0",
-        errors::logged(key)
+        errors::for_log(key)
     ));
 }
 

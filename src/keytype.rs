@@ -20,7 +20,7 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::errors::{logged, HINT_LOWER_IMPOSSIBLE_FENCES};
+use crate::errors::{for_log, HINT_LOWER_IMPOSSIBLE_FENCES};
 use crate::{clock, config, eviction, fences, move_db_workaround, registry, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
@@ -441,7 +441,7 @@ fn key_name(rdb: *mut raw::RedisModuleIO) -> String {
             .map(|f| f(rdb))
             .and_then(|name| name_of(name.cast_mut()))
     };
-    logged(name.unwrap_or_default())
+    for_log(name.unwrap_or_default())
 }
 
 /// Saves the server's fence mark (`fences`) ahead of the keys of every RDB: snapshots, the AOF's

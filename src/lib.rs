@@ -12,8 +12,8 @@
 // files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
 // rewrites them.
 //
-// 0  command_docs, config, contain, context, errors, fences, slot, stats
-// 1  args, clock, eviction, move_db_workaround, propagation, registry, reply
+// 0  command_docs, config, contain, context, errors, fences, reply, slot, stats
+// 1  args, clock, eviction, move_db_workaround, propagation, registry
 // 2  blocked, effects, keytype, schedule
 // 3  info, store
 // 4  events, grants

@@ -42,7 +42,7 @@ use crate::command_docs::{
 };
 use crate::contain::contained;
 use crate::context::{may_block, remembering_flags};
-use crate::errors::ERR_PANIC;
+use crate::errors::{for_redis_module, ERR_PANIC};
 use crate::store::{ServerKey, Store};
 use crate::{command_docs, effects, reply, waits};
 
@@ -385,7 +385,7 @@ fn accepts((least, most): (usize, usize), argc: usize) -> bool {
 /// Runs a handler for Redis. The arguments are read in place: redis-module's own dispatch
 /// copies them into a vector of retained strings, which cost a twentieth of an `ACQUIRE`. The
 /// handler runs through [`handled`], and whatever it answers is made safe for redis-module to
-/// write (`reply::safe`).
+/// write (`errors::for_redis_module`).
 #[inline(always)]
 fn dispatch(
     raw_ctx: *mut raw::RedisModuleCtx,
@@ -414,7 +414,7 @@ fn dispatch(
         }
         _ => Err(RedisError::WrongArity),
     };
-    ctx.reply(reply::safe(result)) as c_int
+    ctx.reply(for_redis_module(result)) as c_int
 }
 
 /// Runs a handler through `contain`: a panic becomes the error reply `ERR_PANIC` and one warning
@@ -439,7 +439,7 @@ pub fn run_in_memory(
     } else {
         Err(RedisError::WrongArity)
     };
-    reply::safe(result)
+    for_redis_module(result)
 }
 
 /// The bytes of one argument.
