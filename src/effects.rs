@@ -393,50 +393,37 @@ impl Effect {
 /// false for longer effects, which take the general path.
 fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool {
     use std::os::raw::c_char;
-    const FORMATS: [&std::ffi::CStr; 11] = [
-        c"s",
-        c"sb",
-        c"sbb",
-        c"sbbb",
-        c"sbbbb",
-        c"sbbbbb",
-        c"sbbbbbb",
-        c"sbbbbbbb",
-        c"sbbbbbbbb",
-        c"sbbbbbbbbb",
-        c"sbbbbbbbbbb",
-    ];
-    // SAFETY: `replicate` exists on every supported server (checked through the Option); the
-    // format has one `s` for the key and one `b` (pointer, length) per word, matching the
-    // arguments passed below; every buffer outlives the call, which copies them.
+    // SAFETY: `replicate` exists on every supported server (checked through the Option); each
+    // arm's format has one `s` for the key and one `b` (pointer, length) per word, matching the
+    // arguments it passes; every buffer outlives the call, which copies them.
     unsafe {
         let Some(replicate) = raw::RedisModule_Replicate else {
             return false;
         };
-        let Some(format) = FORMATS.get(words.len()) else {
-            return false;
-        };
         let command = COMMAND.as_ptr();
-        let format = format.as_ptr();
         let k = key.inner;
         let w = |i: usize| (words[i].as_ptr().cast::<c_char>(), words[i].len());
         match words.len() {
             2 => {
                 let (a, b) = (w(0), w(1));
+                let format = c"sbb".as_ptr();
                 replicate(ctx.ctx, command, format, k, a.0, a.1, b.0, b.1);
             }
             3 => {
                 let (a, b, c) = (w(0), w(1), w(2));
+                let format = c"sbbb".as_ptr();
                 replicate(ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1);
             }
             4 => {
                 let (a, b, c, d) = (w(0), w(1), w(2), w(3));
+                let format = c"sbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1,
                 );
             }
             6 => {
                 let (a, b, c, d, e, f) = (w(0), w(1), w(2), w(3), w(4), w(5));
+                let format = c"sbbbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1, e.0, e.1,
                     f.0, f.1,
@@ -444,6 +431,7 @@ fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool 
             }
             8 => {
                 let (a, b, c, d, e, f, g, h) = (w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+                let format = c"sbbbbbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1, e.0, e.1,
                     f.0, f.1, g.0, g.1, h.0, h.1,
@@ -452,6 +440,7 @@ fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool 
             10 => {
                 let (a, b, c, d, e) = (w(0), w(1), w(2), w(3), w(4));
                 let (f, g, h, i, j) = (w(5), w(6), w(7), w(8), w(9));
+                let format = c"sbbbbbbbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1, e.0, e.1,
                     f.0, f.1, g.0, g.1, h.0, h.1, i.0, i.1, j.0, j.1,
