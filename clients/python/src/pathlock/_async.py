@@ -234,7 +234,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
                 blockers = await self.check(locks, token=token)
             except CONNECTION_ERRORS:
                 blockers = []
-            raise Busy(locks, blockers)
+            raise Busy(self.key, locks, blockers)
         return sent, fence_of(reply)
 
     async def _release_token(self, token: str, options: Options) -> None:
@@ -275,6 +275,31 @@ class AsyncPathLocks(Operations["Acquiring"]):
             await connection.disconnect()
 
 
+class AsyncLostSignal:
+    """A lease's loss, as a flag and a wait: `is_set()` once the lease is lost (never after a
+    normal release); `await wait()` returns True when it is lost, and False once it is released,
+    so that nothing waits for the loss of a released lease."""
+
+    def __init__(self) -> None:
+        self._lost = asyncio.Event()
+        # Set by a loss or by the release, whichever comes first.
+        self._ended = asyncio.Event()
+
+    def is_set(self) -> bool:
+        return self._lost.is_set()
+
+    async def wait(self) -> bool:
+        await self._ended.wait()
+        return self._lost.is_set()
+
+    def _set(self) -> None:
+        self._lost.set()
+        self._ended.set()
+
+    def __repr__(self) -> str:
+        return f"<AsyncLostSignal {'set' if self.is_set() else 'unset'}>"
+
+
 class Acquiring:
     """An acquire not yet sent: `await` it for the lease, or `async with` it to hold the lease
     for the block."""
@@ -304,7 +329,7 @@ class AsyncLease:
     """Locks held by one owner, renewed in the background until released.
 
     Also an async context manager that releases them when the block ends. `lost` (an
-    `asyncio.Event`) is set when the lease is lost; `check()` then raises `LeaseLost`, and
+    `AsyncLostSignal`) is set when the lease is lost; `check()` then raises `LeaseLost`, and
     `run(awaitable)` cancels the work it runs. `await lock(requests)` takes more locks under the
     same token, which the watchdog renews and `release()` frees.
     """
@@ -327,7 +352,9 @@ class AsyncLease:
         self.ttl_ms = options.ttl_ms
         #: The note sent with the grant, shown with the locks to whoever they block.
         self.note = options.note
-        self.lost = asyncio.Event()
+        #: Set when the lease is lost; `await lost.wait()` also returns (False) once it is
+        #: released, so that nothing waits for the loss of a released lease.
+        self.lost = AsyncLostSignal()
         #: `"gone"`, `"expired"` or `"replaced"` once the lease is lost (see `LOST_REASONS`).
         self.lost_reason: Optional[str] = None
         self._owner = owner
@@ -378,7 +405,7 @@ class AsyncLease:
         lease already holds is an idempotent re-acquire (a new fence; `note` replaces theirs).
         Raises `Busy` when another owner is in the way, `LeaseLost` once the lease is lost."""
         locks = checked(list(requests))
-        options = self._options.override(None, wait_ms, None, note, None)
+        options = self._options.override(wait_ms=wait_ms, note=note)
         await self._prove_held()
         _, fence = await self._owner._grant(self.token, locks, options, fresh=False)
         if self.finished:
@@ -416,7 +443,7 @@ class AsyncLease:
         """Awaits `work`; if the lease is lost first, cancels it and raises `LeaseLost`."""
         self.check()
         task = asyncio.ensure_future(work)
-        lost = asyncio.ensure_future(self.lost.wait())
+        lost = asyncio.ensure_future(self.lost._lost.wait())
         try:
             await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -440,6 +467,7 @@ class AsyncLease:
         if self._released:
             return
         self._released = True
+        self.lost._ended.set()
         try:
             await self._client.execute_command("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
@@ -528,7 +556,7 @@ class AsyncLease:
         if self.finished:
             return
         self.lost_reason = reason
-        self.lost.set()
+        self.lost._set()
         log.warning("pathlock: %s", LeaseLost(self.key, self.token, reason))
         if self._on_lost is not None:
             try:

@@ -180,7 +180,7 @@ class PathLocks(Operations["Lease"]):
                 blockers = self.check(locks, token=token)
             except CONNECTION_ERRORS:
                 blockers = []
-            raise Busy(locks, blockers)
+            raise Busy(self.key, locks, blockers)
         return sent, fence_of(reply)
 
     def _renew_now(self, token: str, options: Options) -> float:
@@ -243,9 +243,10 @@ class Lease:
         self.lost_reason: Optional[str] = None
         self._owner = owner
         self._options = options
-        # `lost` is made on first use: most leases end without anyone waiting for their loss,
-        # and an Event (a Condition and its lock) is a noticeable part of an acquire's cost.
-        self._lost_event: Optional[threading.Event] = None
+        # Set once the lease is lost or released, for `lost.wait()`. Made on first use: most
+        # leases end without anyone waiting for their loss, and an Event (a Condition and its
+        # lock) is a noticeable part of an acquire's cost.
+        self._ended: Optional[threading.Event] = None
         self._lost = False
         self._execute = owner._execute
         self._on_lost = options.on_lost
@@ -268,14 +269,18 @@ class Lease:
         return f"<Lease {self.token} fence={self.fence} {state} {list(self.locks)}>"
 
     @property
-    def lost(self) -> threading.Event:
-        """Set when the lease is lost: poll it, or wait on it from another thread."""
+    def lost(self) -> "LostSignal":
+        """Set when the lease is lost: poll it (`lost.is_set()`), or wait on it from another
+        thread (`lost.wait(timeout)`, which also returns, False, once the lease is released)."""
+        return LostSignal(self)
+
+    def _ended_event(self) -> threading.Event:
         with self._mutex:
-            if self._lost_event is None:
-                self._lost_event = threading.Event()
-                if self._lost:
-                    self._lost_event.set()
-            return self._lost_event
+            if self._ended is None:
+                self._ended = threading.Event()
+                if self.finished:
+                    self._ended.set()
+            return self._ended
 
     @property
     def released(self) -> bool:
@@ -304,7 +309,7 @@ class Lease:
         lease already holds is an idempotent re-acquire (a new fence; `note` replaces theirs).
         Raises `Busy` when another owner is in the way, `LeaseLost` once the lease is lost."""
         locks = checked(list(requests))
-        options = self._options.override(None, wait_ms, None, note, None)
+        options = self._options.override(wait_ms=wait_ms, note=note)
         self._prove_held()
         _, fence = self._owner._grant(self.token, locks, options, fresh=False)
         with self._mutex:
@@ -350,6 +355,8 @@ class Lease:
             if self._released:
                 return
             self._released = True
+            if self._ended is not None:
+                self._ended.set()
         try:
             self._execute("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
@@ -441,8 +448,8 @@ class Lease:
                 return
             self.lost_reason = reason
             self._lost = True
-            if self._lost_event is not None:
-                self._lost_event.set()
+            if self._ended is not None:
+                self._ended.set()
         log.warning("pathlock: %s", LeaseLost(self.key, self.token, reason))
         if self._on_lost is not None:
             # On a worker thread: a callback that blocks must not hold up the timer thread,
@@ -456,6 +463,25 @@ class Lease:
             self._on_lost(self)
         except Exception:
             log.exception("pathlock: on_lost callback failed")
+
+
+class LostSignal:
+    """A lease's loss, as a flag and a wait: `is_set()` once the lease is lost (never after a
+    normal release); `wait(timeout=None)` returns True when it is lost, and False once it is
+    released or the timeout passed, so that nothing waits for the loss of a released lease."""
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        return self._lease._lost
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        self._lease._ended_event().wait(timeout)
+        return self._lease._lost
+
+    def __repr__(self) -> str:
+        return f"<LostSignal {'set' if self.is_set() else 'unset'}>"
 
 
 class _ReleaseLater:
