@@ -288,48 +288,36 @@ def summary(path):
 def check_table(root, mods, by_level, write, required=True):
     """Checks (or rewrites) the table of the root's modules in the Markdown file that holds it;
     a root whose table is not `required` may have none."""
-    begin, end = f"<!-- levels of {root} -->", "<!-- end of levels -->"
+    ext = language(root)
+
+    def rows(indent):
+        want = [f"{indent}| level | file | what it holds |", f"{indent}|---|---|---|"]
+        for level, names in sorted(by_level.items()):
+            for m in sorted(names):
+                holder = header_file(root, m, mods[m]) if ext == ".rs" else os.path.join(root, m + ext)
+                want.append(f"{indent}| {level} | `{shown_module(root, m)}` | {summary(holder)} |")
+        return want
+
+    return write_between(root, f"<!-- levels of {root} -->", "<!-- end of levels -->", rows,
+                         f"table of {root}'s levels", write, required)
+
+
+def write_between(root, begin, end, want, what, write, required=True):
+    """Checks (or rewrites) the lines between `begin` and `end` in the one Markdown file that
+    holds them (`want`, or what `want` gives for the indent of the `begin` line); returns a
+    problem or None. Where the lines are not `required`, no file need hold them."""
     holders = [f for f in markdown_files() if begin in open(f, encoding="utf-8").read()]
     if not holders and not required:
         return None
     if len(holders) != 1:
-        return f"{root}: {len(holders)} Markdown files hold a table between {begin} and {end}; one must"
+        return f"{root}: {len(holders)} Markdown files hold the {what} between {begin} and {end}; one must"
     path = holders[0]
     lines = open(path, encoding="utf-8").read().split("\n")
     stripped = [line.strip() for line in lines]
     first = stripped.index(begin)
     last = stripped.index(end, first)
-    indent = re.match(r"\s*", lines[first]).group(0)
-    want = [f"{indent}| level | file | what it holds |", f"{indent}|---|---|---|"]
-    ext = language(root)
-    for level, names in sorted(by_level.items()):
-        for m in sorted(names):
-            folder = os.path.isdir(os.path.join(root, m))
-            shown = f"{m}/" if folder else f"{m}{ext}"
-            holder = header_file(root, m, mods[m]) if ext == ".rs" else os.path.join(root, m + ext)
-            want.append(f"{indent}| {level} | `{shown}` | {summary(holder)} |")
-    if lines[first + 1:last] == want:
-        return None
-    if not write:
-        return f"{path}: its table of {root}'s levels is not what the imports and the headers give (scripts/import-cycles.py --write rewrites it)"
-    lines[first + 1:last] = want
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
-    print(f"{path}: wrote the table of {root}'s levels")
-    return None
-
-
-def write_between(root, begin, end, want, what, write):
-    """Checks (or rewrites) the lines between `begin` and `end` in the one Markdown file that
-    holds them; returns a problem or None."""
-    holders = [f for f in markdown_files() if begin in open(f, encoding="utf-8").read()]
-    if len(holders) != 1:
-        return f"{root}: {len(holders)} Markdown files hold {what} between {begin} and {end}; one must"
-    path = holders[0]
-    lines = open(path, encoding="utf-8").read().split("\n")
-    stripped = [line.strip() for line in lines]
-    first = stripped.index(begin)
-    last = stripped.index(end, first)
+    if callable(want):
+        want = want(re.match(r"\s*", lines[first]).group(0))
     if lines[first + 1:last] == want:
         return None
     if not write:
@@ -342,7 +330,8 @@ def write_between(root, begin, end, want, what, write):
 
 
 def shown_module(root, m):
-    return f"{m}/" if os.path.isdir(os.path.join(root, m)) else f"{m}.rs"
+    """A module as the tables show it: a folder with a slash, a file with its extension."""
+    return f"{m}/" if os.path.isdir(os.path.join(root, m)) else f"{m}{language(root)}"
 
 
 SUBSYSTEMS_INTRO = "// The subsystems"
