@@ -58,10 +58,12 @@ it("works the way the README says", async () => {
   // Mistakes a newcomer makes are told what to do instead.
   await assert.rejects(locks.upload(""), /lock\(\[\["WRITE", "\/"\]\]\)/);
   // Half a millisecond? The TTL counts whole milliseconds.
-  await assert.rejects(locks.upload("/A", { ttlMs: 0.5 }), /whole number of milliseconds/);
+  await assert.rejects(locks.upload("/A", { ttlMs: 0.5 }), /milliseconds, at least 1; got 0.5/);
+  // A whole path as the new name, as 0.1 took it, is refused: rename takes a name.
+  await assert.rejects(locks.rename("/A/C", "/A/C2"), /rename takes a name/);
   await client.set("settings", "{}");
   await assert.rejects(new PathLocks(client, "settings").upload("/A"), (error: Error) => {
-    return error instanceof WrongTypeError && /'settings' is not a pathlock project/.test(error.message);
+    return error instanceof WrongTypeError && /"settings" is not a pathlock project/.test(error.message);
   });
   locks.close();
 });

@@ -32,6 +32,7 @@ it("runs the README's example, and its busy branch", async () => {
     } catch (error) {
       if (!(error instanceof BusyError)) throw error;
       for (const b of error.blockers) console.log(`${b.path} is locked (${b.mode}) by ${b.note ?? b.token}`);
+      if (error.blockers.length === 0) console.log("the folders were busy a moment ago; try again");
     }
   };
   const client = server.client();
@@ -47,9 +48,27 @@ it("runs the README's example, and its busy branch", async () => {
   );
   const locks = new PathLocks(client, "proj:42");
   assert.deepEqual(await locks.locks(), []);
-  const bob = await locks.rename("/A/C", "/A/D", { note: "bob: rename /A/C to /A/D" });
+  const bob = await locks.rename("/A/C", "D", { note: "bob: rename /A/C to /A/D" });
   printed.length = 0;
   await example(client);
   assert.deepEqual(printed, ["/A/C is locked (WRITE) by bob: rename /A/C to /A/D"]);
+  // Nothing holds /B/C, but a request waiting for /A and /B goes first: the busy branch says to
+  // try again instead of naming nobody.
+  const waiting = locks.lock([["WRITE", "/A"], ["WRITE", "/B"]], { waitMs: 10000 });
+  while ((await locks.waiters()).length === 0) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  const onlyB = new PathLocks(client, "proj:42");
+  printed.length = 0;
+  try {
+    await onlyB.upload("/B/C");
+  } catch (error) {
+    if (!(error instanceof BusyError)) throw error;
+    for (const b of error.blockers) console.log(`${b.path} is locked (${b.mode}) by ${b.note ?? b.token}`);
+    if (error.blockers.length === 0) console.log("the folders were busy a moment ago; try again");
+  }
+  assert.deepEqual(printed, ["the folders were busy a moment ago; try again"]);
   await bob.release();
+  await (await waiting).release();
+  locks.close();
 });
