@@ -2,21 +2,14 @@
 // waiting upload into a folder being moved, more locks under the move, who holds what, an empty
 // path and a wrong TTL.
 import assert from "node:assert/strict";
-import { after, before, it } from "node:test";
+import { it } from "node:test";
 import { BusyError, PathLocks, WrongTypeError } from "../dist/index.js";
-import { Server, closeClients, sleep } from "./harness";
+import { oneServer, sleep } from "./harness";
 
-let server: Server;
-before(async () => {
-  server = await Server.start();
-});
-after(async () => {
-  closeClients();
-  await server.stop();
-});
+const server = oneServer();
 
 it("works the way the README says", async () => {
-  const client = server.client(); // one client for the whole application
+  const client = server().client(); // one client for the whole application
   const locks = new PathLocks(client, "proj:newcomer", { ttlMs: 3000 });
   const said: string[] = [];
 

@@ -1,18 +1,11 @@
 // The README's example, run as written against a real server.
 import assert from "node:assert/strict";
-import { after, before, it } from "node:test";
+import { it } from "node:test";
 import type { Redis } from "ioredis";
 import { BusyError, PathLocks } from "../dist/index.js";
-import { Server, closeClients } from "./harness";
+import { oneServer } from "./harness";
 
-let server: Server;
-before(async () => {
-  server = await Server.start();
-});
-after(async () => {
-  closeClients();
-  await server.stop();
-});
+const server = oneServer();
 
 it("runs the README's example, and its busy branch", async () => {
   const printed: string[] = [];
@@ -35,7 +28,7 @@ it("runs the README's example, and its busy branch", async () => {
       if (error.blockers.length === 0) console.log("the folders were busy a moment ago; try again");
     }
   };
-  const client = server.client();
+  const client = server().client();
   await example(client);
   assert.match(printed[0], /^\/A\/C -> \/B\/C @\d+$/);
   const listed = JSON.parse(printed[1]) as { path: string; note: string }[];

@@ -1,25 +1,18 @@
 // Holding leases beyond the shared contract (contract.test.ts): a short pause and a dropped
 // connection, and `await using` scopes.
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { PathLocks } from "../dist/index.js";
-import { Server, closeClients, sleep } from "./harness";
+import { oneServer, sleep } from "./harness";
 
 describe("one server", () => {
-  let server: Server;
+  const server = oneServer();
   let key = 0;
   const project = (): string => `proj:${++key}`;
 
-  before(async () => {
-    server = await Server.start();
-  });
-  after(async () => {
-    closeClients();
-    await server.stop();
-  });
 
   it("keeps the lease through a pause shorter than its deadline and a dropped connection", async () => {
-    const client = server.client({ connectionName: "holder" });
+    const client = server().client({ connectionName: "holder" });
     const locks = new PathLocks(client, project(), { ttlMs: 900 });
     const lease = await locks.upload("/A");
     let lost = false;
@@ -27,9 +20,9 @@ describe("one server", () => {
       lost = true;
     });
     await sleep(200);
-    await server.client().call("CLIENT", "PAUSE", 300, "WRITE");
+    await server().client().call("CLIENT", "PAUSE", 300, "WRITE");
     await sleep(500);
-    const admin = server.client();
+    const admin = server().client();
     const list = String(await admin.call("CLIENT", "LIST"));
     const id = /id=(\d+) [^\n]*name=holder/.exec(list)?.[1];
     assert.ok(id !== undefined);
@@ -43,7 +36,7 @@ describe("one server", () => {
   });
 
   it("releases at the end of an `await using` scope, also when it throws", async () => {
-    const locks = new PathLocks(server.client(), project());
+    const locks = new PathLocks(server().client(), project());
     let token = "";
     {
       await using lease = await locks.move("/A/C", "/B");

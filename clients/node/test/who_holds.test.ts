@@ -2,23 +2,16 @@
 // gets. Which note each operation sends, and everything else about notes, nesting, inspection
 // and refusals, are contract scenarios.
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { PathLocks } from "../dist/index.js";
-import { Server, closeClients } from "./harness";
+import { oneServer } from "./harness";
 
 describe("notes", () => {
-  let server: Server;
+  const server = oneServer();
 
-  before(async () => {
-    server = await Server.start();
-  });
-  after(async () => {
-    closeClients();
-    await server.stop();
-  });
 
   it("keeps a default note short, however long the path", async () => {
-    const locks = new PathLocks(server.client(), "who:1");
+    const locks = new PathLocks(server().client(), "who:1");
     const long = await locks.upload(`/${"é".repeat(300)}`);
     const [held] = await locks.locks();
     assert.ok(held.note?.startsWith("upload /éé") && held.note.endsWith("..."), String(held.note));
