@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a user installs without a Rust toolchain into dist/ (git-ignored): `make dist`.
 #
-#   scripts/dist.sh [deb] [python] [node] [rust] [java]     (all five when none is named)
+#   scripts/dist.sh [deb] [python] [node] [rust] [java] [go]     (all six when none is named)
 #
 #   deb     redis-pathlock_<version>-1_<arch>.deb: the release module, from target/release
 #           (`make dist` builds it first), staged and packed with dpkg-deb
@@ -10,6 +10,8 @@
 #   node    pathlock-<version>.tgz (npm pack: dist/*.js and *.d.ts inside, no install script)
 #   rust    pathlock-client-<version>.crate (cargo package; `make test-dist` builds it alone)
 #   java    pathlock-client-<version>.jar and .pom (Maven, offline from Debian's packages)
+#   go      pathlock-go-<version>.tar.gz: the Go module's source (clients/go without its bench
+#           module), for a `replace` directive until the module is fetched by its path
 #
 # The Debian package is made with dpkg-deb from a staged tree rather than cargo-deb: dpkg-deb
 # (dpkg) and dpkg-shlibdeps (dpkg-dev) are Debian's own tools and already on a Debian build host,
@@ -187,8 +189,24 @@ build_java() {
     ls "$out/pathlock-client-$version.jar" "$out/pathlock-client-$version.pom"
 }
 
+# The Go client's module as source, under pathlock-go-<version>/ (Go takes a module by its path,
+# from a proxy or a version control host, or from a folder a `replace` directive names: this is
+# for the last). Its files are those git knows or would add (a checkout's uncommitted changes are
+# packed, as the other artifacts pack them), without bench/, a module of its own; names, times and
+# owners are fixed so that one commit gives one archive.
+build_go() {
+    local version name
+    version=$(crate_version pathlock)
+    name=pathlock-go-$version
+    (cd clients/go && git ls-files -co --exclude-standard . | grep -v '^bench/' | LC_ALL=C sort) |
+        tar -C clients/go -czf "$out/$name.tar.gz" --transform "s|^|$name/|" --owner=0 --group=0 \
+            --numeric-owner --mtime="@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}" \
+            --no-recursion -T -
+    echo "$out/$name.tar.gz"
+}
+
 # A full build starts from an empty dist/, so that no artifact of an older version is left beside.
-[ $# -gt 0 ] || { rm -rf "$out"; mkdir -p "$out"; set -- deb python node rust java; }
+[ $# -gt 0 ] || { rm -rf "$out"; mkdir -p "$out"; set -- deb python node rust java go; }
 for what in "$@"; do
     case "$what" in
     deb) build_deb ;;
@@ -196,6 +214,7 @@ for what in "$@"; do
     node) build_node ;;
     rust) build_rust ;;
     java) build_java ;;
-    *) echo "usage: $0 [deb] [python] [node] [rust] [java]" >&2; exit 2 ;;
+    go) build_go ;;
+    *) echo "usage: $0 [deb] [python] [node] [rust] [java] [go]" >&2; exit 2 ;;
     esac
 done

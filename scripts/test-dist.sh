@@ -19,6 +19,9 @@
 # 5. The Java jar and its pom, installed into a fresh local Maven repository (offline, from Debian's
 #    packages); an empty Maven project that depends on io.pathlock:pathlock-client compiles, and
 #    its program holds a move against another owner, then releases it.
+# 6. The Go module's source archive, unpacked into a temporary folder; a fresh module requires it
+#    by its path with a `replace` directive to that folder (as its README says), `go mod tidy`
+#    resolves go-redis, and its program holds a move against another owner, then releases it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -349,4 +352,71 @@ grep -q "^move held 1 s" "$work/java.log" || { cat "$work/java.log"; fail "the J
 say "$(basename "$jar"): installed with its pom into a fresh Maven repository; a project that" \
     "depends on it compiled and ran: $(tail -1 "$work/java.log")"
 
-say "5 passed, 0 failed"
+# ---- 6. The Go module's source archive ---------------------------------------------------------
+go_version=$(version_of pathlock)
+go_archive=$(only "pathlock-go-$go_version.tar.gz")
+go_module=github.com/pathlock/pathlock/clients/go
+mkdir -p "$work/go" "$work/go-app"
+tar xzf "$go_archive" -C "$work/go"
+[ "$(sed -n 's/^module //p' "$work/go/pathlock-go-$go_version/go.mod")" = "$go_module" ] ||
+    fail "the archive's go.mod does not declare $go_module"
+(
+    cd "$work/go-app" &&
+    printf 'module app\n\ngo 1.22\n\nrequire %s v%s\n\nreplace %s => ../go/pathlock-go-%s\n' \
+        "$go_module" "$go_version" "$go_module" "$go_version" >go.mod &&
+    cat >main.go <<'GO' &&
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pathlock/pathlock/clients/go"
+)
+
+func main() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + os.Args[1]})
+	defer rdb.Close()
+	alice, err := pathlock.New(rdb, "proj:go", pathlock.WithTTL(600*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	bob, _ := pathlock.New(rdb, "proj:go")
+	move, err := alice.Move(ctx, "/A/C", "/B")
+	if err != nil {
+		panic(err)
+	}
+	time.Sleep(time.Second)
+	if err := move.Err(); err != nil {
+		panic(fmt.Sprint("the watchdog did not keep the move's 600 ms lease: ", err))
+	}
+	var busy *pathlock.BusyError
+	if _, err := bob.Upload(ctx, "/A/C/D/new.txt"); !errors.As(err, &busy) || busy.Blockers[0].Token != move.Token() {
+		panic(fmt.Sprint("an upload into a folder being moved was not refused by the move: ", err))
+	}
+	if err := move.Release(ctx); err != nil {
+		panic(err)
+	}
+	upload, err := bob.Upload(ctx, "/A/C/D/new.txt")
+	if err != nil {
+		panic(err)
+	}
+	defer upload.Release(ctx)
+	fmt.Printf("move held 1 s with fence %d; upload granted after it, fence %d\n", move.Fence(), upload.Fence())
+}
+GO
+    GOFLAGS=-mod=mod GOWORK=off go mod tidy &&
+    GOWORK=off go build -o app . &&
+    ./app "$redis_port"
+) >"$work/go.log" 2>&1 || { cat "$work/go.log"; fail "the Go module's archive"; }
+grep -q "^move held 1 s" "$work/go.log" || { cat "$work/go.log"; fail "the Go program's output"; }
+say "$(basename "$go_archive"): unpacked into a temporary folder; a fresh module that requires" \
+    "$go_module with a replace directive to it built and ran: $(tail -1 "$work/go.log")"
+
+say "6 passed, 0 failed"
