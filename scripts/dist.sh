@@ -9,7 +9,8 @@
 #           in .venv-dist, the wheel built from the sdist)
 #   node    pathlock-<version>.tgz (npm pack: dist/*.js and *.d.ts inside, no install script)
 #   rust    pathlock-client-<version>.crate (cargo package; `make test-dist` builds it alone)
-#   java    pathlock-client-<version>.jar and .pom (Maven, offline from Debian's packages)
+#   java    pathlock-client-<version>.jar, -sources.jar, -javadoc.jar and .pom (Maven, from Maven
+#           Central; the pom flattened, so it needs no parent installed beside it)
 #   go      pathlock-go-<version>.tar.gz: the Go module's source (clients/go without its bench
 #           module), for a `replace` directive until the module is fetched by its path
 #
@@ -177,16 +178,19 @@ java_version() {
     python3 -c 'import sys, xml.etree.ElementTree as E; print(E.parse(sys.argv[1]).getroot().find("{http://maven.apache.org/POM/4.0.0}version").text)' clients/java/pom.xml
 }
 
-# The Java client's jar and its pom, which a Maven repository keeps beside it (it names the Netty
-# dependency); built offline from Debian's packages as `make test-java` builds it, tests skipped
-# (they ran there). `make test-dist` installs both into a fresh local repository.
+# The Java client as a Maven repository publishes it: the jar, its sources and javadoc jars, and
+# its pom (flattened by the build: it names Lettuce and no parent), built as `make test-java`
+# builds them, tests skipped (they ran there). `make test-dist` installs them into a fresh local
+# repository as the client's README says.
 build_java() {
-    local version
+    local version artifact
     version=$(java_version)
     (cd clients/java && mvn -B -ntp -q package -DskipTests)
-    cp "clients/java/target/pathlock-client-$version.jar" "$out/"
-    cp clients/java/pom.xml "$out/pathlock-client-$version.pom"
-    ls "$out/pathlock-client-$version.jar" "$out/pathlock-client-$version.pom"
+    for artifact in "pathlock-client-$version.jar" "pathlock-client-$version-sources.jar" \
+        "pathlock-client-$version-javadoc.jar" "pathlock-client-$version.pom"; do
+        cp "clients/java/pathlock-client/target/$artifact" "$out/"
+        ls "$out/$artifact"
+    done
 }
 
 # The Go client's module as source, under pathlock-go-<version>/ (Go takes a module by its path,
