@@ -285,6 +285,15 @@ def summary(path):
     return re.sub(r"\[(`[^`]*`)\]", r"\1", text[:sentence_end(text)]).replace("|", "\\|")
 
 
+def package_file(root, module, ext):
+    """The file that holds a Python or TypeScript module's header: its own, or its folder's
+    `__init__.py` or `index.ts`."""
+    own = os.path.join(root, module + ext)
+    if os.path.exists(own):
+        return own
+    return os.path.join(root, module, "__init__.py" if ext == ".py" else "index.ts")
+
+
 def check_table(root, mods, by_level, write, required=True):
     """Checks (or rewrites) the table of the root's modules in the Markdown file that holds it;
     a root whose table is not `required` may have none."""
@@ -294,7 +303,7 @@ def check_table(root, mods, by_level, write, required=True):
         want = [f"{indent}| level | file | what it holds |", f"{indent}|---|---|---|"]
         for level, names in sorted(by_level.items()):
             for m in sorted(names):
-                holder = header_file(root, m, mods[m]) if ext == ".rs" else os.path.join(root, m + ext)
+                holder = header_file(root, m, mods[m]) if ext == ".rs" else package_file(root, m, ext)
                 want.append(f"{indent}| {level} | `{shown_module(root, m)}` | {summary(holder)} |")
         return want
 
