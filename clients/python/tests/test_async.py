@@ -14,7 +14,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from helpers import KEY, held, renew_calls
+from helpers import KEY, held, renew_calls, run_async
 from proxy import DroppingProxy
 from servers import Server
 
@@ -23,19 +23,8 @@ from pathlock import AsyncLease, AsyncPathLocks, LeaseLost
 SLACK = 0.25
 
 
-def run(
-    server: Server, body: Callable[[redis.asyncio.Redis], Awaitable[None]], **kwargs: Any
-) -> None:
-    """Runs an async test body with an asyncio client of the server, on a loop of its own."""
-
-    async def main() -> None:
-        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port, **kwargs)
-        try:
-            await body(client)
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
+def run(server: Server, body: Callable[[redis.asyncio.Redis], Awaitable[None]]) -> None:
+    run_async(server.port, body)
 
 
 async def lost_within(lease: AsyncLease, since: float, limit: float) -> float:

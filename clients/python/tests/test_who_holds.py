@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Any, Awaitable, Callable, List
+from typing import List
 
 import pytest
 import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from helpers import KEY
+from helpers import KEY, run_async
 from servers import Server, wait_until
 
 from pathlock import AsyncPathLocks, Blocker, PathLocks, WrongType
@@ -21,15 +21,6 @@ from pathlock import AsyncPathLocks, Blocker, PathLocks, WrongType
 SLACK = 0.25
 
 
-def run(server: Server, body: Callable[[redis.asyncio.Redis], Awaitable[None]], **kw: Any) -> None:
-    async def main() -> None:
-        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port, **kw)
-        try:
-            await body(client)
-        finally:
-            await client.aclose()
-
-    asyncio.run(main())
 
 
 def notes(locks: List[Blocker]) -> List[tuple]:
@@ -117,7 +108,7 @@ def test_async_a_waiter_on_the_holders_single_connection_client_never_holds_up_i
         assert move.lost_reason is None
         assert len(granted) == 1 and granted[0] >= ended
 
-    run(server, body, single_connection_client=True)
+    run_async(server.port, body, single_connection_client=True)
 
 
 # The same on asyncio.

@@ -5,7 +5,7 @@
         move_folder("/A/C", "/B/C", fence=lease.fence)
 
 `AsyncPathLocks` is the same on `redis.asyncio`. The package's modules build on one another in
-levels, without a circle: `_types`, `_errors`, `_requests`, `_operations`, then `_sync` and
+levels, without a circle: `_types`, `_errors`, `_requests`, `_lease` and `_operations`, then `_sync` and
 `_async` (with `_scheduler` and `_timers`, which import nothing of the package).
 """
 

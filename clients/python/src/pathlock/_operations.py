@@ -5,10 +5,10 @@ Level 2: builds on `_requests` and `_types`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
 from ._requests import Note, Options, checked, default_note, described, into, named, sibling
-from ._types import LockRequest
+from ._types import Key, LockRequest
 
 if TYPE_CHECKING:
     # Only for type checkers (typing.Unpack is Python 3.11+); never imported at run time.
@@ -38,7 +38,23 @@ class Operations(Generic[L]):
     (`lock([("WRITE", "/")])`). Nothing is sent when an argument is refused (`ValueError`).
     """
 
-    options: Options
+    def __init__(
+        self,
+        client: Any,
+        key: Key,
+        *,
+        ttl_ms: float = 30000,
+        wait_ms: float = 0,
+        replicas: int = 0,
+        replicas_timeout_ms: float = 1000,
+        note: Optional[Note] = None,
+        on_lost: Optional[Callable[[Any], Any]] = None,
+    ) -> None:
+        #: The redis-py client (sync or asyncio, one server or a cluster) the leases go through.
+        self.client = client
+        self.key = key
+        #: The defaults of every lease, checked (a `ValueError` names what is wrong).
+        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, note, on_lost)
 
     def _acquire(self, locks: Sequence[LockRequest], options: Options) -> L:
         raise NotImplementedError

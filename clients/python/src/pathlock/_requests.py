@@ -51,6 +51,32 @@ def whole(name: str, value: Any) -> int:
     return math.ceil(value)
 
 
+class Attempts:
+    """The retry rule of an acquire, for both clients: after a connection error the grant may or
+    may not have happened, and sending the same token again is idempotent, so it is retried at
+    least once and while the wait budget lasts, each time asking the server to wait only for
+    what is left of it."""
+
+    def __init__(self, wait_ms: int, now: float) -> None:
+        self.wait_ms = wait_ms
+        self.budget_end = now + wait_ms / 1000.0
+        #: How many attempts failed with a connection error so far.
+        self.failed = 0
+
+    def wait_now(self, now: float) -> int:
+        """The WAIT of the attempt sent at `now`: all of it first, what is left after."""
+        if not self.failed:
+            return self.wait_ms
+        return max(0, math.ceil((self.budget_end - now) * 1000))
+
+    def pause_after_failure(self, now: float) -> Optional[float]:
+        """Seconds to sleep before the next attempt, or None to give up and raise."""
+        self.failed += 1
+        if self.failed > 1 and now >= self.budget_end:
+            return None
+        return min(0.01 * 2**self.failed, 0.2)
+
+
 @dataclass(frozen=True)
 class Options:
     """The settings of one acquire: the handle's defaults with the call's overrides applied."""

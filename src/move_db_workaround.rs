@@ -28,6 +28,8 @@ pub fn copying_from(db: i32) {
     SOURCE_DB.store(db, Ordering::Relaxed);
 }
 
+/// Every keyspace event, after the module's other subscriber: selects the client's database
+/// back after `MOVE` or `COPY ... DB` on Valkey 8.1.
 pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, _key: &[u8]) {
     match event {
         "move_from" => SOURCE_DB.store(selected_db(ctx), Ordering::Relaxed),
