@@ -9,13 +9,19 @@
 // its Lost channel and its Err.
 //
 //	locks, err := pathlock.New(rdb, "proj:42")
+//	if err != nil {
+//		return err
+//	}
 //	lease, err := locks.Move(ctx, "/A/C", "/B") // WRITE /A/C, WRITE /B/C
 //	var busy *pathlock.BusyError
 //	if errors.As(err, &busy) {
 //		// busy.Blockers: who holds what, and why (their notes)
 //	}
+//	if err != nil {
+//		return err
+//	}
 //	defer lease.Release(ctx)
-//	err = moveFolder(lease.Context(), "/A/C", "/B/C", lease.Fence())
+//	return moveFolder(lease.Context(), "/A/C", "/B/C", lease.Fence())
 //
 // The clients of every language follow one contract, docs/clients.md in the project; this
 // package's README says where Go differs.
