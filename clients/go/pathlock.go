@@ -52,10 +52,15 @@ type Locks struct {
 // client of redis.NewFailoverClient) or a *redis.ClusterClient. The options set the defaults of
 // every lease it takes: [WithTTL] (30 s), [WithWait] (0), [WithReplicas] (0),
 // [WithReplicasTimeout] (1 s), [WithNote] (none: each operation's own). It fails with
-// [ErrInvalid] for another kind of client or an option that cannot be right.
+// [ErrInvalid] for another kind of client, an empty key, or an option that cannot be right.
 func New(client redis.UniversalClient, key string, options ...Option) (*Locks, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
+	}
+	if key == "" {
+		// Redis takes "" as a key like any other, so an unset variable would put every project's
+		// locks in one: the same mistake the helpers refuse in an empty path.
+		return nil, invalid(`the project key is empty: name the project's key ("proj:42")`)
 	}
 	s, err := defaults().with(options)
 	if err != nil {

@@ -61,6 +61,10 @@ func TestPathsAndOptionsTheContractDoesNotList(t *testing.T) {
 	if _, err := New(nil, testKey(t)); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
 	}
+	// An empty key is a variable that was never set (as the Node.js and Java clients say too).
+	if locks, err := New(c, ""); locks != nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "the project key is empty") {
+		t.Fatal(err)
+	}
 	locks := mustNew(t, c, testKey(t))
 	refused := []struct {
 		call func() (*Lease, error)
