@@ -31,7 +31,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,9 +42,6 @@ type Locks struct {
 	client redis.UniversalClient
 	key    string
 	s      settings
-
-	poolOnce sync.Once
-	pool     *blockingPool
 }
 
 // New makes a handle for the project key on client, a *redis.Client (standalone, or the failover
@@ -71,11 +67,6 @@ func New(client redis.UniversalClient, key string, options ...Option) (*Locks, e
 
 // Key is the project key.
 func (l *Locks) Key() string { return l.key }
-
-func (l *Locks) blockingPool() *blockingPool {
-	l.poolOnce.Do(func() { l.pool = blockingFor(l.client) })
-	return l.pool
-}
 
 // acquire takes a new lease on requests: the call's options over the handle's, the note the
 // call's, else the handle's, else the operation's own (name).
