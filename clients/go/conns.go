@@ -251,11 +251,30 @@ func wrongType(err error) bool {
 	return redis.HasErrorPrefix(err, "WRONGTYPE")
 }
 
-// about turns the server's WRONGTYPE about key into a [*WrongTypeError]; other errors are
-// answered as they are.
+// refusedArguments are the module's replies to an argument beyond one of its limits
+// (pathlock.max-ttl, max-path-bytes, max-depth, max-paths-per-call, max-note-bytes), which the
+// client cannot check before sending, as the server's configuration sets them
+// (docs/commands.md, Errors). A path too long or too deep is often a user's, so it must be told
+// from a server in trouble.
+var refusedArguments = []string{
+	"ERR invalid TTL", "ERR invalid WAIT", "ERR too many paths", "ERR NOTE too long",
+	"ERR path too long", "ERR path too deep", "ERR invalid path",
+}
+
+// about turns the server's WRONGTYPE about key into a [*WrongTypeError], and its refusal of an
+// argument into an error that errors.Is [ErrInvalid] and still unwraps to the server's error;
+// other errors are answered as they are.
 func about(key string, err error) error {
 	if wrongType(err) {
 		return &WrongTypeError{Key: key, Err: err}
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, prefix := range refusedArguments {
+			if strings.HasPrefix(rerr.Error(), prefix) {
+				return fmt.Errorf("%w: the server refused a request on \"%s\": %w", ErrInvalid, escapeKey(key), err)
+			}
+		}
 	}
 	return err
 }
