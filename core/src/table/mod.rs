@@ -82,9 +82,8 @@ use std::collections::VecDeque;
 use hashbrown::DefaultHashBuilder;
 
 use crate::alloc::allocation;
-use crate::lock::{Mode, Note, PackedToken, Token};
+use crate::lock::{Freed, Mode, Note, PackedToken, Token};
 use crate::path::Path;
-use crate::Freed;
 use big::{BigMark, BigOwner};
 use chunks::Chunks;
 use conflicts::{Verdict, SEARCH_BUDGET};
