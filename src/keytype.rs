@@ -1,6 +1,6 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
+//! Level 2: imports `clock`, `config`, `contain`, `defrag`, `errors`, `eviction`, `fences`,
 //! `move_db_workaround`, `registry`, `stats`. Its callbacks are called by Redis; `store` uses its
 //! type handle. A value leaving its key only queues a signal in `registry`; it never calls into the
 //! waiting machinery.
@@ -23,7 +23,7 @@ use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
 use crate::errors::{for_log, HINT_LOWER_IMPOSSIBLE_FENCES};
-use crate::{clock, config, eviction, fences, move_db_workaround, registry, stats};
+use crate::{clock, config, defrag, eviction, fences, move_db_workaround, registry, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -47,7 +47,7 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         free_effort: Some(free_effort),
         unlink: Some(unlink),
         copy: Some(copy),
-        defrag: Some(defrag),
+        defrag: Some(defrag::defrag),
         mem_usage2: Some(mem_usage2),
         free_effort2: None,
         unlink2: None,
@@ -152,39 +152,6 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
         move_db_workaround::copying_from(unsafe { from_db(ctx) });
     }
     copy(std::ptr::null_mut(), std::ptr::null_mut(), value)
-}
-
-/// Active defragmentation, on a server whose allocator supports it (Redis or Valkey built with
-/// their bundled jemalloc, `activedefrag yes`): moves the project's own allocation, the
-/// `Box<Project>` the key points to, when the allocator finds it in a sparsely used page. Moving
-/// it is a bitwise copy, which Rust allows for any value that is not pinned (the engine has no
-/// unsafe code, so no self-references), and no pointer to it outlives a command. The table's
-/// inner allocations (trie nodes, token and waiter maps) stay where they are: moving them needs
-/// the engine to rebuild them through the server's allocator, and storage a `COPY` shares
-/// between two projects could not be moved for one of them alone. Where the server has no defrag
-/// API, or never defragments (Debian's Redis with the system jemalloc, libc-malloc builds), this
-/// is never called or returns at once. Returns 0: nothing is left for a later call.
-extern "C" fn defrag(
-    ctx: *mut raw::RedisModuleDefragCtx,
-    _key: *mut raw::RedisModuleString,
-    value: *mut *mut c_void,
-) -> c_int {
-    let Some(defrag_alloc) = (unsafe { raw::RedisModule_DefragAlloc }) else {
-        return 0;
-    };
-    if value.is_null() {
-        return 0;
-    }
-    // SAFETY: `*value` is the `Box<Project>` allocation, made by the server's allocator (the
-    // module's global allocator); DefragAlloc copies it to a new allocation and frees the old
-    // one, or returns null and leaves it.
-    unsafe {
-        let moved = defrag_alloc(ctx, *value);
-        if !moved.is_null() {
-            *value = moved;
-        }
-    }
-    0
 }
 
 /// What a key holding a project costs the server, for `MEMORY USAGE`: the project's own

@@ -13,7 +13,7 @@
 // rewrites them.
 //
 // 0  command_docs, config, contain, context, errors, fences, reply, slot, stats
-// 1  args, clock, eviction, move_db_workaround, propagation, registry
+// 1  args, clock, defrag, eviction, move_db_workaround, propagation, registry
 // 2  blocked, effects, keytype, schedule
 // 3  info, store
 // 4  events, grants
@@ -31,7 +31,7 @@
 // background work: expiry, schedule, change, store
 // replication: effects, propagation, fences, commands, change
 // keyspace events: events, eviction, move_db_workaround, registry, schedule, slot
-// the key type: keytype, fences
+// the key type: keytype, defrag, fences
 // introspection: info, stats
 // shared: contain, context, errors
 // testing: harness
@@ -44,6 +44,7 @@ mod commands;
 mod config;
 mod contain;
 mod context;
+mod defrag;
 mod effects;
 mod errors;
 mod events;

@@ -29,4 +29,4 @@ pub use lock::{
 pub use path::{Path, PathError, PathLimits};
 pub use project::{Grant, Lapsed, Project, Waiter};
 pub use queue::WaitIndex;
-pub use table::{Acquired, LockTable, Released, Request};
+pub use table::{Acquired, LockTable, Progress, Released, Relocate, Request};

@@ -36,7 +36,7 @@ use crate::alloc::allocation;
 use crate::lock::{Freed, Items, Mode, Note, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
-use crate::table::{LockTable, Request};
+use crate::table::{defrag_box, LockTable, Progress, Relocate, Request};
 
 /// A request waiting for its locks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -136,6 +136,20 @@ impl Clone for Project {
 }
 
 impl Project {
+    /// Moves the project's allocations through `to` for the server's active defragmentation,
+    /// from `cursor` (0 starts) until done or `to` says stop: its side record, then its table
+    /// ([`LockTable::defrag`]). The project's own allocation is its owner's to move. The
+    /// waiters' queue is not walked: it holds requests for as long as they wait, and a queue
+    /// long enough to fragment memory is rare.
+    pub fn defrag<R: Relocate + ?Sized>(&mut self, to: &mut R, cursor: u64) -> Progress {
+        if cursor == 0 {
+            if let Some(side) = &mut self.side {
+                defrag_box(side, to);
+            }
+        }
+        self.locks.defrag(to, cursor)
+    }
+
     /// The copy `COPY` makes: the locks, sharing their storage with this project's (see
     /// [`LockTable::share`]), so it costs a step per chunk of storage; no waiters.
     pub fn copy(&mut self) -> Project {

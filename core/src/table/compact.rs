@@ -621,6 +621,11 @@ impl<'a> State<'a> {
 }
 
 impl Compact {
+    /// The table's one allocation, for `defrag` to move.
+    pub(super) fn bytes_mut(&mut self) -> &mut Box<[u8]> {
+        &mut self.bytes
+    }
+
     /// An empty table whose compact form holds up to `limit` locks (at least 1, at most
     /// `MAX_LOCKS`) and whose tree makes owners big past `small` locks (at most 255).
     pub(super) fn new(limit: usize, small: usize) -> Compact {

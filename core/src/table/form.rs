@@ -16,6 +16,7 @@
 //! form's limit as a parameter (0 keeps a table a tree).
 
 use super::compact::{self, Compact};
+use super::defrag::{self, Progress, Relocate};
 use super::{Acquired, Released, Request, Tree};
 use crate::lock::{Freed, LockInfo, Mode, Note, Token};
 use crate::path::Path;
@@ -65,6 +66,24 @@ impl LockTable {
             Form::Compact(Compact::new(compact, small))
         };
         LockTable { form }
+    }
+
+    /// Moves the table's allocations through `to` for the server's active defragmentation,
+    /// from `cursor` (0 starts) until done or `to` says stop (see `defrag`): a compact table's
+    /// one allocation, or the tree's, then its storage a bounded piece at a time.
+    pub fn defrag<R: Relocate + ?Sized>(&mut self, to: &mut R, cursor: u64) -> Progress {
+        match &mut self.form {
+            Form::Compact(compact) => {
+                defrag::compact(compact, to);
+                Progress::Done
+            }
+            Form::Tree(tree) => {
+                if cursor == 0 {
+                    defrag::tree_top(tree, to);
+                }
+                defrag::tree(tree, to, cursor)
+            }
+        }
     }
 
     /// Whether the table is in the compact form, for tests and benchmarks.

@@ -63,6 +63,7 @@ mod compact;
 mod conflicts;
 mod crowd;
 mod cuts;
+mod defrag;
 mod expiry;
 mod form;
 mod free;
@@ -75,6 +76,8 @@ mod rehash;
 mod sorted;
 mod tree;
 
+pub(crate) use defrag::move_box as defrag_box;
+pub use defrag::{Progress, Relocate};
 pub use form::LockTable;
 
 use std::collections::VecDeque;

@@ -1,0 +1,104 @@
+//! Active defragmentation of a project: the type's `defrag` callback, which hands the engine
+//! the server's defragmenter as its mover ([`pathlock_core::Relocate`]).
+//!
+//! The server calls the callback once per key in a defrag cycle. A key whose `free_effort` is
+//! above `active-defrag-max-scan-fields` (1,000 by default: a tree of a few hundred locks) is
+//! defragmented "late": the server gives the callback a time limit (`DefragShouldStop`) and a
+//! cursor (`DefragCursorGet`/`Set`), and calls it again for as long as it answers 1. A smaller
+//! key is done in one call, without a limit, which its size bounds. Where the server cannot
+//! defragment (no bundled jemalloc, `activedefrag no`) the callback is never called.
+//!
+//! Level 1: imports `contain`.
+
+use std::alloc::Layout;
+use std::os::raw::{c_int, c_ulong, c_void};
+use std::ptr::NonNull;
+
+use pathlock_core::{Progress, Project, Relocate};
+use redis_module::raw;
+
+use crate::contain::contained;
+
+type DefragAlloc = unsafe extern "C" fn(*mut raw::RedisModuleDefragCtx, *mut c_void) -> *mut c_void;
+type ShouldStop = unsafe extern "C" fn(*mut raw::RedisModuleDefragCtx) -> c_int;
+
+/// The server's defragmenter, as the engine's mover.
+struct Server {
+    ctx: *mut raw::RedisModuleDefragCtx,
+    alloc: DefragAlloc,
+    should_stop: Option<ShouldStop>,
+}
+
+// SAFETY: every allocation of the module is the server's (`RedisAlloc` is the global
+// allocator). `RedisModule_DefragAlloc` either answers null and leaves the allocation, or copies
+// all of its usable bytes into a new allocation of the same size class (so at least as large and
+// as aligned, jemalloc aligning each class alike), frees the old one and answers the new one.
+unsafe impl Relocate for Server {
+    fn relocate(&mut self, at: NonNull<u8>, _layout: Layout) -> Option<NonNull<u8>> {
+        // SAFETY: `at` is a live allocation of the server's allocator (see above).
+        NonNull::new(unsafe { (self.alloc)(self.ctx, at.as_ptr().cast()) }.cast())
+    }
+
+    fn should_stop(&mut self) -> bool {
+        // SAFETY: the context of this callback; without a time limit it answers 0.
+        self.should_stop
+            .is_some_and(|should_stop| unsafe { should_stop(self.ctx) } != 0)
+    }
+}
+
+/// Active defragmentation, on a server whose allocator supports it (Redis or Valkey built with
+/// their bundled jemalloc, `activedefrag yes`): moves the project's own allocation, then every
+/// allocation of its table (`Project::defrag`), in steps bounded by the server's time limit for
+/// a large key, resumed from the cursor it keeps. Returns 1 while work is left for a later call,
+/// 0 when the key is done, so the server's cycle ends.
+pub extern "C" fn defrag(
+    ctx: *mut raw::RedisModuleDefragCtx,
+    _key: *mut raw::RedisModuleString,
+    value: *mut *mut c_void,
+) -> c_int {
+    contained("defrag", 0, || {
+        // SAFETY: reads the server's function table, filled at load.
+        let Some(alloc) = (unsafe { raw::RedisModule_DefragAlloc }) else {
+            return 0;
+        };
+        // SAFETY: the server passes its pointer to the value, which it owns during the call.
+        if value.is_null() || unsafe { *value }.is_null() {
+            return 0;
+        }
+        let mut cursor: c_ulong = 0;
+        // A late defrag has a cursor (0 when the key starts); a key done in one call has none.
+        // SAFETY: the context of this callback and a local to write the cursor to.
+        let late = unsafe { raw::RedisModule_DefragCursorGet }
+            .is_some_and(|get| unsafe { get(ctx, &mut cursor) == raw::REDISMODULE_OK as c_int });
+        // SAFETY: `*value` is the `Box<Project>` allocation, the server's; DefragAlloc moves it
+        // (a bitwise copy, which any Rust value allows) or answers null and leaves it.
+        unsafe {
+            if cursor == 0 {
+                let moved = alloc(ctx, *value);
+                if !moved.is_null() {
+                    *value = moved;
+                }
+            }
+        }
+        let mut server = Server {
+            ctx,
+            alloc,
+            // SAFETY: reads the server's function table.
+            should_stop: unsafe { raw::RedisModule_DefragShouldStop },
+        };
+        // SAFETY: the value is a `Box<Project>` (see `keytype`), which nothing else touches
+        // while the server's main thread runs this callback.
+        let project = unsafe { &mut *(*value).cast::<Project>() };
+        match project.defrag(&mut server, u64::from(cursor)) {
+            Progress::Done => 0,
+            Progress::Stopped(next) => {
+                // SAFETY: the context of this late defrag, which has a cursor.
+                let kept = late
+                    && unsafe { raw::RedisModule_DefragCursorSet }.is_some_and(|set| unsafe {
+                        set(ctx, next as c_ulong) == raw::REDISMODULE_OK as c_int
+                    });
+                c_int::from(kept)
+            }
+        }
+    })
+}
