@@ -8,8 +8,13 @@ import io.pathlock.Busy;
 import io.pathlock.Lease;
 import io.pathlock.PathLocks;
 import io.pathlock.TestServers;
+import java.io.IOException;
+import java.io.StringReader;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.Properties;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -83,6 +88,40 @@ class PathLockAutoConfigurationTest {
                         assertThat(System.nanoTime() - started).isGreaterThanOrEqualTo(Duration.ofMillis(240).toNanos());
                     }
                 });
+    }
+
+    @Test
+    void theReadmesPropertiesBindAsPrinted() throws IOException {
+        // The Spring Boot section's properties block of the client's README, read as Spring reads
+        // an application.properties (its spring.data.redis.url names a server of the README's own).
+        Properties readme = readmeProperties();
+        String[] pathlock = readme.stringPropertyNames().stream().filter(name -> name.startsWith("pathlock."))
+                .map(name -> name + "=" + readme.getProperty(name)).sorted().toArray(String[]::new);
+        assertThat(pathlock).hasSizeGreaterThanOrEqualTo(6);
+        runner.withPropertyValues(pathlock).run(context -> {
+            assertThat(context).hasNotFailed();
+            PathLocks project = context.getBean(PathLockTemplate.class).project("42");
+            // What the README's comments say the block gives.
+            assertThat(project.key()).isEqualTo("drive:42");
+            assertThat(project.ttl()).isEqualTo(Duration.ofSeconds(60));
+            assertThat(project.waitFor()).isZero();
+            assertThat(project.replicas()).isZero();
+            assertThat(project.replicasTimeout()).isEqualTo(Duration.ofSeconds(1));
+            assertThat(project.maxWaitingConnections()).isEqualTo(8);
+            try (Lease lease = project.move("/A/C", "/B")) {
+                assertThat(lease.note()).isEqualTo("move /A/C -> /B");
+            }
+        });
+    }
+
+    /** The first properties block of the client README's Spring Boot section. */
+    static Properties readmeProperties() throws IOException {
+        String readme = Files.readString(Path.of("..", "README.md"));
+        String section = readme.substring(readme.indexOf("\n## Spring Boot\n"));
+        int start = section.indexOf("```properties\n") + "```properties\n".length();
+        Properties properties = new Properties();
+        properties.load(new StringReader(section.substring(start, section.indexOf("```", start))));
+        return properties;
     }
 
     @Test
