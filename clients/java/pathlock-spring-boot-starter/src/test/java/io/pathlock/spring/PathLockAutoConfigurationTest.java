@@ -91,6 +91,26 @@ class PathLockAutoConfigurationTest {
     }
 
     @Test
+    void anEmptyNoteIsNoneSoTheOperationsNoteTheirLocks() {
+        // pathlock.note= in a properties file binds the empty string: no note of the application's,
+        // so each lock's note names its operation; operation-notes=false is what sends none.
+        runner.withPropertyValues("pathlock.note=").run(context -> {
+            PathLocks project = context.getBean(PathLockTemplate.class).project("empty-note");
+            assertThat(project.note()).isNull();
+            try (Lease lease = project.move("/A/C", "/B")) {
+                assertThat(lease.note()).isEqualTo("move /A/C -> /B");
+                assertThat(server.command("PATHLOCK.LOCKS", "pathlock:empty-note").get(0).toString())
+                        .contains("move /A/C -> /B");
+            }
+        });
+        runner.withPropertyValues("pathlock.note=", "pathlock.operation-notes=false").run(context -> {
+            try (Lease lease = context.getBean(PathLockTemplate.class).project("no-note").upload("/f")) {
+                assertThat(lease.note()).isNull();
+            }
+        });
+    }
+
+    @Test
     void theReadmesPropertiesBindAsPrinted() throws IOException {
         // The Spring Boot section's properties block of the client's README, read as Spring reads
         // an application.properties (its spring.data.redis.url names a server of the README's own).
