@@ -19,6 +19,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.context.properties.source.InvalidConfigurationPropertyValueException;
 import org.springframework.boot.data.redis.autoconfigure.DataRedisAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
@@ -182,9 +183,25 @@ class PathLockAutoConfigurationTest {
     }
 
     @Test
-    void aBadPropertyStopsTheApplicationWithTheClientsMessage() {
+    void aBadPropertyStopsTheApplicationNamingThePropertyWithTheClientsReason() {
+        // As Spring Boot's own properties do: its failure analysis prints the property, the value
+        // as written and where, and the reason.
         runner.withPropertyValues("pathlock.ttl=0s").run(context -> assertThat(context).hasFailed()
-                .getFailure().rootCause().isInstanceOf(IllegalArgumentException.class).hasMessageContaining("millisecond"));
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class, e -> {
+                    assertThat(e.getName()).isEqualTo("pathlock.ttl");
+                    assertThat(e.getReason()).contains("millisecond");
+                }));
+        runner.withPropertyValues("pathlock.max-waiting-connections=0").run(context -> assertThat(context).hasFailed()
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class,
+                        e -> assertThat(e.getName()).isEqualTo("pathlock.max-waiting-connections")));
+        runner.withPropertyValues("pathlock.replicas=-1").run(context -> assertThat(context).hasFailed()
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class,
+                        e -> assertThat(e.getName()).isEqualTo("pathlock.replicas")));
+        runner.withPropertyValues("pathlock.replicas-timeout=0ms").run(context -> assertThat(context).hasFailed()
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class, e -> {
+                    assertThat(e.getName()).isEqualTo("pathlock.replicas-timeout");
+                    assertThat(e.getReason()).startsWith("replicasTimeout must be a number of milliseconds");
+                }));
     }
 
     @Test
