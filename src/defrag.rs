@@ -11,8 +11,10 @@
 //! Level 1: imports `contain`.
 
 use std::alloc::Layout;
+use std::cell::Cell;
 use std::os::raw::{c_int, c_ulong, c_void};
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use pathlock_core::{Progress, Project, Relocate};
 use redis_module::raw;
@@ -44,7 +46,102 @@ unsafe impl Relocate for Server {
         self.should_stop
             .is_some_and(|should_stop| unsafe { should_stop(self.ctx) } != 0)
     }
+
+    /// Runs `build` with this thread's allocations made and freed as the defragmenter makes
+    /// and frees the ones it moves ([`Allocator`]).
+    fn rebuild(&mut self, build: &mut dyn FnMut()) {
+        let _rebuilding = Rebuilding::start(self.ctx);
+        build();
+    }
 }
+
+/// The defrag context of a rebuild under way, or null: read by [`Allocator`] on every
+/// allocation, so one relaxed load decides the common case.
+static REBUILD_CTX: AtomicPtr<raw::RedisModuleDefragCtx> = AtomicPtr::new(ptr::null_mut());
+
+thread_local! {
+    /// Whether this thread is the one rebuilding: the server's lazy-free thread may free a
+    /// project meanwhile, and its frees stay ordinary. A constant without a destructor, so
+    /// reading it never allocates.
+    static REBUILDER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks a rebuild under way on this thread until dropped (a contained panic included).
+struct Rebuilding;
+
+impl Rebuilding {
+    fn start(ctx: *mut raw::RedisModuleDefragCtx) -> Rebuilding {
+        REBUILDER.with(|rebuilder| rebuilder.set(true));
+        REBUILD_CTX.store(ctx, Ordering::Relaxed);
+        Rebuilding
+    }
+}
+
+impl Drop for Rebuilding {
+    fn drop(&mut self) {
+        REBUILD_CTX.store(ptr::null_mut(), Ordering::Relaxed);
+        REBUILDER.with(|rebuilder| rebuilder.set(false));
+    }
+}
+
+/// The global allocator, built into the module only: unit tests and fuzz targets use the
+/// system's.
+#[cfg(not(any(test, feature = "system-alloc")))]
+mod global {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::cell::Cell;
+    use std::ptr;
+    use std::sync::atomic::Ordering;
+
+    use redis_module::alloc::RedisAlloc;
+    use redis_module::raw;
+
+    use super::{REBUILDER, REBUILD_CTX};
+
+    /// The defrag context when this thread is rebuilding, else null.
+    fn rebuilding() -> *mut raw::RedisModuleDefragCtx {
+        let ctx = REBUILD_CTX.load(Ordering::Relaxed);
+        if ctx.is_null() || !REBUILDER.try_with(Cell::get).unwrap_or(false) {
+            return ptr::null_mut();
+        }
+        ctx
+    }
+
+    /// The module's global allocator: the server's (`RedisAlloc`), except during a rebuild
+    /// ([`Relocate::rebuild`]) on the thread that runs it, where allocations and frees go through
+    /// `RedisModule_DefragAllocRaw`/`DefragFreeRaw`. Those bypass jemalloc's thread cache, as the
+    /// defragmenter's own moves do, so that a rebuilt container lands in the fuller pages instead of
+    /// the sparse one its old copy is leaving; both are the server's allocator, so either kind of
+    /// allocation may be freed by the other kind of free.
+    pub(crate) struct Allocator;
+
+    // SAFETY: every path hands out and takes back allocations of the server's allocator, sized as
+    // `RedisAlloc` sizes them (rounded up to the alignment, which jemalloc's size classes then
+    // honour).
+    unsafe impl GlobalAlloc for Allocator {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let ctx = rebuilding();
+            match unsafe { raw::RedisModule_DefragAllocRaw } {
+                Some(alloc_raw) if !ctx.is_null() => {
+                    let size = (layout.size() + layout.align() - 1) & !(layout.align() - 1);
+                    unsafe { alloc_raw(ctx, size) }.cast()
+                }
+                _ => unsafe { RedisAlloc.alloc(layout) },
+            }
+        }
+
+        unsafe fn dealloc(&self, at: *mut u8, layout: Layout) {
+            let ctx = rebuilding();
+            match unsafe { raw::RedisModule_DefragFreeRaw } {
+                Some(free_raw) if !ctx.is_null() => unsafe { free_raw(ctx, at.cast()) },
+                _ => unsafe { RedisAlloc.dealloc(at, layout) },
+            }
+        }
+    }
+}
+
+#[cfg(not(any(test, feature = "system-alloc")))]
+pub(crate) use global::Allocator;
 
 /// Active defragmentation, on a server whose allocator supports it (Redis or Valkey built with
 /// their bundled jemalloc, `activedefrag yes`): moves the project's own allocation, then every
@@ -89,7 +186,7 @@ pub extern "C" fn defrag(
         // SAFETY: the value is a `Box<Project>` (see `keytype`), which nothing else touches
         // while the server's main thread runs this callback.
         let project = unsafe { &mut *(*value).cast::<Project>() };
-        match project.defrag(&mut server, u64::from(cursor)) {
+        match project.defrag(&mut server, cursor as u64) {
             Progress::Done => 0,
             Progress::Stopped(next) => {
                 // SAFETY: the context of this late defrag, which has a cursor.

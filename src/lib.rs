@@ -107,12 +107,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     })
 }
 
-/// Redis's allocator inside Redis; the system's in unit tests and fuzz targets, where Redis's
-/// would abort on the first allocation.
+/// Redis's allocator inside Redis (through `defrag::Allocator`, which routes a defrag rebuild's
+/// allocations as the defragmenter's); the system's in unit tests and fuzz targets, where
+/// Redis's would abort on the first allocation.
 #[cfg(not(any(test, feature = "system-alloc")))]
 macro_rules! allocator {
     () => {
-        redis_module::alloc::RedisAlloc
+        crate::defrag::Allocator
     };
 }
 #[cfg(any(test, feature = "system-alloc"))]

@@ -24,6 +24,7 @@
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
+use super::defrag::{move_vec, Relocate};
 use crate::alloc::allocation;
 
 const CHUNK_BITS: u32 = 11;
@@ -197,6 +198,41 @@ impl<T: Clone> IndexMut<usize> for Chunks<T> {
     #[inline]
     fn index_mut(&mut self, index: usize) -> &mut T {
         &mut self.chunks[index >> CHUNK_BITS].items_mut()[index & SLOT_MASK]
+    }
+}
+
+impl<T> Chunks<T> {
+    /// For `defrag`: moves the list of chunks, then the buffer of each chunk this vector owns
+    /// alone (a chunk shared with a copy stays where it is).
+    pub(super) fn defrag_buffers<R: Relocate + ?Sized>(&mut self, to: &mut R) {
+        move_vec(&mut self.chunks, to);
+        for chunk in &mut self.chunks {
+            if let Chunk::Owned(items) = chunk {
+                move_vec(items, to);
+            }
+        }
+    }
+
+    /// For `defrag`: hands `each` the elements in slots `from..from + count` that this vector
+    /// owns alone. False when `from` is past the last slot.
+    pub(super) fn defrag_slots<R: Relocate + ?Sized>(
+        &mut self,
+        from: usize,
+        count: usize,
+        to: &mut R,
+        mut each: impl FnMut(&mut T, &mut R),
+    ) -> bool {
+        if from >= self.len {
+            return false;
+        }
+        for slot in from..(from + count).min(self.len) {
+            if let Some(Chunk::Owned(items)) = self.chunks.get_mut(slot >> CHUNK_BITS) {
+                if let Some(item) = items.get_mut(slot & SLOT_MASK) {
+                    each(item, to);
+                }
+            }
+        }
+        true
     }
 }
 

@@ -100,6 +100,14 @@ impl FreeSlots {
     }
 }
 
+impl FreeSlots {
+    /// For `defrag`: moves the bitmap and its summary.
+    pub(super) fn defrag<R: super::defrag::Relocate + ?Sized>(&mut self, to: &mut R) {
+        super::defrag::move_vec(&mut self.bits, to);
+        super::defrag::move_vec(&mut self.summary, to);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;

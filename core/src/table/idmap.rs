@@ -72,3 +72,10 @@ impl<V: Clone> IdMap<V> {
         self.entries.iter().map(|entry| entry.0)
     }
 }
+
+impl<V> IdMap<V> {
+    /// For `defrag`, which moves the table's storage.
+    pub(super) fn entries_mut(&mut self) -> &mut LinearTable<(u32, V)> {
+        &mut self.entries
+    }
+}

@@ -65,6 +65,25 @@ pub(super) struct Notes {
 }
 
 impl Notes {
+    /// For `defrag`: moves the lists of segments of the three tables and rebuilds their
+    /// segment `i`. The texts themselves are shared (`Arc`) and stay. False when `i` is past the
+    /// last segment of all three.
+    pub(super) fn defrag_segment<R: super::defrag::Relocate + ?Sized>(
+        &mut self,
+        i: usize,
+        to: &mut R,
+    ) -> bool {
+        if i == 0 {
+            self.texts.defrag_spine(to);
+            self.owners.entries_mut().defrag_spine(to);
+            self.locks.defrag_spine(to);
+        }
+        let texts = self.texts.defrag_segment(i, to);
+        let owners = self.owners.entries_mut().defrag_segment(i, to);
+        let locks = self.locks.defrag_segment(i, to);
+        texts || owners || locks
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.texts.is_empty()
     }

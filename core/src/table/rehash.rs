@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use super::defrag::{move_vec, rebuild_unique, Relocate};
 use crate::alloc::allocation;
 
 /// The average entries per segment above which a segment splits.
@@ -267,6 +268,24 @@ impl<T: Clone> LinearTable<T> {
             self.level += 1;
             self.split = 0;
         }
+    }
+}
+
+impl<T: Clone> LinearTable<T> {
+    /// For `defrag`: moves the list of segments.
+    pub(super) fn defrag_spine<R: Relocate + ?Sized>(&mut self, to: &mut R) {
+        move_vec(&mut self.segments, to);
+    }
+
+    /// For `defrag`: rebuilds segment `i` in a fresh allocation (hashbrown's, which cannot be
+    /// re-pointed), unless a copy shares it. The clone has the same buckets, so `slots` holds.
+    /// False when `i` is past the last segment.
+    pub(super) fn defrag_segment<R: Relocate + ?Sized>(&mut self, i: usize, to: &mut R) -> bool {
+        let Some(segment) = self.segments.get_mut(i) else {
+            return false;
+        };
+        rebuild_unique(segment, to);
+        true
     }
 }
 

@@ -141,6 +141,34 @@ impl<K: Ord + Copy, V: Copy> SortedRuns<K, V> {
     }
 }
 
+impl<K: Copy, V: Copy> SortedRuns<K, V> {
+    /// For `defrag`: moves the list of runs.
+    pub(super) fn defrag_spine<R: super::defrag::Relocate + ?Sized>(&mut self, to: &mut R) {
+        super::defrag::move_vec(&mut self.runs, to);
+    }
+
+    /// For `defrag`: rebuilds run `i` in a fresh allocation (a `VecDeque`'s cannot be re-pointed),
+    /// unless a copy shares it. False when `i` is past the last run.
+    pub(super) fn defrag_run<R: super::defrag::Relocate + ?Sized>(
+        &mut self,
+        i: usize,
+        to: &mut R,
+    ) -> bool {
+        let Some(run) = self.runs.get_mut(i) else {
+            return false;
+        };
+        if Arc::get_mut(run).is_some() {
+            // A copy of the same capacity, so that the run grows as it would have.
+            to.rebuild(&mut || {
+                let mut fresh = VecDeque::with_capacity(run.capacity());
+                fresh.extend(run.iter().copied());
+                *run = Arc::new(fresh);
+            });
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
