@@ -44,6 +44,8 @@
 //! * `expiry`: the deadline index over owners, and reclaiming what lapsed.
 //! * `conflicts`: deciding a request, and the read-only queries.
 //! * `integrity`: `check_integrity`, apart from what it checks.
+//! * `defrag`: moving all of that storage for the server's active defragmentation, through a
+//!   mover the caller hands in, a bounded piece at a time.
 //! * `chunks`, `rehash`, `idmap`, `sorted`, `free`: the storage under them, which never moves
 //!   what it holds and grows or shrinks a small step at a time, so that no call pauses Redis for
 //!   long at any size.
