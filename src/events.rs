@@ -29,10 +29,9 @@
 //! its own unknown-command error), and a migration started another way (a cluster manager)
 //! makes every later effect built, as above (see `docs/operations.md`, "Scaling out").
 //!
-//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`, `eviction`,
-//! `propagation`, `slot`. Subscribed by
-//! `lib.rs`. Like the keyspace itself in Redis, it never calls into the waiting machinery: it
-//! schedules expiry and queues signals in `registry`.
+//! Level 4: imports `contain`, `context`, `errors`, `eviction`, `keytype`, `propagation`,
+//! `registry`, `schedule`, `slot`. Subscribed by `lib.rs`. Like the keyspace itself in Redis, it
+//! never calls into the waiting machinery: it schedules expiry and queues signals in `registry`.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,7 +62,7 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
         let name = RedisString::create_from_slice(ctx.ctx, key);
         let opened = ctx.open_key_with_flags(&name, look_flags());
         if let Ok(Some(project)) = opened.get_value::<Project>(&PATHLOCK_TYPE) {
-            schedule::schedule(ctx, key, project.locks().next_deadline());
+            schedule::schedule(ctx, key, project);
             if project.locks().has_background_work() {
                 schedule::pending(ctx, key);
             }
@@ -411,7 +410,8 @@ extern "C" fn on_swapdb(
     });
 }
 
-/// A flush is starting: every waiter of the flushed databases is queued again on its key name.
+/// A flush is starting: every waiter of the flushed databases is queued again on its key name,
+/// and the databases' entries leave the expiry schedule.
 extern "C" fn on_flush(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
@@ -424,11 +424,9 @@ extern "C" fn on_flush(
     contained("the flush event", (), || {
         // SAFETY: Redis passes a RedisModuleFlushInfo with the flush-database event.
         let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
-        registry::requeue_db(if info.dbnum < 0 {
-            None
-        } else {
-            Some(info.dbnum)
-        });
+        let db = (info.dbnum >= 0).then_some(info.dbnum);
+        registry::requeue_db(db);
+        schedule::flushed(db, info.sync == 0);
     });
 }
 

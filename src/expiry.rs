@@ -4,8 +4,8 @@
 //! engine's `big`). Background work runs on every server, replicas included, since it changes
 //! nothing anyone sees; when there is some it keeps a quarter of each tick.
 //!
-//! Level 6: imports `change`, `clock`, `contain`, `context`, `schedule`, `slot`, `store`. Started
-//! by `lib.rs`.
+//! Level 7: imports `change`, `clock`, `contain`, `context`, `schedule`, `slot`, `stats`, `store`.
+//! Started by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. Only a master acts, and not while clients are paused or
@@ -36,10 +36,12 @@ use crate::change::{expire_until, free_until};
 use crate::contain::contained;
 use crate::context::in_db;
 use crate::store::Redis;
-use crate::{clock, schedule, slot};
+use crate::{clock, schedule, slot, stats};
 
 /// The next tick when the last one ran out of time with locks still due.
 const BUSY_TICK: Duration = Duration::from_millis(5);
+/// Free slots of the schedule's storage given back per step (a few microseconds).
+const TRIMMED_PER_STEP: usize = 1024;
 /// The time one tick may work. Checked between steps, so a tick overruns it by one step.
 const BUDGET: Duration = Duration::from_millis(1);
 /// How long a due key of a slot being imported waits before the cycle looks at it again.
@@ -65,17 +67,22 @@ pub fn start(ctx: &Context) {
 
 fn tick(ctx: &Context) {
     let started = Instant::now();
+    let cpu = thread_cpu_us();
     let next = contained("the expiry cycle", None, || {
         // Background work, when there is some, keeps a quarter of the tick, so that a steady
-        // expiry does not starve the freeing of a released owner's locks.
-        let expiry_until = if schedule::has_pending() {
+        // expiry does not starve the freeing of a released owner's locks or the schedule's
+        // giving back of its storage.
+        let background = schedule::has_pending() || schedule::has_slack();
+        let expiry_until = if background {
             started + BUDGET * 3 / 4
         } else {
             started + BUDGET
         };
         let due = reclaim_due(ctx, expiry_until);
         let soon = clock::wall_ms() + BUSY_TICK.as_millis() as u64;
-        if free_pending(ctx, started + BUDGET) {
+        let more =
+            background && (free_pending(ctx, started + BUDGET) | trim_schedule(started + BUDGET));
+        if more {
             Some(due.map_or(soon, |at| at.min(soon)))
         } else {
             due
@@ -84,7 +91,45 @@ fn tick(ctx: &Context) {
     if let Some(at) = next {
         schedule::wake_at(ctx, at);
     }
-    report_latency(started.elapsed());
+    let spent = started.elapsed();
+    report_latency(spent);
+    count_tick(spent, thread_cpu_us().saturating_sub(cpu));
+}
+
+/// Counts a tick in `INFO` (`stats`): its wall time and the CPU time it took.
+fn count_tick(spent: Duration, cpu_us: u64) {
+    let us = u64::try_from(spent.as_micros()).unwrap_or(u64::MAX);
+    stats::count(&stats::CYCLES, 1);
+    if us > 1000 {
+        stats::count(&stats::CYCLES_OVER_1MS, 1);
+    }
+    stats::peak(&stats::CYCLE_LONGEST_US, us);
+    stats::peak(&stats::CYCLE_LONGEST_CPU_US, cpu_us);
+}
+
+/// The CPU time of the calling thread so far, in microseconds (0 where it cannot be read).
+fn thread_cpu_us() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the thread's CPU clock into the struct it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return 0;
+    }
+    u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000
+        + u64::try_from(now.tv_nsec).unwrap_or(0) / 1000
+}
+
+/// Gives the schedule's free storage back until `until`, in steps (on any server: it changes
+/// nothing anyone sees). Returns whether some is left.
+fn trim_schedule(until: Instant) -> bool {
+    while Instant::now() < until {
+        if !schedule::trim_some(TRIMMED_PER_STEP) {
+            return false;
+        }
+    }
+    schedule::has_slack()
 }
 
 /// Gives the latency monitor a tick's time, in whole milliseconds as Redis counts its own events;
@@ -127,11 +172,16 @@ extern "C" fn on_cron(
     _data: *mut c_void,
 ) {
     contained("the cron event", (), || {
+        let ctx = Context::new(ctx);
+        // Storage left free by keys that went (a mass release, a flush) is given back by the
+        // tick, on any server.
+        if schedule::has_slack() {
+            schedule::wake_at(&ctx, clock::wall_ms());
+        }
         // Nothing scheduled is the idle server's case, and costs no more than this look.
         if schedule::next_due().is_none() {
             return;
         }
-        let ctx = Context::new(ctx);
         if reclaims(&ctx) {
             schedule::keep_armed(&ctx);
         }
@@ -154,28 +204,25 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
         return None;
     }
     let now = clock::wall_ms();
-    let mut importing = Vec::new();
+    let later = now + IMPORTING_RETRY.as_millis() as u64;
     let mut busy = true;
     while Instant::now() < until {
-        let Some((db, key)) = schedule::pop_due(now) else {
+        let Some(visit) = schedule::pop_due(now) else {
             busy = false;
             break;
         };
-        if slot::IMPORTING.holds_key(&key) {
-            importing.push((db, key));
+        if slot::IMPORTING.holds_key(&visit.key) {
+            schedule::retry_at(&visit, later);
             continue;
         }
-        let done = in_db(ctx, db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &key);
+        let done = in_db(ctx, visit.db, || {
+            let name = RedisString::create_from_slice(ctx.ctx, &visit.key);
             expire_until(&Redis::new(ctx, &name), now, until)
         });
+        schedule::visited(visit);
         if !done {
             break;
         }
-    }
-    let later = now + IMPORTING_RETRY.as_millis() as u64;
-    for (db, key) in importing {
-        in_db(ctx, db, || schedule::schedule(ctx, &key, Some(later)));
     }
     if busy {
         Some(clock::wall_ms() + BUSY_TICK.as_millis() as u64)

@@ -12,15 +12,16 @@
 // files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
 // rewrites them.
 //
-// 0  config, contain, context, docs, errors, fences, slot, stats
+// 0  config, contain, context, docs, errors, fences, slot, stats, timetable
 // 1  args, clock, eviction, propagation, registry, reply, selected_db
-// 2  blocked, effects, keytype, schedule
-// 3  events, info, store
-// 4  grants
-// 5  change
-// 6  expiry, waits
-// 7  commands
-// 8  harness
+// 2  blocked, effects, schedule
+// 3  info, keytype
+// 4  events, store
+// 5  grants
+// 6  change
+// 7  expiry, waits
+// 8  commands
+// 9  harness
 mod args;
 mod blocked;
 mod change;
@@ -49,6 +50,7 @@ mod selected_db;
 mod slot;
 mod stats;
 mod store;
+mod timetable;
 mod waits;
 
 use keytype::PATHLOCK_TYPE;

@@ -6,7 +6,7 @@
 //! generic parameters, never trait objects, so Redis's path is compiled as if it called the
 //! module API directly.
 //!
-//! Level 3: imports `clock`, `context`, `effects`, `errors`, `eviction`, `fences`, `keytype`,
+//! Level 4: imports `clock`, `context`, `effects`, `errors`, `eviction`, `fences`, `keytype`,
 //! `schedule`, `stats`. Used by `change`, `grants`, `waits`, `expiry`, the commands and the
 //! harness.
 //!
@@ -57,9 +57,9 @@ pub trait Store {
     fn replicate(&self, effect: &Effect);
     /// Raises a keyspace event on the key.
     fn notify(&self, event: &'static CStr);
-    /// After a change: the key's earliest deadline for the expiry cycle, and whether it has
-    /// background work.
-    fn schedule(&self, next_deadline: Option<u64>, background_work: bool);
+    /// After a change: files the key in the expiry schedule at its earliest deadline, and
+    /// records its background work.
+    fn schedule(&self, project: &Project);
     /// After a change: marks the key as just used where the eviction policy reads it.
     fn protect(&self);
 
@@ -188,9 +188,9 @@ impl Store for Redis<'_> {
     }
 
     #[inline]
-    fn schedule(&self, next_deadline: Option<u64>, background_work: bool) {
-        schedule::schedule(self.ctx, self.key.as_slice(), next_deadline);
-        if background_work {
+    fn schedule(&self, project: &Project) {
+        schedule::schedule(self.ctx, self.key.as_slice(), project);
+        if project.locks().has_background_work() {
             schedule::pending(self.ctx, self.key.as_slice());
         }
     }
@@ -265,7 +265,7 @@ impl Store for Memory<'_> {
 
     fn notify(&self, _event: &'static CStr) {}
 
-    fn schedule(&self, _next_deadline: Option<u64>, _background_work: bool) {}
+    fn schedule(&self, _project: &Project) {}
 
     fn protect(&self) {}
 }

@@ -5,9 +5,9 @@
 //! (`register`), what the server is told of each (`describe`, through `docs`), the arity every
 //! call is held to before its handler runs, and the fuzz harness's commands.
 //!
-//! Level 7: imports `args`, `change`, `clock`, `context`, `docs`, `effects`, `errors`, `eviction`,
-//! `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`. Registered by `lib.rs`;
-//! run by Redis through `dispatch`, and by the harness through `run_in_memory`.
+//! Level 8: imports `args`, `change`, `clock`, `context`, `docs`, `effects`, `errors`, `eviction`,
+//! `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`. Registered by `lib.rs`; run
+//! by Redis through `dispatch`, and by the harness through `run_in_memory`.
 //!
 //! Each handler (one file each) parses its arguments (`args`), calls the engine
 //! (`pathlock_core`) through `change` (writes) or the store's `read`, replies, and replicates
