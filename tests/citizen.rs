@@ -255,4 +255,25 @@ fn the_expiry_cycles_ticks_are_shown_to_the_latency_monitor() {
     // A tick stops at its 1 ms budget, between two steps; the bound leaves room for a machine
     // that takes the server off its core mid-tick, and still catches a tick that is not bounded.
     assert!(*worst >= 1 && *worst < 50, "worst tick {worst} ms");
+    // INFO's finer figures of the same ticks: the longest in microseconds, of wall time and of
+    // the CPU time that is the module's own work, which a busy machine does not stretch.
+    let field = |con: &mut Connection, name: &str| info_number(con, "pathlock", name);
+    let (ticks, over) = (
+        field(&mut con, "pathlock_total_cycles"),
+        field(&mut con, "pathlock_total_cycles_over_1ms"),
+    );
+    let (wall, cpu) = (
+        field(&mut con, "pathlock_cycle_longest_us"),
+        field(&mut con, "pathlock_cycle_longest_cpu_us"),
+    );
+    eprintln!("{ticks} ticks, {over} over 1 ms; the longest {wall} us, {cpu} us of CPU");
+    assert!(
+        ticks > 10 && (1..=ticks).contains(&over),
+        "{ticks} ticks, {over} over 1 ms"
+    );
+    assert!(wall >= *worst * 1000, "{wall} us, the monitor's {worst} ms");
+    assert!(
+        (900..5000).contains(&cpu) && cpu <= wall,
+        "the longest tick: {cpu} us of CPU, {wall} us of wall time"
+    );
 }
