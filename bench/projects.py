@@ -3,7 +3,8 @@ same run: what a project costs the server along the axis of the number of keys.
 
 `make bench-projects` runs every section; `PROJECTS` (default 1,000,000) is the number of
 projects, `PROJECTS_SECTIONS` (comma-separated names, default all) picks sections, and
-`REDIS_SERVER` the server binary. Each section is one function below, registered with
+`REDIS_SERVER` the server binary, `PROJECTS_NICE` (default -10) the servers' nice level, and
+`PROJECTS_FIFO=1` runs them under SCHED_FIFO instead (root only; see `make bench-latency`). Each section is one function below, registered with
 `@section` in the order it runs; a section prints its Markdown table and adds its rows to
 bench/projects.csv (`row`). Sections that need projects filled can take the servers the `fill`
 section left (`take_filled`) or fill their own (`filled`).
@@ -30,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import ROOT, Server  # noqa: E402
+from latency import lift_rt_throttling, restore_rt_throttling  # noqa: E402
 from owners import Client, command_usec, info  # noqa: E402
 
 PROJECTS = int(os.environ.get("PROJECTS", "1000000"))
@@ -38,6 +40,13 @@ SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 SETTLE_SECONDS = float(os.environ.get("PROJECTS_SETTLE_SECONDS", "10"))
 # The longest a lapse is followed when it does not end (keys that stay after their locks).
 FOLLOW_SECONDS = float(os.environ.get("PROJECTS_FOLLOW_SECONDS", "30"))
+# The servers (and the pinger) run at this nice level when allowed, so that the slow log and the
+# ticks show the server's own work more than the preemptions of a shared machine.
+NICE = int(os.environ.get("PROJECTS_NICE", "-10"))
+# With PROJECTS_FIFO=1 they run under SCHED_FIFO instead (root only), which no ordinary process
+# preempts, with the real-time throttling lifted for the run, as `make bench-latency` does with
+# LATENCY_FIFO=1 (see there): on a loaded machine the slow log then shows the server's own work.
+FIFO = os.environ.get("PROJECTS_FIFO") == "1"
 LONG_TTL = 3_600_000
 MB = 1 << 20
 ROWS = []
@@ -90,8 +99,19 @@ def row(part, measure, value, baseline, unit):
     return ratio
 
 
+def renice(pid):
+    try:
+        if FIFO:
+            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(10))
+        else:
+            os.setpriority(os.PRIO_PROCESS, pid, NICE)
+    except OSError:
+        pass
+
+
 def start_server():
     server = Server(extra=["--enable-debug-command", "local"], binary=SERVER)
+    renice(server.proc.pid)
     c = Client(server.port)
     c.call("CONFIG", "SET", "slowlog-log-slower-than", "500")
     c.call("CONFIG", "SET", "slowlog-max-len", "100000")
@@ -179,6 +199,7 @@ def stop_filled():
 
 def pinger(port, since, stop, results):
     """PINGs once a millisecond; reports the worst round trip of those sent after `since`."""
+    renice(0)
     c = Client(port)
     worst = 0.0
     while not stop.is_set():
@@ -387,14 +408,17 @@ def main():
     if unknown:
         sys.exit(f"unknown sections: {', '.join(sorted(unknown))}")
     version = subprocess.run([SERVER, "--version"], capture_output=True, text=True).stdout
-    print(f"{version.split(' sha=')[0]}; {os.cpu_count()} cores ({platform.machine()}), load "
-          f"average {os.getloadavg()[0]:.1f}; PROJECTS={PROJECTS:,}")
+    print(f"{version.split(' sha=')[0]}{' (SCHED_FIFO)' if FIFO else ''}; {os.cpu_count()} "
+          f"cores ({platform.machine()}), load average {os.getloadavg()[0]:.1f}; "
+          f"PROJECTS={PROJECTS:,}")
+    throttling = lift_rt_throttling() if FIFO else None
     try:
         for s in SECTIONS:
             if s.__name__ in names:
                 s(PROJECTS)
     finally:
         stop_filled()
+        restore_rt_throttling(throttling)
     with open(os.path.join(ROOT, "bench", "projects.csv"), "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["section", "measure", "value", "baseline", "ratio", "unit"])
