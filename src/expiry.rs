@@ -156,7 +156,8 @@ fn free_pending(ctx: &Context, until: Instant) -> bool {
         };
         let more = in_db(ctx, db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &key);
-            free_until(&Redis::new(ctx, &name), until)
+            let more = free_until(&Redis::new(ctx, &name), until);
+            more
         });
         if more {
             schedule::still_pending((db, key));
@@ -219,7 +220,9 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
         }
         let done = in_db(ctx, visit.db, || {
             let name = RedisString::create_from_slice(ctx.ctx, &visit.key);
-            expire_until(&Redis::new(ctx, &name), now, until)
+            // The key's work ends with the statement: a key it emptied goes then.
+            let done = expire_until(&Redis::new(ctx, &name), now, until);
+            done
         });
         schedule::visited(visit);
         if !done {

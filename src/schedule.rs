@@ -177,7 +177,13 @@ fn with_schedule<R>(f: impl FnOnce(&mut Schedule) -> R) -> R {
 /// decides (a replica's and a replay's deadlines are its master's to meet; `keep_armed` takes
 /// them over after a promotion).
 pub fn schedule(ctx: &Context, key: &[u8], project: &Project) {
-    let next = project.locks().next_deadline();
+    // An empty project is due at once: where this server decides, the cycle deletes its key
+    // (one loaded from an RDB written before empty projects went, or left on a replica promoted
+    // before its master's deletion came); elsewhere the master's deletion takes the entry.
+    let next = project
+        .locks()
+        .next_deadline()
+        .or_else(|| project.is_empty().then_some(0));
     let db = selected_db(ctx);
     let earlier = with_schedule(|s| {
         let slot = s.slots.slot(db);

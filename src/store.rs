@@ -19,17 +19,19 @@
 //! inspect a key as `TTL` or `TYPE` do, without touching it, and the module's own work (the
 //! expiry cycle, the signal worker, a waiter's timeout) opens keys with `NOTOUCH` too.
 
+use std::cell::Cell;
 use std::ffi::CStr;
 
 use pathlock_core::Project;
 use redis_module::key::KeyFlags;
-use redis_module::{Context, RedisError, RedisString};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisString};
 
-use crate::context::{decides, in_command, notify, selected_db};
+use crate::contain::contained;
+use crate::context::{decides, flags, in_command, notify, selected_db};
 use crate::effects::{Effect, Kind};
 use crate::errors::wrong_type;
 use crate::keytype::PATHLOCK_TYPE;
-use crate::{clock, eviction, fences, schedule, stats};
+use crate::{clock, eviction, fences, propagation, schedule, stats};
 
 /// One project key and where it lives: what `change`, `grants` and the handlers use to open it,
 /// and to replicate, announce and schedule what they did to it.
@@ -42,8 +44,13 @@ pub trait Store {
     fn now_ms(&self) -> u64;
     /// Whether this call decides, rather than applies a master's decision (`context::decides`).
     fn decides(&self) -> bool;
+    /// Whether a project left with no lock and no waiter is deleted here: where this server
+    /// decides and is a master. A replica and a replay keep it for their master's deletion.
+    fn deletes_empty(&self) -> bool;
     /// Runs `write` on the project. A missing key is created when `create` is set, and otherwise
-    /// answers `Ok(None)`; a key of another type answers `WRONGTYPE`, naming the key.
+    /// answers `Ok(None)`; a key of another type answers `WRONGTYPE`, naming the key. A project
+    /// that `write` leaves with no lock and no waiter is no key: where `deletes_empty`, the key
+    /// is deleted (announced and replicated as a deletion, unless this call created it).
     fn write<R>(
         &self,
         create: bool,
@@ -90,16 +97,69 @@ fn created(store: &impl Store) -> Project {
     project
 }
 
-/// A key of the server's keyspace, in the context's selected database.
-#[derive(Clone, Copy)]
+/// A key of the server's keyspace, in the context's selected database, for one piece of work
+/// on it (a command, a step of the expiry cycle, a waiter's timeout, the signal worker's visit).
+///
+/// **A project left empty is deleted when the work ends**, as Redis deletes an empty list: when
+/// a change leaves it with no lock and no waiter where this server decides (`deletes_empty`), the
+/// key is deleted as the value is dropped, after everything the work replicated and announced
+/// (a command replicates its effect after its change), so replicas and the AOF receive the
+/// effect and then `UNLINK key`, and subscribers `pathlock.release` and then `del`. A key this
+/// very work created and that told nobody anything (an `ACQUIRE` that granted nothing) is only
+/// taken back.
 pub struct Redis<'a> {
     pub ctx: &'a Context,
     pub key: &'a RedisString,
+    /// A change left the project empty.
+    emptied: Cell<bool>,
+    /// This work created the key.
+    created: Cell<bool>,
+    /// This work replicated or announced something about the key.
+    told: Cell<bool>,
 }
 
 impl<'a> Redis<'a> {
     pub fn new(ctx: &'a Context, key: &'a RedisString) -> Redis<'a> {
-        Redis { ctx, key }
+        Redis {
+            ctx,
+            key,
+            emptied: Cell::new(false),
+            created: Cell::new(false),
+            told: Cell::new(false),
+        }
+    }
+
+    /// Deletes the key, if it still holds an empty project: unlinked (so a table whose buried
+    /// locks are still being freed goes to the server's lazy-free thread, as with `UNLINK`), then
+    /// `del` for subscribers and `UNLINK key` for replicas and the AOF, unless nobody was told of
+    /// the key (see the type).
+    fn delete_if_empty(&self) {
+        let key = self
+            .ctx
+            .open_key_writable_with_flags(self.key, KeyFlags::NOTOUCH);
+        let empty = matches!(key.get_value::<Project>(&PATHLOCK_TYPE), Ok(Some(p)) if p.is_empty());
+        if !empty {
+            return;
+        }
+        let _ = key.unlink();
+        if self.created.get() && !self.told.get() {
+            return;
+        }
+        // SAFETY: the event name is a NUL-terminated literal and the key a live RedisModuleString;
+        // Redis copies what it keeps.
+        unsafe {
+            if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+                notify(
+                    self.ctx.ctx,
+                    raw::REDISMODULE_NOTIFY_GENERIC,
+                    c"del".as_ptr(),
+                    self.key.inner,
+                );
+            }
+        }
+        if propagation::listened(self.ctx) {
+            self.ctx.replicate("UNLINK", &[self.key.as_slice()][..]);
+        }
     }
 
     /// Runs `maintain` on the project, if there is one, for work that changes nothing a client
@@ -116,6 +176,14 @@ impl<'a> Redis<'a> {
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
         Ok(project.map(maintain))
+    }
+}
+
+impl Drop for Redis<'_> {
+    fn drop(&mut self) {
+        if self.emptied.get() {
+            contained("deleting an empty project", (), || self.delete_if_empty());
+        }
     }
 }
 
@@ -140,6 +208,10 @@ impl Store for Redis<'_> {
         decides(self.ctx)
     }
 
+    fn deletes_empty(&self) -> bool {
+        self.decides() && flags(self.ctx).contains(ContextFlags::MASTER)
+    }
+
     fn write<R>(
         &self,
         create: bool,
@@ -152,21 +224,27 @@ impl Store for Redis<'_> {
         };
         let key = self.ctx.open_key_writable_with_flags(self.key, touch);
         let wrong_type = |_| RedisError::String(wrong_type(self.key.as_slice()));
-        if let Some(project) = key
+        if key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(wrong_type)?
+            .is_none()
         {
-            return Ok(Some(write(project)));
+            if !create {
+                return Ok(None);
+            }
+            key.set_value(&PATHLOCK_TYPE, created(self))?;
+            stats::track(&stats::KEYS, 0, 1);
+            self.created.set(true);
         }
-        if !create {
-            return Ok(None);
-        }
-        key.set_value(&PATHLOCK_TYPE, created(self))?;
-        stats::track(&stats::KEYS, 0, 1);
-        Ok(key
+        let Some(project) = key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(wrong_type)?
-            .map(write))
+        else {
+            return Ok(None);
+        };
+        let result = write(project);
+        self.emptied.set(project.is_empty() && self.deletes_empty());
+        Ok(Some(result))
     }
 
     fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {
@@ -179,16 +257,22 @@ impl Store for Redis<'_> {
 
     #[inline]
     fn replicate(&self, effect: &Effect) {
+        self.told.set(true);
         effect.replicate(self.ctx, self.key);
     }
 
     #[inline]
     fn notify(&self, event: &'static CStr) {
+        self.told.set(true);
         notify(self.ctx, event, self.key);
     }
 
     #[inline]
     fn schedule(&self, project: &Project) {
+        // A project left empty here is about to be deleted, and leaves the schedule with it.
+        if project.is_empty() && self.deletes_empty() {
+            return;
+        }
         schedule::schedule(self.ctx, self.key.as_slice(), project);
         if project.locks().has_background_work() {
             schedule::pending(self.ctx, self.key.as_slice());
@@ -230,20 +314,27 @@ impl Store for Memory<'_> {
         true
     }
 
+    fn deletes_empty(&self) -> bool {
+        true
+    }
+
     fn write<R>(
         &self,
         create: bool,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
         let mut projects = self.projects.borrow_mut();
-        if let Some(project) = projects.get_mut(self.key) {
-            return Ok(Some(write(project)));
-        }
-        if !create {
+        if !create && !projects.contains_key(self.key) {
             return Ok(None);
         }
-        let project = projects.entry(self.key.to_vec()).or_insert(created(self));
-        Ok(Some(write(project)))
+        let project = projects
+            .entry(self.key.to_vec())
+            .or_insert_with(|| created(self));
+        let result = write(project);
+        if project.is_empty() {
+            projects.remove(self.key);
+        }
+        Ok(Some(result))
     }
 
     fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {
