@@ -4,8 +4,8 @@
 //! engine's `big`). Background work runs on every server, replicas included, since it changes
 //! nothing anyone sees; when there is some it keeps a quarter of each tick.
 //!
-//! Level 7: imports `change`, `clock`, `contain`, `context`, `schedule`, `slot`, `stats`, `store`.
-//! Started by `lib.rs`.
+//! Level 7: imports `change`, `clock`, `contain`, `schedule`, `slot`, `stats`, `store`. Started by
+//! `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. Only a master acts, and not while clients are paused or
@@ -30,12 +30,11 @@
 use std::os::raw::c_void;
 use std::time::{Duration, Instant};
 
-use redis_module::{raw, Context, ContextFlags, RedisString};
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
-use crate::context::in_db;
-use crate::store::Redis;
+use crate::store::ServerKey;
 use crate::{clock, schedule, slot, stats};
 
 /// The next tick when the last one ran out of time with locks still due.
@@ -65,6 +64,8 @@ pub fn start(ctx: &Context) {
     }
 }
 
+/// The expiry cycle's tick, from `schedule`'s timer: reclaims what is due and works off the
+/// background work, within `BUDGET`, and arms the timer for the next tick.
 fn tick(ctx: &Context) {
     let started = Instant::now();
     let cpu = thread_cpu_us();
@@ -154,11 +155,7 @@ fn free_pending(ctx: &Context, until: Instant) -> bool {
         let Some((db, key)) = schedule::pop_pending() else {
             return false;
         };
-        let more = in_db(ctx, db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &key);
-            let more = free_until(&Redis::new(ctx, &name), until);
-            more
-        });
+        let more = ServerKey::visit(ctx, db, &key, |key| free_until(key, until));
         if more {
             schedule::still_pending((db, key));
             return true;
@@ -218,11 +215,8 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
             schedule::retry_at(&visit, later);
             continue;
         }
-        let done = in_db(ctx, visit.db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &visit.key);
-            // The key's work ends with the statement: a key it emptied goes then.
-            let done = expire_until(&Redis::new(ctx, &name), now, until);
-            done
+        let done = ServerKey::visit(ctx, visit.db, &visit.key, |key| {
+            expire_until(key, now, until)
         });
         schedule::visited(visit);
         if !done {

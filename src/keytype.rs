@@ -1,9 +1,9 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 3: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`, `registry`,
-//! `schedule`, `selected_db`, `stats`. Its callbacks are called by Redis; `store` and `events` use
-//! its type handle. A value leaving its key only queues a signal in `registry`; it never calls into
-//! the waiting machinery.
+//! Level 3: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
+//! `move_db_workaround`, `registry`, `schedule`, `stats`. Its callbacks are called by Redis;
+//! `store` uses its type handle. A value leaving its key only queues a signal in `registry`; it
+//! never calls into the waiting machinery.
 //!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
 //! only carries its items through `RedisModule_Save*`/`Load*`, so the checks that refuse a
@@ -20,8 +20,8 @@ use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::errors::{logged, HINT_LOWER_IMPOSSIBLE_FENCES};
-use crate::{clock, config, eviction, fences, registry, schedule, selected_db, stats};
+use crate::errors::{for_log, HINT_LOWER_IMPOSSIBLE_FENCES};
+use crate::{clock, config, eviction, fences, move_db_workaround, registry, schedule, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -147,11 +147,11 @@ extern "C" fn copy(
 }
 
 /// `COPY` calls this rather than `copy` where the server has it (Redis 7.0, Valkey): the same
-/// copy, and the source database for `selected_db`.
+/// copy, and the source database for `move_db_workaround`.
 extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     // SAFETY: the server passes the live key context of this COPY.
     if let Some(from_db) = unsafe { raw::RedisModule_GetDbIdFromOptCtx } {
-        selected_db::copying_from(unsafe { from_db(ctx) });
+        move_db_workaround::copying_from(unsafe { from_db(ctx) });
     }
     copy(std::ptr::null_mut(), std::ptr::null_mut(), value)
 }
@@ -347,6 +347,7 @@ impl persist::Sink for Rdb {
     }
 }
 
+/// Writes a project into an RDB file or a `DUMP` payload.
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     contained("rdb_save", (), || {
         // SAFETY: see `project`.
@@ -360,6 +361,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     })
 }
 
+/// Reads a project from an RDB file or a `RESTORE` payload, refusing one that does not check.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     contained("rdb_load", std::ptr::null_mut(), || {
         if encver > ENCODING_VERSION {
@@ -443,7 +445,7 @@ fn key_name(rdb: *mut raw::RedisModuleIO) -> String {
             .map(|f| f(rdb))
             .and_then(|name| name_of(name.cast_mut()))
     };
-    logged(name.unwrap_or_default())
+    for_log(name.unwrap_or_default())
 }
 
 /// Saves the server's fence mark (`fences`) ahead of the keys of every RDB: snapshots, the AOF's

@@ -12,25 +12,39 @@
 // files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
 // rewrites them.
 //
-// 0  config, contain, context, docs, errors, fences, slot, stats, timetable
-// 1  args, clock, eviction, propagation, registry, reply, selected_db
+// 0  command_docs, config, contain, context, errors, fences, reply, slot, stats, timetable
+// 1  args, clock, eviction, move_db_workaround, propagation, registry
 // 2  blocked, effects, schedule
 // 3  info, keytype
-// 4  events, store
-// 5  grants
+// 4  store
+// 5  events, grants
 // 6  change
 // 7  expiry, waits
 // 8  commands
 // 9  harness
+//
+// The subsystems: the modules each kind of work passes through, from where Redis calls in.
+// `scripts/import-cycles.py` fails when a module is in none, and writes their table and the
+// table of every entry point Redis calls (with the first sentence of its doc) in ARCHITECTURE.md.
+//
+// command path: commands, command_docs, args, config, change, grants, store, reply, clock
+// waiting: waits, blocked, registry, grants, change, store, slot
+// background work: expiry, schedule, timetable, change, store
+// replication: effects, propagation, fences, commands, change
+// keyspace events: events, eviction, move_db_workaround, registry, schedule, slot
+// the key type: keytype, fences
+// introspection: info, stats
+// shared: contain, context, errors
+// testing: harness
 mod args;
 mod blocked;
 mod change;
 mod clock;
+mod command_docs;
 mod commands;
 mod config;
 mod contain;
 mod context;
-mod docs;
 mod effects;
 mod errors;
 mod events;
@@ -42,11 +56,11 @@ mod grants;
 pub mod harness;
 mod info;
 mod keytype;
+mod move_db_workaround;
 mod propagation;
 mod registry;
 mod reply;
 mod schedule;
-mod selected_db;
 mod slot;
 mod stats;
 mod store;
@@ -57,6 +71,8 @@ use keytype::PATHLOCK_TYPE;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
+/// Loads the module: registers its commands, subscribes to the server's events, starts the
+/// expiry cycle and registers the signal worker.
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     contain::contained("loading the module", Status::Err, || {
         // Without this option a short read while loading an RDB or a RESTORE payload kills the
@@ -114,7 +130,7 @@ redis_module! {
     event_handlers: [
         [@GENERIC @LOADED @EVICTED: events::on_keyspace_event],
         // Last: it undoes Valkey 8.1's database switch after every subscriber ran.
-        [@GENERIC: selected_db::on_keyspace_event],
+        [@GENERIC: move_db_workaround::on_keyspace_event],
     ],
     configurations: [
         i64: [

@@ -431,6 +431,7 @@ fn arm(ctx: &Context, armed: &mut Option<Armed>, at: u64, now: u64) {
     });
 }
 
+/// The one timer of the expiry cycle fired: runs the tick `expiry` registered (`set_tick`).
 fn fire(ctx: &Context, (): ()) {
     *ARMED.lock().unwrap_or_else(|p| p.into_inner()) = None;
     if let Some(tick) = TICK.get() {

@@ -208,27 +208,6 @@ impl Project {
         )
     }
 
-    /// [`Project::acquire`] for a token [`Token::generate`] has just made (see
-    /// [`Request::generated`]).
-    pub fn acquire_generated(
-        &mut self,
-        now: u64,
-        token: &Token,
-        ttl: u64,
-        items: &[(Mode, Path)],
-    ) -> Option<u64> {
-        self.acquire_request(
-            now,
-            &Request {
-                token,
-                generated: true,
-                ttl,
-                items,
-                note: None,
-            },
-        )
-    }
-
     /// [`Project::acquire`] of a whole [`Request`]: `ACQUIRE` as the module makes it, with its
     /// note kept with the locks as [`LockTable::grant_noted`] does.
     pub fn acquire_request(&mut self, now: u64, request: &Request) -> Option<u64> {

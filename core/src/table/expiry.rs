@@ -7,8 +7,8 @@
 
 use super::ids::{OwnerId, NONE};
 use super::LockTable;
+use crate::lock::Freed;
 use crate::lock::{Mode, PackedToken, Token};
-use crate::Freed;
 
 impl LockTable {
     /// The earliest lease of any owner, lapsed or not.

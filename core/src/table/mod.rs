@@ -77,9 +77,8 @@ use std::collections::VecDeque;
 
 use hashbrown::DefaultHashBuilder;
 
-use crate::lock::{Mode, Note, PackedToken, Token};
+use crate::lock::{Freed, Mode, Note, PackedToken, Token};
 use crate::path::Path;
-use crate::Freed;
 use big::{BigMark, BigOwner};
 // The arenas' storage serves the module too: its expiry schedule keeps an entry per project
 // key in one, so that it never grows or shrinks in one step at any number of keys.
