@@ -114,10 +114,18 @@ macro_rules! allocator {
         redis_module::alloc::RedisAlloc
     };
 }
-#[cfg(any(test, feature = "system-alloc"))]
+#[cfg(all(feature = "system-alloc", not(test)))]
 macro_rules! allocator {
     () => {
         std::alloc::System
+    };
+}
+/// Unit tests use the system's allocator through one that notes each thread's largest single
+/// allocation, so that a test can hold a structure's growth steps to a bound.
+#[cfg(test)]
+macro_rules! allocator {
+    () => {
+        crate::timetable::LargestAllocation
     };
 }
 
