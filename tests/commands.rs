@@ -492,54 +492,6 @@ fn limits_follow_the_module_configs() {
 }
 
 #[test]
-fn commands_declare_their_flags_and_key_position() {
-    let server = Server::start();
-    let mut con = server.conn();
-    for (name, flag, args) in [
-        ("pathlock.acquire", "denyoom", &["WRITE", "/A"][..]),
-        ("pathlock.release", "write", &["token"][..]),
-        ("pathlock.renew", "write", &["token", "100"][..]),
-    ] {
-        let info: Value = cmd("COMMAND")
-            .arg("INFO")
-            .arg(name)
-            .query(&mut con)
-            .expect("COMMAND INFO");
-        let text = format!("{info:?}");
-        assert!(text.contains(&format!("\"{flag}\"")), "{name}: {text}");
-        assert!(text.contains("\"write\""), "{name}: {text}");
-        let keys: Vec<String> = cmd("COMMAND")
-            .arg(&["GETKEYS", name, "proj:7"])
-            .arg(args)
-            .query(&mut con)
-            .expect("COMMAND GETKEYS");
-        assert_eq!(keys, vec!["proj:7".to_string()]);
-    }
-    for (name, args) in [
-        ("pathlock.locks", &["/A", "TOKEN", "t"][..]),
-        ("pathlock.check", &["READ", "/A"][..]),
-        ("pathlock.waiters", &["/A"][..]),
-    ] {
-        let info: Value = cmd("COMMAND")
-            .arg("INFO")
-            .arg(name)
-            .query(&mut con)
-            .expect("INFO");
-        let text = format!("{info:?}");
-        assert!(
-            text.contains("\"readonly\"") && !text.contains("\"write\""),
-            "{name}: {text}"
-        );
-        let keys: Vec<String> = cmd("COMMAND")
-            .arg(&["GETKEYS", name, "proj:7"])
-            .arg(args)
-            .query(&mut con)
-            .expect("COMMAND GETKEYS");
-        assert_eq!(keys, vec!["proj:7".to_string()]);
-    }
-}
-
-#[test]
 fn acquire_inside_multi_exec_applies_atomically() {
     let server = Server::start();
     let mut con = server.conn();

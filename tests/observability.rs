@@ -1,5 +1,6 @@
 //! What operators and applications see: keyspace events, module configs (from a config file and
-//! at run time), COMMAND DOCS, ACL key patterns, and inspection of a large project.
+//! at run time), and inspection of a large project. COMMAND DOCS is checked in `command_docs.rs`,
+//! ACL users in `acl.rs`.
 
 mod common;
 
@@ -181,56 +182,6 @@ fn a_server_refuses_to_start_with_a_bad_config() {
         .status()
         .expect("redis-server");
     assert!(!status.success());
-}
-
-#[test]
-fn command_docs_and_arity_come_from_the_module() {
-    let server = Server::start();
-    let mut con = server.conn();
-    let docs: Value = cmd("COMMAND")
-        .arg(&["DOCS", "pathlock.acquire"])
-        .query(&mut con)
-        .expect("DOCS");
-    let text = format!("{docs:?}");
-    assert!(text.contains("all or nothing"), "{text}");
-    assert!(text.contains("complexity"), "{text}");
-    let error = error_from(&mut con, &[b"PATHLOCK.LOCKS"]);
-    assert!(
-        error.starts_with("ERR wrong number of arguments"),
-        "{error}"
-    );
-}
-
-#[test]
-fn acl_key_patterns_apply_to_pathlock_commands() {
-    let server = Server::start();
-    let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg(&["SETUSER", "alice", "on", ">secret", "~proj:*", "+@all"])
-        .query(&mut admin)
-        .expect("ACL SETUSER");
-    assert!(take(&mut admin, "other:1", "admin", &["WRITE", "/x"]));
-    let mut alice = server.conn();
-    let _: () = cmd("AUTH")
-        .arg(&["alice", "secret"])
-        .query(&mut alice)
-        .expect("AUTH");
-    assert!(take(&mut alice, "proj:1", "alice", &["WRITE", "/A"]));
-    for args in [
-        &[&b"PATHLOCK.ACQUIRE"[..], b"other:1", b"WRITE", b"/A"][..],
-        &[b"PATHLOCK.RELEASE", b"other:1", b"admin"],
-        &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
-        &[b"PATHLOCK.LOCKS", b"other:1"],
-        &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
-    ] {
-        let error = error_from(&mut alice, args);
-        assert!(error.starts_with("NOPERM"), "{args:?}: {error}");
-    }
-    assert_eq!(
-        lock_set(&mut admin, "other:1").len(),
-        1,
-        "alice changed nothing"
-    );
 }
 
 #[test]

@@ -302,6 +302,23 @@ pub fn error_from(con: &mut Connection, args: &[&[u8]]) -> String {
     error_of(command.query::<Value>(con))
 }
 
+/// Sends each call and asserts that the server answers it with an error that starts with the
+/// text beside it.
+pub fn assert_errors(con: &mut Connection, cases: &[(&[&[u8]], &str)]) {
+    for (args, expected) in cases {
+        let error = error_from(con, args);
+        assert!(error.starts_with(expected), "{args:?}: {error}");
+    }
+}
+
+/// `assert_errors` with one beginning for every call's error (`NOPERM`, `MOVED`, ...).
+pub fn assert_refused(con: &mut Connection, prefix: &str, calls: &[&[&[u8]]]) {
+    for args in calls {
+        let error = error_from(con, args);
+        assert!(error.starts_with(prefix), "{args:?}: {error}");
+    }
+}
+
 impl Server {
     /// A replica of `master`, started with the same module and synced before it returns.
     pub fn replica_of(master: &Server, extra: &[&str]) -> Server {
