@@ -58,12 +58,15 @@ pub fn cli_binary() -> OsString {
 }
 
 /// A relative path is made absolute here, because servers start in directories of their own.
+/// Symbolic links are kept, not resolved: Debian's `/usr/bin/redis-server` is a link to
+/// `redis-check-rdb`, one binary that acts as the server or the checker by the name it is run by.
 fn binary_from(variable: &str, default: &str) -> OsString {
     match std::env::var_os(variable).filter(|v| !v.is_empty()) {
         Some(given) if PathBuf::from(&given).components().count() > 1 => {
-            std::fs::canonicalize(&given)
-                .unwrap_or_else(|e| panic!("{variable}={given:?}: {e}"))
-                .into_os_string()
+            let path =
+                std::path::absolute(&given).unwrap_or_else(|e| panic!("{variable}={given:?}: {e}"));
+            assert!(path.exists(), "{variable}={given:?}: no such file");
+            path.into_os_string()
         }
         Some(given) => given,
         None => default.into(),
