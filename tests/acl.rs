@@ -32,6 +32,17 @@ fn categories_expected(con: &mut Connection) -> Option<bool> {
     }
 }
 
+/// Every command a client sends, on `other:1`: a key outside the `proj:*` pattern of the users
+/// below.
+const ON_OTHER_KEY: [&[&[u8]]; 6] = [
+    &[b"PATHLOCK.ACQUIRE", b"other:1", b"WRITE", b"/A"],
+    &[b"PATHLOCK.RELEASE", b"other:1", b"admin"],
+    &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
+    &[b"PATHLOCK.LOCKS", b"other:1"],
+    &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
+    &[b"PATHLOCK.WAITERS", b"other:1"],
+];
+
 fn user(server: &Server, admin: &mut Connection, name: &str, rules: &[&str]) -> Connection {
     let _: () = cmd("ACL")
         .arg(&["SETUSER", name, "reset", "on", ">pw"])
@@ -85,26 +96,19 @@ fn a_read_only_user_may_inspect_but_not_lock() {
         &["TTL", "600000", "WRITE", "/A/C"]
     ));
     let mut reader = user(&server, &mut admin, "reader", &dashboard_rules());
-    let listed: Vec<Value> = cmd("PATHLOCK.LOCKS")
-        .arg("proj:1")
-        .query(&mut reader)
-        .expect("LOCKS with read permission");
-    assert_eq!(listed.len(), 1);
-    let blockers: Vec<Value> = cmd("PATHLOCK.CHECK")
-        .arg(&["proj:1", "WRITE", "/A"])
-        .query(&mut reader)
-        .expect("CHECK with read permission");
-    assert_eq!(blockers.len(), 1);
-    let owned: Vec<Value> = cmd("PATHLOCK.LOCKS")
-        .arg(&["proj:1", "TOKEN", "t"])
-        .query(&mut reader)
-        .expect("LOCKS TOKEN with read permission");
-    assert_eq!(owned.len(), 1);
-    let waiting: Vec<Value> = cmd("PATHLOCK.WAITERS")
-        .arg(&["proj:1", "/A"])
-        .query(&mut reader)
-        .expect("WAITERS with read permission");
-    assert!(waiting.is_empty());
+    assert_eq!(count_entries(&mut reader, &["PATHLOCK.LOCKS", "proj:1"]), 1);
+    assert_eq!(
+        count_entries(&mut reader, &["PATHLOCK.CHECK", "proj:1", "WRITE", "/A"]),
+        1
+    );
+    assert_eq!(
+        count_entries(&mut reader, &["PATHLOCK.LOCKS", "proj:1", "TOKEN", "t"]),
+        1
+    );
+    assert_eq!(
+        count_entries(&mut reader, &["PATHLOCK.WAITERS", "proj:1", "/A"]),
+        0
+    );
     // Given the writing commands too, the user still lacks write permission on the key.
     let _: () = cmd("ACL")
         .arg(&[
@@ -151,16 +155,11 @@ fn an_application_user_locks_only_its_keys_and_never_needs_the_effect_command() 
         "a",
         &["TTL", "60000", "WRITE", "/A"]
     ));
-    let listed: Vec<Value> = cmd("PATHLOCK.LOCKS")
-        .arg("proj:1")
-        .query(&mut app)
-        .expect("LOCKS");
-    assert_eq!(listed.len(), 1);
-    let blockers: Vec<Value> = cmd("PATHLOCK.CHECK")
-        .arg(&["proj:1", "READ", "/A/b"])
-        .query(&mut app)
-        .expect("CHECK");
-    assert_eq!(blockers.len(), 1);
+    assert_eq!(count_entries(&mut app, &["PATHLOCK.LOCKS", "proj:1"]), 1);
+    assert_eq!(
+        count_entries(&mut app, &["PATHLOCK.CHECK", "proj:1", "READ", "/A/b"]),
+        1
+    );
     assert_eq!(renew(&mut app, "proj:1", "a", 60_000), 1);
     // A blocking acquire, which the category must allow too.
     let waited: Option<(String, i64)> = cmd("PATHLOCK.ACQUIRE")
@@ -170,16 +169,11 @@ fn an_application_user_locks_only_its_keys_and_never_needs_the_effect_command() 
     assert_eq!(waited, None);
     assert_eq!(release(&mut app, "proj:1", "a", &[]), 1);
     // Other keys, other commands and the replication-only command are refused.
+    assert_refused(&mut app, "NOPERM", &ON_OTHER_KEY);
     assert_refused(
         &mut app,
         "NOPERM",
         &[
-            &[b"PATHLOCK.ACQUIRE", b"other:1", b"WRITE", b"/A"],
-            &[b"PATHLOCK.RELEASE", b"other:1", b"admin"],
-            &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
-            &[b"PATHLOCK.LOCKS", b"other:1"],
-            &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
-            &[b"PATHLOCK.WAITERS", b"other:1"],
             &[b"PATHLOCK.EFFECT", b"proj:1", b"FENCE", b"9"],
             &[b"GET", b"proj:1"],
             &[b"DEL", b"proj:1"],
@@ -253,16 +247,11 @@ fn the_commands_are_in_the_usual_categories_where_the_server_has_them() {
     // `+@read` alone is enough for a dashboard with read permission on the keys.
     assert!(take(&mut admin, "proj:2", "t", &["WRITE", "/A"]));
     let mut reader = user(&server, &mut admin, "reader", &["%R~proj:*", "+@read"]);
-    let listed: Vec<Value> = cmd("PATHLOCK.LOCKS")
-        .arg("proj:2")
-        .query(&mut reader)
-        .expect("LOCKS under +@read");
-    assert_eq!(listed.len(), 1);
-    let waiting: Vec<Value> = cmd("PATHLOCK.WAITERS")
-        .arg("proj:2")
-        .query(&mut reader)
-        .expect("WAITERS under +@read");
-    assert!(waiting.is_empty());
+    assert_eq!(count_entries(&mut reader, &["PATHLOCK.LOCKS", "proj:2"]), 1);
+    assert_eq!(
+        count_entries(&mut reader, &["PATHLOCK.WAITERS", "proj:2"]),
+        0
+    );
     let error = error_from(
         &mut reader,
         &[b"PATHLOCK.ACQUIRE", b"proj:2", b"READ", b"/B"],
@@ -277,17 +266,7 @@ fn key_patterns_hold_for_a_user_given_every_command() {
     assert!(take(&mut admin, "other:1", "admin", &["WRITE", "/x"]));
     let mut alice = user(&server, &mut admin, "alice", &["~proj:*", "+@all"]);
     assert!(take(&mut alice, "proj:1", "alice", &["WRITE", "/A"]));
-    assert_refused(
-        &mut alice,
-        "NOPERM",
-        &[
-            &[b"PATHLOCK.ACQUIRE", b"other:1", b"WRITE", b"/A"],
-            &[b"PATHLOCK.RELEASE", b"other:1", b"admin"],
-            &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
-            &[b"PATHLOCK.LOCKS", b"other:1"],
-            &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
-        ],
-    );
+    assert_refused(&mut alice, "NOPERM", &ON_OTHER_KEY);
     assert_eq!(
         lock_set(&mut admin, "other:1").len(),
         1,

@@ -222,14 +222,15 @@ fn other_types_answer_wrongtype() {
     let server = Server::start();
     let mut con = server.conn();
     let _: () = cmd("SET").arg("s").arg("1").query(&mut con).expect("SET");
-    for args in [
-        &[&b"PATHLOCK.ACQUIRE"[..], b"s", b"WRITE", b"/A"][..],
-        &[b"PATHLOCK.RELEASE", b"s", b"t"],
-        &[b"PATHLOCK.RENEW", b"s", b"t", b"100"],
-    ] {
-        let error = error_from(&mut con, args);
-        assert!(error.starts_with("WRONGTYPE"), "{error}");
-    }
+    assert_refused(
+        &mut con,
+        "WRONGTYPE",
+        &[
+            &[b"PATHLOCK.ACQUIRE", b"s", b"WRITE", b"/A"],
+            &[b"PATHLOCK.RELEASE", b"s", b"t"],
+            &[b"PATHLOCK.RENEW", b"s", b"t", b"100"],
+        ],
+    );
     let value: String = cmd("GET").arg("s").query(&mut con).expect("GET");
     assert_eq!(value, "1");
 }

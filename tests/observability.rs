@@ -173,15 +173,8 @@ fn configs_are_validated_and_changed_at_run_time() {
 
 #[test]
 fn a_server_refuses_to_start_with_a_bad_config() {
-    let status = std::process::Command::new(server_binary())
-        .args(["--port", "0", "--loadmodule"])
-        .arg(module_path())
-        .args(["--pathlock.max-depth", "0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("redis-server");
-    assert!(!status.success());
+    let (status, log) = start_refused(None, &["--pathlock.max-depth", "0"]);
+    assert!(!status.success(), "{status:?}; its log:\n{log}");
 }
 
 #[test]
@@ -190,18 +183,8 @@ fn inspecting_a_narrow_subtree_of_a_large_project_is_cheap() {
     let mut con = server.conn();
     let n = 100_000;
     hold_many(&mut con, "big", n, "READ", 1000);
-    let time = |con: &mut Connection, command: &str, args: &[&str]| -> (usize, f64) {
-        let _: () = cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(con)
-            .expect("RESETSTAT");
-        let mut count = 0;
-        for _ in 0..5 {
-            let entries: Vec<LockEntry> =
-                cmd(command).arg("big").arg(args).query(con).expect("query");
-            count = entries.len();
-        }
-        (count, usec_per_call(con, command))
+    let time = |con: &mut Connection, command: &str, args: &[&str]| {
+        timed_listing::<LockEntry>(con, command, "big", args)
     };
     let (narrow, narrow_us) = time(&mut con, "PATHLOCK.LOCKS", &["/d7"]);
     let (all, all_us) = time(&mut con, "PATHLOCK.LOCKS", &[]);
