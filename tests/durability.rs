@@ -127,14 +127,7 @@ fn acknowledged_grants_survive_sigkill_with_appendfsync_always() {
 
 #[test]
 fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
-    let mut server = Server::start_with(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]);
+    let mut server = Server::start_with(&aof_always("no"));
     let mut con = server.conn();
     populate(&mut con, "p");
     burst(&mut con, "p", 0, 100);
@@ -177,14 +170,7 @@ fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
 fn a_project_emptied_by_its_releases_is_no_key_and_its_fences_climb_across_rewrite_and_restart() {
     for aof in [true, false] {
         let mut server = if aof {
-            Server::start_with(&[
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--aof-use-rdb-preamble",
-                "no",
-            ])
+            Server::start_with(&aof_always("no"))
         } else {
             Server::start()
         };
