@@ -8,7 +8,7 @@
 mod common;
 
 use std::thread::sleep;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -209,11 +209,32 @@ fn a_project_saved_copied_or_renamed_while_it_frees_keeps_only_what_counts() {
 fn a_request_over_a_mountain_of_lapsed_locks_is_decided_without_reclaiming_them() {
     const LAPSED: usize = 20_000;
     let (_master, _replica, mut m, mut r) = master_and_replica();
-    hold_many_for(&mut m, "p", LAPSED, "WRITE", 100, 1500);
-    // The server sleeps past every deadline, then runs the transaction before its expiry
+    // Every lock must still be live when the fill ends, or the expiry cycle reclaims some before
+    // the transaction: a TTL of 1.5 s was overrun at load 15 (15,594 left). So the TTL starts at
+    // 2 s and doubles, on a fresh key, until the fill takes at most half of it.
+    let mut ttl = Duration::from_secs(2);
+    loop {
+        let start = Instant::now();
+        hold_many_for(&mut m, "p", LAPSED, "WRITE", 100, ttl.as_millis() as u64);
+        let took = start.elapsed();
+        if took * 2 <= ttl {
+            break;
+        }
+        assert!(
+            ttl < Duration::from_secs(60),
+            "filling {LAPSED} locks took {took:?}"
+        );
+        let _: () = cmd("DEL").arg("p").query(&mut m).expect("DEL");
+        ttl *= 2;
+    }
+    // The server sleeps past every deadline (the last lock's is at most a TTL from now), then runs the transaction before its expiry
     // cycle can reclaim anything: each request meets the whole mountain.
+    let asleep = (ttl + Duration::from_millis(100)).as_secs_f64();
     let mut pipe = redis::pipe();
-    pipe.cmd("DEBUG").arg(&["SLEEP", "1.6"]).ignore();
+    pipe.cmd("DEBUG")
+        .arg("SLEEP")
+        .arg(format!("{asleep:.3}"))
+        .ignore();
     pipe.cmd("MULTI").ignore();
     pipe.cmd("PATHLOCK.ACQUIRE")
         .arg(&["p", "TOKEN", "root", "WRITE", "/"])
