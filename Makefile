@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-instructions fuzz clean dist test-dist
+.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-instructions bench-java fuzz clean dist test-dist
 
 # The servers of the compatibility table (docs/operations.md). `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
@@ -64,8 +64,10 @@ test-node: build
 	cd clients/node && npm ci && npm run build && npm test
 
 # The Java client (clients/java, a multi-module Maven build resolving from Maven Central) against
-# servers its tests start: a single one, a master with a replica, and a 3-master cluster. `verify`
-# also builds the jars a release publishes (sources, and javadoc with no doclint warning).
+# servers its tests start: a single one, a master with a replica, and a 3-master cluster; then the
+# Spring Boot starter's tests (a single server, a cluster) and the example application
+# (examples/spring-drive) on the client of the same build. `verify` also builds the jars a release
+# publishes (sources, and javadoc with no doclint warning).
 .PHONY: test-java
 test-java: build
 	@scripts/deps.sh test java
@@ -120,6 +122,15 @@ test-cluster: build
 test-redis-suite: build
 	@scripts/deps.sh suite
 	scripts/redis-suite.sh $(if $(filter no,$(SUITE_MODULE)),--without-module,$(MODULE))
+
+# Lock plus release of one path through the Java client beside Redisson's RLock, Spring
+# Integration's RedisLockRegistry and the users' Lua scripts through RedisTemplate, at 0 to 100,000
+# locks held, and a folder move beside a Redisson MultiLock (bench/java, about 6 minutes; BENCH_SIZES,
+# BENCH_ROUNDS, BENCH_SECONDS, BENCH_THREADS); see bench/README.md.
+bench-java: build
+	@scripts/deps.sh test java
+	cd clients/java && mvn -B -ntp -q -Pbench package -DskipTests -pl ../../bench/java -am
+	scripts/with-redis.sh sh -c 'exec java -cp "bench/java/target/classes:$$(cat bench/java/target/classpath.txt)" io.pathlock.bench.LockBench'
 
 # Side by side with the old Lua script and SET NX PX, then the engine alone; see bench/README.md.
 bench: build

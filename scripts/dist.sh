@@ -9,8 +9,9 @@
 #           in .venv-dist, the wheel built from the sdist)
 #   node    pathlock-<version>.tgz (npm pack: dist/*.js and *.d.ts inside, no install script)
 #   rust    pathlock-client-<version>.crate (cargo package; `make test-dist` builds it alone)
-#   java    pathlock-client-<version>.jar, -sources.jar, -javadoc.jar and .pom (Maven, from Maven
-#           Central; the pom flattened, so it needs no parent installed beside it)
+#   java    pathlock-client-<version>.jar, -sources.jar, -javadoc.jar and .pom, and the same four of
+#           pathlock-spring-boot-starter (Maven, from Maven Central; the poms flattened, so they
+#           need no parent installed beside them)
 #   go      pathlock-go-<version>.tar.gz: the Go module's source (clients/go without its bench
 #           module), for a `replace` directive until the module is fetched by its path
 #
@@ -183,13 +184,16 @@ java_version() {
 # builds them, tests skipped (they ran there). `make test-dist` installs them into a fresh local
 # repository as the client's README says.
 build_java() {
-    local version artifact
+    local version module artifact
     version=$(java_version)
     (cd clients/java && mvn -B -ntp -q package -DskipTests)
-    for artifact in "pathlock-client-$version.jar" "pathlock-client-$version-sources.jar" \
-        "pathlock-client-$version-javadoc.jar" "pathlock-client-$version.pom"; do
-        cp "clients/java/pathlock-client/target/$artifact" "$out/"
-        ls "$out/$artifact"
+    # The client and the Spring Boot starter (the example application in the same build is not published).
+    for module in pathlock-client pathlock-spring-boot-starter; do
+        for artifact in "$module-$version.jar" "$module-$version-sources.jar" "$module-$version-javadoc.jar" \
+            "$module-$version.pom"; do
+            cp "clients/java/$module/target/$artifact" "$out/"
+            ls "$out/$artifact"
+        done
     done
 }
 

@@ -272,9 +272,15 @@ jar=$(only "pathlock-client-$java_version.jar")
 pom=$(only "pathlock-client-$java_version.pom")
 sources=$(only "pathlock-client-$java_version-sources.jar")
 javadoc=$(only "pathlock-client-$java_version-javadoc.jar")
-! grep -q '<parent>' "$pom" || fail "$(basename "$pom") names a parent, which a user would have to install too"
-for tag in name description url licenses scm developers; do
-    grep -Eq "<$tag[ >]" "$pom" || fail "$(basename "$pom") has no <$tag>"
+# The Spring Boot starter's four files, with a pom that stands alone as the client's does (its
+# tests, and the example application's on it, ran in make test-java).
+starter_pom=$(only "pathlock-spring-boot-starter-$java_version.pom")
+for part in "" -sources -javadoc; do only "pathlock-spring-boot-starter-$java_version$part.jar" >/dev/null; done
+for checked in "$pom" "$starter_pom"; do
+    ! grep -q '<parent>' "$checked" || fail "$(basename "$checked") names a parent, which a user would have to install too"
+    for tag in name description url licenses scm developers; do
+        grep -Eq "<$tag[ >]" "$checked" || fail "$(basename "$checked") has no <$tag>"
+    done
 done
 m2=$work/m2
 app=$work/java-app

@@ -134,12 +134,12 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 			// the slot moved, or is moving; the request goes to the node named.
 			redirects++
 			g.mayHold = g.unsure && g.a.fresh
+			if cluster := g.pin.pool.cluster; cluster != nil && !isAsk {
+				cluster.ReloadState(ctx)
+			}
 			g.pin.close()
 			g.pin = nil
 			addr, askFirst = to, isAsk
-			if cluster := g.l.blockingPool().cluster; cluster != nil && !isAsk {
-				cluster.ReloadState(ctx)
-			}
 			continue
 		}
 		if !transient(err) {
@@ -277,6 +277,7 @@ func acquireArgs(key string, a ask, wait time.Duration) []any {
 
 // pinned is one connection of the blocking pool, held for the commands of one blocking call.
 type pinned struct {
+	pool *blockingPool
 	conn *redis.Conn
 	node *redis.Client
 	// id is the connection's CLIENT ID, known when the caller's context can be cancelled: a
@@ -288,16 +289,17 @@ type pinned struct {
 // pin takes a connection of the blocking pool to the key's server (or addr's, after a
 // redirection), with a read timeout that covers the call's waits.
 func (l *Locks) pin(ctx context.Context, addr string, s settings) (*pinned, error) {
-	pool := l.blockingPool()
+	pool := takePool(l.client)
 	node, err := pool.node(ctx, l.key, addr)
 	if err != nil {
+		pool.put()
 		return nil, err
 	}
 	timeout := pool.grace + s.wait + time.Millisecond
 	if s.replicas > 0 {
 		timeout += s.replicasTimeout
 	}
-	p := &pinned{conn: node.WithTimeout(timeout).Conn(), node: node}
+	p := &pinned{pool: pool, conn: node.WithTimeout(timeout).Conn(), node: node}
 	if ctx.Done() != nil && s.wait > 0 {
 		if p.id, err = p.conn.ClientID(ctx).Result(); err != nil {
 			p.close()
@@ -336,6 +338,7 @@ func (p *pinned) do(ctx context.Context, asking bool, args []any) (any, error) {
 
 func (p *pinned) close() {
 	_ = p.conn.Close()
+	p.pool.put()
 }
 
 // newToken is a random UUID v4 in its canonical form, which the module stores compactly.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -208,4 +209,87 @@ func TestAGrantThatWaitedLongerThanAThirdOfItsTTLIsRenewedAtOnce(t *testing.T) {
 	if err := lease.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// An application that makes a client per tenant (or a test suite, one per test) and closes it
+// after a waiting acquire leaves nothing open behind it: the blocking pool made for each client
+// is closed once unused, and one still in use is made again at its next wait.
+func TestABlockingPoolIsClosedOnceUnused(t *testing.T) {
+	// Not parallel: it sets how long every pool may stay unused.
+	idle := func(d time.Duration) {
+		poolsMu.Lock()
+		poolIdleTime = d
+		poolsMu.Unlock()
+	}
+	registered := func(c redis.UniversalClient) bool {
+		poolsMu.Lock()
+		defer poolsMu.Unlock()
+		return pools[c] != nil
+	}
+	// expire starts a short idle period for the pool of c, as a call that just gave it back.
+	expire := func(c redis.UniversalClient) {
+		idle(50 * time.Millisecond)
+		takePool(c).put()
+	}
+	t.Cleanup(func() { idle(time.Minute) })
+
+	t.Run("closed clients", func(t *testing.T) {
+		idle(time.Hour)
+		srv := sharedServer(t)
+		admin := sharedClient(t)
+		const name = "closed-client-pool"
+		named := func() int {
+			list, err := admin.ClientList(bg).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.Count(list, " name="+name+" ")
+		}
+		var closed []*redis.Client
+		for range 3 {
+			c := redis.NewClient(&redis.Options{Addr: srv.addr(), ClientName: name})
+			lease, err := mustNew(t, c, testKey(t)).Upload(bg, "/A", WithWait(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.Release(bg); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.Close()
+			closed = append(closed, c)
+		}
+		// What used to stay for ever: each closed client's blocking pool, with a connection.
+		if n := named(); n != len(closed) {
+			t.Fatalf("%d connections named %s before the pools' idle time, want %d", n, name, len(closed))
+		}
+		for _, c := range closed {
+			expire(c)
+		}
+		waitUntil(t, 5*time.Second, "the closed clients' pools to close", func() bool { return named() == 0 })
+		for _, c := range closed {
+			if registered(c) {
+				t.Fatal("a closed client's pool is still registered")
+			}
+		}
+	})
+
+	t.Run("a client still in use", func(t *testing.T) {
+		for _, c := range []redis.UniversalClient{sharedClient(t), clusterClient(t, sharedCluster(t))} {
+			locks := mustNew(t, c, testKey(t))
+			for round := range 2 {
+				lease, err := locks.Upload(bg, "/A", WithWait(time.Second))
+				if err != nil {
+					t.Fatalf("%T, round %d: %v", c, round, err)
+				}
+				if err := lease.Release(bg); err != nil {
+					t.Fatal(err)
+				}
+				if !registered(c) {
+					t.Fatalf("%T: no pool after a wait", c)
+				}
+				expire(c)
+				waitUntil(t, 5*time.Second, "the pool to close", func() bool { return !registered(c) })
+			}
+		}
+	})
 }

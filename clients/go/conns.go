@@ -32,6 +32,12 @@ import (
 // renewals. Each blocking call pins one connection of that pool (Conn), with a read timeout
 // that covers its wait, and sends WAIT on the connection that made the grant, since WAIT
 // counts that connection's writes.
+//
+// go-redis tells nobody when the application closes its client, so a blocking pool is closed,
+// and dropped from the registry, once nothing has used it for poolIdleTime: otherwise every
+// client an application made and closed (one per tenant, or per test) would leave its blocking
+// pool's idle connections open on the server, its goroutines running, and itself reachable. The
+// next blocking call on a client still in use makes a new pool.
 
 // blockingPool is the pool of blocking calls made from one application client.
 type blockingPool struct {
@@ -40,6 +46,14 @@ type blockingPool struct {
 	// grace is added to a blocking call's own length for its read timeout: the application's
 	// read timeout, which is what it allows any command beyond its work on the server.
 	grace time.Duration
+
+	// The registry's bookkeeping, under poolsMu: the application client it was made from (its
+	// key in pools), how many calls use it now, when the last one gave it back, and the timer
+	// that retires it (one per pool, set again by every call that leaves it unused).
+	client   redis.UniversalClient
+	users    int
+	lastUsed time.Time
+	idle     *time.Timer
 }
 
 // failoverAddr is the Addr go-redis gives the options of a failover client
@@ -53,6 +67,9 @@ const maxIdleBlocking = 4
 var (
 	poolsMu sync.Mutex
 	pools   = map[redis.UniversalClient]*blockingPool{}
+	// poolIdleTime is how long a blocking pool may go unused before it is closed (a variable
+	// for the tests, read and set under poolsMu).
+	poolIdleTime = time.Minute
 )
 
 // checkClient refuses a client whose commands cannot be routed to one project key's server.
@@ -66,14 +83,57 @@ func checkClient(client redis.UniversalClient) error {
 	return invalid("a %T is not supported: give a *redis.Client (standalone or failover) or a *redis.ClusterClient", client)
 }
 
-// blockingFor answers the blocking pool of an application client, made on first use.
-func blockingFor(client redis.UniversalClient) *blockingPool {
+// takePool answers the blocking pool of an application client, made on first use, for one
+// call, which gives it back with put.
+func takePool(client redis.UniversalClient) *blockingPool {
 	poolsMu.Lock()
 	defer poolsMu.Unlock()
-	if pool, ok := pools[client]; ok {
-		return pool
+	pool, ok := pools[client]
+	if !ok {
+		pool = newPool(client)
+		pools[client] = pool
 	}
-	pool := &blockingPool{}
+	pool.users++
+	return pool
+}
+
+// put gives back a pool taken by takePool; the last user starts its idle period.
+func (p *blockingPool) put() {
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	p.users--
+	p.lastUsed = time.Now()
+	if p.users > 0 {
+		return
+	}
+	if p.idle == nil {
+		p.idle = time.AfterFunc(poolIdleTime, p.retire)
+	} else {
+		p.idle.Reset(poolIdleTime)
+	}
+}
+
+// retire closes the pool and drops it from the registry if nobody has used it for its idle
+// time. A timer that finds it in use, or used since, does nothing: the call that leaves it
+// unused sets the timer again.
+func (p *blockingPool) retire() {
+	poolsMu.Lock()
+	if p.users > 0 || time.Since(p.lastUsed) < poolIdleTime || pools[p.client] != p {
+		poolsMu.Unlock()
+		return
+	}
+	delete(pools, p.client)
+	poolsMu.Unlock()
+	if p.single != nil {
+		_ = p.single.Close()
+	} else {
+		_ = p.cluster.Close()
+	}
+}
+
+// newPool makes the blocking pool of an application client (poolsMu held).
+func newPool(client redis.UniversalClient) *blockingPool {
+	pool := &blockingPool{client: client}
 	switch c := client.(type) {
 	case *redis.Client:
 		opt := *c.Options()
@@ -113,7 +173,6 @@ func blockingFor(client redis.UniversalClient) *blockingPool {
 		opt.MaxRetries = -1
 		pool.cluster = redis.NewClusterClient(&opt)
 	}
-	pools[client] = pool
 	return pool
 }
 
@@ -192,11 +251,30 @@ func wrongType(err error) bool {
 	return redis.HasErrorPrefix(err, "WRONGTYPE")
 }
 
-// about turns the server's WRONGTYPE about key into a [*WrongTypeError]; other errors are
-// answered as they are.
+// refusedArguments are the module's replies to an argument beyond one of its limits
+// (pathlock.max-ttl, max-path-bytes, max-depth, max-paths-per-call, max-note-bytes), which the
+// client cannot check before sending, as the server's configuration sets them
+// (docs/commands.md, Errors). A path too long or too deep is often a user's, so it must be told
+// from a server in trouble.
+var refusedArguments = []string{
+	"ERR invalid TTL", "ERR invalid WAIT", "ERR too many paths", "ERR NOTE too long",
+	"ERR path too long", "ERR path too deep", "ERR invalid path",
+}
+
+// about turns the server's WRONGTYPE about key into a [*WrongTypeError], and its refusal of an
+// argument into an error that errors.Is [ErrInvalid] and still unwraps to the server's error;
+// other errors are answered as they are.
 func about(key string, err error) error {
 	if wrongType(err) {
 		return &WrongTypeError{Key: key, Err: err}
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		for _, prefix := range refusedArguments {
+			if strings.HasPrefix(rerr.Error(), prefix) {
+				return fmt.Errorf("%w: the server refused a request on \"%s\": %w", ErrInvalid, escapeKey(key), err)
+			}
+		}
 	}
 	return err
 }

@@ -26,7 +26,9 @@ var (
 	// ErrWrongType: the key holds another type of value than a pathlock project.
 	ErrWrongType = errors.New("pathlock: wrong type")
 	// ErrInvalid: a request that cannot be right, refused before anything is sent (an empty
-	// path, the project root given to an operation helper, a TTL under 1 ms, ...).
+	// path, the project root given to an operation helper, a TTL under 1 ms, ...), or by the
+	// server's limits (a path too long or too deep, a TTL above pathlock.max-ttl, ...), whose
+	// error errors.As then finds inside.
 	ErrInvalid = errors.New("pathlock: invalid argument")
 )
 

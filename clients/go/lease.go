@@ -13,6 +13,8 @@ const (
 	statusHeld status = iota
 	statusLost
 	statusReleased
+	// statusDropped: released because the context it was acquired with ended, not by Release.
+	statusDropped
 )
 
 // Lease is the locks granted to one owner (its token), kept alive by a watchdog that renews
@@ -28,8 +30,10 @@ const (
 // not [ErrLeaseLost]; Err stays nil and IsLost false, as nothing was lost.
 //
 // A lease belongs to the context it was acquired with, as a database/sql transaction does:
-// when that context ends, the lease is released (in the background). To bound only how long an
-// acquire waits for busy locks, use [WithWait], not a context with a timeout.
+// when that context ends, the lease is released (in the background), and work still running
+// under it learns so from all three: its context and Lost end, and Err answers [ErrReleased]
+// wrapping that context's cause (IsLost stays false). To bound only how long an acquire waits
+// for busy locks, use [WithWait], not a context with a timeout.
 //
 // A Lease is safe for use by several goroutines.
 type Lease struct {
@@ -81,7 +85,8 @@ func startLease(parent context.Context, l *Locks, token string, g granted, reque
 	lease.mu.Lock()
 	lease.timer = time.AfterFunc(time.Until(lease.nextRenew), lease.fire)
 	lease.stopParent = context.AfterFunc(parent, func() {
-		_ = lease.release(lease.values, fmt.Errorf("%w: the context it was acquired with ended: %w", ErrReleased, context.Cause(parent)))
+		_ = lease.release(lease.values, statusDropped,
+			fmt.Errorf("%w: the context it was acquired with ended: %w", ErrReleased, context.Cause(parent)))
 	})
 	lease.mu.Unlock()
 	return lease
@@ -117,14 +122,16 @@ func (l *Lease) Requests() []Request {
 	return append([]Request(nil), l.requests...)
 }
 
-// Err is the loss: a [*LeaseLostError] once the lease is lost (errors.Is(err, ErrLeaseLost)),
-// nil while it is held and after a normal release, as the other clients' checks pass after a
-// release. Poll it between steps of long work; once [Lease.Lost] is closed, it tells a loss
-// from a release.
+// Err says why work under the lease must stop: a [*LeaseLostError] once the lease is lost
+// (errors.Is(err, ErrLeaseLost)), or [ErrReleased] wrapping the cause of the context it was
+// acquired with once that context ended and released it (its locks are free for others, though
+// nothing was lost). It is nil while the lease is held and after [Lease.Release], as the other
+// clients' checks pass after a release. Poll it between steps of long work; once [Lease.Lost]
+// is closed, it tells a loss, or the end of the context, from a release.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.status != statusLost {
+	if l.status != statusLost && l.status != statusDropped {
 		return nil
 	}
 	return l.err
@@ -147,7 +154,7 @@ func (l *Lease) IsLost() bool {
 
 // Lost answers a channel that is closed when the lease ends: at once when it is lost, and when
 // it is released, so that nothing waits on it forever. [Lease.Err] then says which: the loss,
-// or nil after a release.
+// the end of the context it was acquired with, or nil after [Lease.Release].
 func (l *Lease) Lost() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -178,7 +185,8 @@ func (l *Lease) Context() context.Context {
 func (l *Lease) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state := [...]string{statusHeld: "held", statusLost: "lost", statusReleased: "released"}[l.status]
+	state := [...]string{statusHeld: "held", statusLost: "lost", statusReleased: "released",
+		statusDropped: "released (its context ended)"}[l.status]
 	return fmt.Sprintf("Lease(%s fence=%d %s %v)", l.token, l.fence, state, l.requests)
 }
 
@@ -299,10 +307,11 @@ func (l *Lease) renew() {
 // returns the error and retries in the background until the TTL has passed, by when the locks
 // have expired anyway.
 func (l *Lease) Release(ctx context.Context) error {
-	return l.release(ctx, ErrReleased)
+	return l.release(ctx, statusReleased, ErrReleased)
 }
 
-func (l *Lease) release(ctx context.Context, cause error) error {
+// release ends the lease as st (released, or dropped with its context) and frees its locks.
+func (l *Lease) release(ctx context.Context, st status, cause error) error {
 	l.mu.Lock()
 	if l.freeing {
 		l.mu.Unlock()
@@ -311,7 +320,7 @@ func (l *Lease) release(ctx context.Context, cause error) error {
 	l.freeing = true
 	wasLost := l.status == statusLost
 	l.mu.Unlock()
-	l.end(statusReleased, cause)
+	l.end(st, cause)
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}

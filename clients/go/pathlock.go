@@ -9,13 +9,19 @@
 // its Lost channel and its Err.
 //
 //	locks, err := pathlock.New(rdb, "proj:42")
+//	if err != nil {
+//		return err
+//	}
 //	lease, err := locks.Move(ctx, "/A/C", "/B") // WRITE /A/C, WRITE /B/C
 //	var busy *pathlock.BusyError
 //	if errors.As(err, &busy) {
 //		// busy.Blockers: who holds what, and why (their notes)
 //	}
+//	if err != nil {
+//		return err
+//	}
 //	defer lease.Release(ctx)
-//	err = moveFolder(lease.Context(), "/A/C", "/B/C", lease.Fence())
+//	return moveFolder(lease.Context(), "/A/C", "/B/C", lease.Fence())
 //
 // The clients of every language follow one contract, docs/clients.md in the project; this
 // package's README says where Go differs.
@@ -25,7 +31,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -37,19 +42,21 @@ type Locks struct {
 	client redis.UniversalClient
 	key    string
 	s      settings
-
-	poolOnce sync.Once
-	pool     *blockingPool
 }
 
 // New makes a handle for the project key on client, a *redis.Client (standalone, or the failover
 // client of redis.NewFailoverClient) or a *redis.ClusterClient. The options set the defaults of
 // every lease it takes: [WithTTL] (30 s), [WithWait] (0), [WithReplicas] (0),
 // [WithReplicasTimeout] (1 s), [WithNote] (none: each operation's own). It fails with
-// [ErrInvalid] for another kind of client or an option that cannot be right.
+// [ErrInvalid] for another kind of client, an empty key, or an option that cannot be right.
 func New(client redis.UniversalClient, key string, options ...Option) (*Locks, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
+	}
+	if key == "" {
+		// Redis takes "" as a key like any other, so an unset variable would put every project's
+		// locks in one: the same mistake the helpers refuse in an empty path.
+		return nil, invalid(`the project key is empty: name the project's key ("proj:42")`)
 	}
 	s, err := defaults().with(options)
 	if err != nil {
@@ -60,11 +67,6 @@ func New(client redis.UniversalClient, key string, options ...Option) (*Locks, e
 
 // Key is the project key.
 func (l *Locks) Key() string { return l.key }
-
-func (l *Locks) blockingPool() *blockingPool {
-	l.poolOnce.Do(func() { l.pool = blockingFor(l.client) })
-	return l.pool
-}
 
 // acquire takes a new lease on requests: the call's options over the handle's, the note the
 // call's, else the handle's, else the operation's own (name).

@@ -36,34 +36,7 @@ func TestTheReadmeProgramRunsAsWritten(t *testing.T) {
 	// The program's server is the default one; here it is the test server.
 	program = strings.Replace(program, `"localhost:6379"`, `"`+addr+`"`, 1)
 
-	here, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	goMod := "module newcomer\n\ngo 1.22\n\nrequire github.com/pathlock/pathlock/clients/go v0.1.0\n\n" +
-		"replace github.com/pathlock/pathlock/clients/go => " + here + "\n"
-	sum, err := os.ReadFile("go.sum")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, text := range map[string]string{"go.mod": goMod, "go.sum": string(sum), "main.go": program} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Everything it needs is in the module cache already: nothing is fetched.
-	run := func(name string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(name, args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-		return string(out)
-	}
+	dir, run := newcomerModule(t, program)
 	run("go", "mod", "tidy")
 	run("go", "build", "-o", "program", ".")
 	out := run(filepath.Join(dir, "program"))
@@ -84,6 +57,85 @@ func TestTheReadmeProgramRunsAsWritten(t *testing.T) {
 	_ = bob.Release(ctx)
 	if out != "/A/C is locked (WRITE) by bob: rename /A/C to /A/D\n" {
 		t.Fatalf("printed %q", out)
+	}
+}
+
+// newcomerModule writes program as the main.go of a fresh module that points at this checkout
+// with a replace directive, as the README's Install says, and answers its folder and a runner of
+// commands in it.
+func newcomerModule(t *testing.T, program string) (string, func(name string, args ...string) string) {
+	t.Helper()
+	here, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	goMod := "module newcomer\n\ngo 1.22\n\nrequire github.com/pathlock/pathlock/clients/go v0.1.0\n\n" +
+		"replace github.com/pathlock/pathlock/clients/go => " + here + "\n"
+	sum, err := os.ReadFile("go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"go.mod": goMod, "go.sum": string(sum), "main.go": program} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Everything it needs is in the module cache already: nothing is fetched.
+	return dir, func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+}
+
+// The project README's Go lines are the body of a function that returns an error, as a
+// newcomer pastes them into a handler: they must build, pass vet and be gofmt'd as printed.
+func TestTheProjectReadmesGoLinesBuild(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(readme, -1)
+	if len(blocks) != 1 {
+		t.Fatalf("%d Go blocks in the project README, not 1", len(blocks))
+	}
+	body := regexp.MustCompile(`(?m)^(.)`).ReplaceAllString(string(blocks[0][1]), "\t$1")
+	program := `package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pathlock/pathlock/clients/go"
+)
+
+func main() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	_ = move(context.Background(), rdb)
+}
+
+// moveFolder stands for the application's work.
+func moveFolder(ctx context.Context, from, to string, fence int64) error { return ctx.Err() }
+
+func move(ctx context.Context, rdb *redis.Client) error {
+` + body + "}\n"
+	_, run := newcomerModule(t, program)
+	run("go", "mod", "tidy")
+	run("go", "vet", ".")
+	if out := run("gofmt", "-l", "."); out != "" {
+		t.Fatalf("not gofmt'd as printed:\n%s", run("gofmt", "-d", "."))
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestDefaultNotesStayShortAndTokensAreUUIDv4(t *testing.T) {
@@ -61,6 +63,10 @@ func TestPathsAndOptionsTheContractDoesNotList(t *testing.T) {
 	if _, err := New(nil, testKey(t)); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
 	}
+	// An empty key is a variable that was never set (as the Node.js and Java clients say too).
+	if locks, err := New(c, ""); locks != nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "the project key is empty") {
+		t.Fatal(err)
+	}
 	locks := mustNew(t, c, testKey(t))
 	refused := []struct {
 		call func() (*Lease, error)
@@ -81,6 +87,35 @@ func TestPathsAndOptionsTheContractDoesNotList(t *testing.T) {
 	}
 	if _, err := locks.Check(bg, nil, ""); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
+	}
+	// Beyond the server's limits (its defaults here), which the client cannot know before it
+	// asks: ErrInvalid too, naming the key, with the server's error inside.
+	many := make([]Request, 65)
+	for i := range many {
+		many[i] = Request{Write, fmt.Sprintf("/f%d", i)}
+	}
+	beyond := []struct {
+		call func() (*Lease, error)
+		says string
+	}{
+		{func() (*Lease, error) { return locks.Upload(bg, "/"+strings.Repeat("a", 5000)) }, "path too long"},
+		{func() (*Lease, error) { return locks.Upload(bg, strings.Repeat("/a", 300)) }, "path too deep"},
+		{func() (*Lease, error) { return locks.Lock(bg, many) }, "too many paths"},
+		{func() (*Lease, error) { return locks.Upload(bg, "/A", WithNote(strings.Repeat("n", 300))) }, "NOTE too long"},
+		{func() (*Lease, error) { return locks.Upload(bg, "/A", WithTTL(48*time.Hour)) }, "invalid TTL"},
+		{func() (*Lease, error) { return locks.Upload(bg, "/A", WithWait(48*time.Hour)) }, "invalid WAIT"},
+		{func() (*Lease, error) { _, err := locks.Check(bg, many, ""); return nil, err }, "too many paths"},
+	}
+	for i, tc := range beyond {
+		lease, err := tc.call()
+		var server redis.Error
+		if lease != nil || !errors.Is(err, ErrInvalid) || !errors.As(err, &server) || !strings.Contains(server.Error(), tc.says) ||
+			!strings.Contains(err.Error(), `refused a request on "`+testKey(t)+`"`) {
+			t.Errorf("case %d: want ErrInvalid with the server's %q, got %v", i, tc.says, err)
+		}
+	}
+	if all := held(t, c, testKey(t)); len(all) != 0 {
+		t.Fatalf("refused requests left %v", all)
 	}
 	// What goes on the wire: a TTL of 60 s and half a millisecond is 60001 ms, a wait of 1.5 ms
 	// is 2 ms, and an empty note sends no NOTE.

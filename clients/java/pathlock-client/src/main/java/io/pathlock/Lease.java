@@ -78,6 +78,8 @@ public final class Lease implements AutoCloseable {
     private long countUnsureUntil = System.nanoTime();
     private ScheduledFuture<?> timer;
     private long timerAt = Long.MAX_VALUE;
+    /** Whether the observer was told of this lease (it was handed out): then it is told of its end too. */
+    private boolean observed;
 
     Lease(PathLocks owner, String token, long fence, List<LockRequest> locks, Settings settings, String note,
             long sentAt, List<Consumer<LeaseLost>> listeners) {
@@ -97,6 +99,17 @@ public final class Lease implements AutoCloseable {
             countedSentAt = sentAt;
             arm();
         }
+    }
+
+    /** The lease was handed to the caller: the observer counts it held until its release or loss. */
+    void handedOut() {
+        synchronized (mu) {
+            if (finished()) {
+                return;
+            }
+            observed = true;
+        }
+        owner.redis().observer().leaseStarted(this);
     }
 
     /**
@@ -269,7 +282,7 @@ public final class Lease implements AutoCloseable {
      * @return the fence of this grant
      */
     public long lock(Collection<LockRequest> requests, AcquireOptions options) {
-        return Futures.await(lockAsync(requests, options));
+        return Futures.blocking(() -> lockAsync(requests, options));
     }
 
     /**
@@ -323,10 +336,13 @@ public final class Lease implements AutoCloseable {
             }
         });
         PathLocks.Call call = new PathLocks.Call(owner.redis());
+        long started = System.nanoTime();
+        boolean[] waited = new boolean[1];
         CompletableFuture<Long> result = new CompletableFuture<>();
         proveHeld()
                 .thenCompose(ok -> owner.grant(token, wanted, merged, lockNote, cleanup, call))
                 .thenApply(grant -> {
+                    waited[0] = grant.waited();
                     boolean gone;
                     synchronized (mu) {
                         // Locking what the lease holds again refreshes it (a new fence): listed once.
@@ -355,8 +371,10 @@ public final class Lease implements AutoCloseable {
                     return grant.fence();
                 })
                 .whenComplete((fence, error) -> {
-                    if (error != null) {
-                        result.completeExceptionally(Errors.of(error, owner.key(), merged));
+                    RuntimeException failure = error == null ? null : Errors.of(error, owner.key(), merged);
+                    owner.observed("nested", started, failure, waited[0]);
+                    if (failure != null) {
+                        result.completeExceptionally(failure);
                     } else {
                         result.complete(fence);
                     }
@@ -410,9 +428,18 @@ public final class Lease implements AutoCloseable {
      * the lease's deadline (and the command timeout); when the server cannot be reached, the
      * release goes on in the background until the TTL has passed (the locks expire by then anyway)
      * rather than being thrown.
+     *
+     * <p>On a Netty event loop thread (in a callback of the asynchronous API, which completes on
+     * Lettuce's), it starts the release and returns without waiting, as {@link #releaseAsync()}
+     * does: waiting there could hold up the very thread the server's answer needs, and with it
+     * every connection that thread serves, until the lease's deadline. So a try-with-resources
+     * block in such a callback is fine.
      */
     public void release() {
-        Futures.await(releaseAsync());
+        CompletableFuture<Void> released = releaseAsync();
+        if (!Futures.mustNotBlock()) {
+            Futures.await(released);
+        }
     }
 
     /**
@@ -424,6 +451,7 @@ public final class Lease implements AutoCloseable {
     public CompletableFuture<Void> releaseAsync() {
         CompletableFuture<?> renewing;
         boolean wasLost;
+        boolean ends;
         List<CompletableFuture<LeaseLost>> cancel;
         long bound;
         synchronized (mu) {
@@ -432,6 +460,7 @@ public final class Lease implements AutoCloseable {
             }
             released = true;
             wasLost = lostWith != null;
+            ends = observed && !wasLost;
             cancelTimer();
             renewing = inflight.isEmpty() ? null
                     : CompletableFuture.allOf(inflight.toArray(CompletableFuture[]::new));
@@ -443,6 +472,9 @@ public final class Lease implements AutoCloseable {
             bound = wasLost ? MIN_RELEASE_WAIT_NANOS : Math.max(deadline - System.nanoTime(), MIN_RELEASE_WAIT_NANOS);
         }
         cancel.forEach(future -> future.cancel(false));
+        if (ends) {
+            owner.redis().observer().leaseEnded(this, null);
+        }
         Duration limit = Duration.ofNanos(Math.min(bound, owner.redis().commandTimeout().toNanos()));
         long until = System.nanoTime() + limit.toNanos();
         CompletableFuture<?> first = renewing == null ? CompletableFuture.completedFuture(null)
@@ -550,6 +582,9 @@ public final class Lease implements AutoCloseable {
     }
 
     private void renewed(CompletableFuture<?> renewal, long sentAt, Long count, Throwable error) {
+        // An answer, whatever it says, is one the server gave; WRONGTYPE too (the lease is gone).
+        String answer = Errors.reply(error);
+        owner.redis().observer().renewed(owner.key(), error == null || (answer != null && answer.startsWith("WRONGTYPE")));
         LostReason lose = null;
         synchronized (mu) {
             inflight.remove(renewal);
@@ -603,10 +638,12 @@ public final class Lease implements AutoCloseable {
         LeaseLost lost = new LeaseLost(owner.key(), token, reason);
         List<Consumer<LeaseLost>> notify;
         List<CompletableFuture<LeaseLost>> futures;
+        boolean ends;
         synchronized (mu) {
             if (finished()) {
                 return;
             }
+            ends = observed;
             lostWith = lost;
             cancelTimer();
             notify = List.copyOf(listeners);
@@ -615,6 +652,9 @@ public final class Lease implements AutoCloseable {
             lostFutures.clear();
         }
         LOG.log(System.Logger.Level.WARNING, lost.getMessage());
+        if (ends) {
+            owner.redis().observer().leaseEnded(this, lost);
+        }
         Scheduling.CALLBACKS.execute(() -> {
             futures.forEach(future -> future.complete(lost));
             for (Consumer<LeaseLost> listener : notify) {

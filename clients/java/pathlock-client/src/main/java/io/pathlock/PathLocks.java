@@ -173,6 +173,7 @@ public final class PathLocks implements AutoCloseable {
         private final RedisURI uri;
         private RedisURI connectTo;
         private int maxWaitingConnections = Redis.DEFAULT_MAX_WAITING_CONNECTIONS;
+        private PathLockObserver observer = PathLockObserver.NONE;
 
         private Builder(io.lettuce.core.AbstractRedisClient client, RedisURI uri) {
             this.client = client;
@@ -193,6 +194,19 @@ public final class PathLocks implements AutoCloseable {
                 throw new IllegalArgumentException("maxWaitingConnections must be 1 or more, not " + max);
             }
             this.maxWaitingConnections = max;
+            return this;
+        }
+
+        /**
+         * What the handle and every handle derived from it report as they work: each acquire's
+         * outcome and time, each renewal, each lease's start and end (the Spring Boot starter's
+         * Micrometer meters). Default: nothing.
+         *
+         * @param observer the observer
+         * @return this builder
+         */
+        public Builder observer(PathLockObserver observer) {
+            this.observer = Objects.requireNonNull(observer, "observer");
             return this;
         }
 
@@ -224,8 +238,8 @@ public final class PathLocks implements AutoCloseable {
         public PathLocks build(String key) {
             checkKey(key);
             Redis redis = client != null
-                    ? new Redis(client, connectTo, false, maxWaitingConnections)
-                    : new Redis(RedisClient.create(uri), uri, true, maxWaitingConnections);
+                    ? new Redis(client, connectTo, false, maxWaitingConnections, observer)
+                    : new Redis(RedisClient.create(uri), uri, true, maxWaitingConnections, observer);
             return new PathLocks(redis, key, Settings.DEFAULTS, null, true, null, null);
         }
     }
@@ -443,7 +457,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease upload(String path, AcquireOptions options) {
-        return Futures.await(async().upload(path, options));
+        return Futures.blocking(() -> async().upload(path, options));
     }
 
     /**
@@ -464,7 +478,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease create(String path, AcquireOptions options) {
-        return Futures.await(async().create(path, options));
+        return Futures.blocking(() -> async().create(path, options));
     }
 
     /**
@@ -485,7 +499,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease read(String path, AcquireOptions options) {
-        return Futures.await(async().read(path, options));
+        return Futures.blocking(() -> async().read(path, options));
     }
 
     /**
@@ -510,7 +524,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease rename(String path, String newName, AcquireOptions options) {
-        return Futures.await(async().rename(path, newName, options));
+        return Futures.blocking(() -> async().rename(path, newName, options));
     }
 
     /**
@@ -535,7 +549,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease move(String path, String intoFolder, AcquireOptions options) {
-        return Futures.await(async().move(path, intoFolder, options));
+        return Futures.blocking(() -> async().move(path, intoFolder, options));
     }
 
     /**
@@ -559,7 +573,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease copy(String path, String intoFolder, AcquireOptions options) {
-        return Futures.await(async().copy(path, intoFolder, options));
+        return Futures.blocking(() -> async().copy(path, intoFolder, options));
     }
 
     /**
@@ -580,7 +594,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease delete(String path, AcquireOptions options) {
-        return Futures.await(async().delete(path, options));
+        return Futures.blocking(() -> async().delete(path, options));
     }
 
     /**
@@ -601,7 +615,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease purge(Collection<String> paths, AcquireOptions options) {
-        return Futures.await(async().purge(paths, options));
+        return Futures.blocking(() -> async().purge(paths, options));
     }
 
     /**
@@ -622,7 +636,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease lock(Collection<LockRequest> requests, AcquireOptions options) {
-        return Futures.await(async().lock(requests, options));
+        return Futures.blocking(() -> async().lock(requests, options));
     }
 
     // Inspecting.
@@ -646,7 +660,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the blockers
      */
     public List<HeldLock> check(Collection<LockRequest> requests, String token) {
-        return Futures.await(checkAsync(requests, token));
+        return Futures.blocking(() -> checkAsync(requests, token));
     }
 
     /**
@@ -686,7 +700,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the locks
      */
     public List<HeldLock> locks(String path, String token) {
-        return Futures.await(locksAsync(path, token));
+        return Futures.blocking(() -> locksAsync(path, token));
     }
 
     /**
@@ -705,7 +719,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the waiters
      */
     public List<Waiter> waiters(String path) {
-        return Futures.await(waitersAsync(path));
+        return Futures.blocking(() -> waitersAsync(path));
     }
 
     @Override
@@ -785,8 +799,14 @@ public final class PathLocks implements AutoCloseable {
         String token = UUID.randomUUID().toString();
         Runnable cleanup = once(() -> releaseLater(token, List.of(), merged.ttlMs()));
         Call call = new Call(redis);
+        long started = System.nanoTime();
+        boolean[] waited = new boolean[1];
         CompletableFuture<Lease> result = new CompletableFuture<>();
         grant(token, requests, merged, lockNote, cleanup, call)
+                .thenApply(grant -> {
+                    waited[0] = grant.waited();
+                    return grant;
+                })
                 .thenCompose(grant -> proveFresh(grant, token, merged, cleanup))
                 .thenCompose(grant -> {
                     List<Consumer<LeaseLost>> listeners = new ArrayList<>(2);
@@ -809,10 +829,16 @@ public final class PathLocks implements AutoCloseable {
                     return CompletableFuture.completedFuture(lease);
                 })
                 .whenComplete((lease, error) -> {
-                    if (error != null) {
-                        result.completeExceptionally(Errors.of(error, key, merged));
-                    } else if (!result.complete(lease)) {
-                        // Given up on (cancelled, or an interrupted caller) while it was granted.
+                    RuntimeException failure = error == null ? null : Errors.of(error, key, merged);
+                    observed(operation, started, failure, waited[0]);
+                    if (failure != null) {
+                        result.completeExceptionally(failure);
+                        return;
+                    }
+                    // Counted held before the caller can release it; a call given up on (cancelled,
+                    // or an interrupted caller) while it was granted releases it, which ends it.
+                    lease.handedOut();
+                    if (!result.complete(lease)) {
                         lease.releaseAsync();
                     }
                 });
@@ -825,8 +851,28 @@ public final class PathLocks implements AutoCloseable {
         return result;
     }
 
-    /** The outcome of a grant: its fence, when the attempt that got it was sent, and WAIT's reply (or failure). */
-    record Grant(long fence, long sentAt, Redis.Outcome replicated) {
+    /** Reports an acquire's end to the observer: {@code operation} is its description, whose first word names it. */
+    void observed(String operation, long started, Throwable failure, boolean waited) {
+        PathLockObserver.Outcome outcome = failure == null
+                ? (waited ? PathLockObserver.Outcome.WAITED : PathLockObserver.Outcome.GRANTED)
+                : failure instanceof Busy ? PathLockObserver.Outcome.BUSY : PathLockObserver.Outcome.ERROR;
+        int space = operation.indexOf(' ');
+        redis.observer().acquired(key, space < 0 ? operation : operation.substring(0, space), outcome,
+                Duration.ofNanos(System.nanoTime() - started));
+    }
+
+    /**
+     * The outcome of a grant: its fence, when the attempt that got it was sent, WAIT's reply (or
+     * failure), and whether it was refused at first and granted after waiting.
+     */
+    record Grant(long fence, long sentAt, Redis.Outcome replicated, boolean waited) {
+        Grant(long fence, long sentAt, Redis.Outcome replicated) {
+            this(fence, sentAt, replicated, false);
+        }
+
+        Grant afterWaiting() {
+            return new Grant(fence, sentAt, replicated, true);
+        }
     }
 
     /**
@@ -902,7 +948,7 @@ public final class PathLocks implements AutoCloseable {
                         if (merged.waitMs() == 0) {
                             return busy(requests, token);
                         }
-                        return waitOnServer(token, requests, merged, lockNote, call, started);
+                        return waitOnServer(token, requests, merged, lockNote, call, started).thenApply(Grant::afterWaiting);
                     });
         } else {
             long budget = merged.waitMs() + merged.replicasTimeoutMs();
@@ -997,7 +1043,7 @@ public final class PathLocks implements AutoCloseable {
             if (renewed <= 0) {
                 throw new LeaseLost(key, token, LostReason.GONE);
             }
-            return new Grant(grant.fence(), sentAt, grant.replicated());
+            return new Grant(grant.fence(), sentAt, grant.replicated(), grant.waited());
         });
     }
 

@@ -54,6 +54,8 @@ final class Redis {
     private final RedisURI uri;
     private final boolean ownsClient;
     private final int maxWaitingConnections;
+    /** What every handle of the family reports to (metrics): the family shares it with its connections. */
+    private final SafeObserver observer;
 
     private final Object lock = new Object();
     private CompletableFuture<StatefulConnection<String, String>> shared;
@@ -65,7 +67,8 @@ final class Redis {
     /** The command timeout of the client's connections, as the first one opened had it. */
     private Duration commandTimeout;
 
-    Redis(AbstractRedisClient client, RedisURI uri, boolean ownsClient, int maxWaitingConnections) {
+    Redis(AbstractRedisClient client, RedisURI uri, boolean ownsClient, int maxWaitingConnections,
+            PathLockObserver observer) {
         if (!(client instanceof RedisClient) && !(client instanceof RedisClusterClient)) {
             throw new IllegalArgumentException("a RedisClient or a RedisClusterClient is needed, not " + client);
         }
@@ -76,6 +79,11 @@ final class Redis {
         this.uri = uri;
         this.ownsClient = ownsClient;
         this.maxWaitingConnections = maxWaitingConnections;
+        this.observer = new SafeObserver(observer);
+    }
+
+    SafeObserver observer() {
+        return observer;
     }
 
     boolean isCluster() {
