@@ -1,9 +1,9 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
-//! `move_db_workaround`, `registry`, `stats`. Its callbacks are called by Redis; `store` uses its
-//! type handle. A value leaving its key only queues a signal in `registry`; it never calls into the
-//! waiting machinery.
+//! Level 3: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
+//! `move_db_workaround`, `registry`, `schedule`, `stats`. Its callbacks are called by Redis;
+//! `store` uses its type handle. A value leaving its key only queues a signal in `registry`; it
+//! never calls into the waiting machinery.
 //!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
 //! only carries its items through `RedisModule_Save*`/`Load*`, so the checks that refuse a
@@ -21,7 +21,7 @@ use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
 use crate::errors::{for_log, HINT_LOWER_IMPOSSIBLE_FENCES};
-use crate::{clock, config, eviction, fences, move_db_workaround, registry, stats};
+use crate::{clock, config, eviction, fences, move_db_workaround, registry, schedule, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -106,12 +106,16 @@ unsafe fn name_of<'a>(key: *mut raw::RedisModuleString) -> Option<&'a [u8]> {
     (!name.is_null()).then(|| std::slice::from_raw_parts(name.cast::<u8>(), len))
 }
 
-/// The value is leaving its key (`DEL`, `UNLINK`, an overwrite, `RENAME`, `MOVE`, `MIGRATE`):
-/// this only signals it to the registry, whose worker decides what its waiters are answered.
+/// The value is leaving its key (`DEL`, `UNLINK`, an overwrite, `RENAME`, `MOVE`, `MIGRATE`, an
+/// eviction, the module's own deletion of an empty project): its entry leaves the expiry
+/// schedule at once (a value that arrives under another name is scheduled again by the event
+/// that announces it), and its waiters are only signalled to the registry, whose worker decides
+/// what they are answered.
 extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
     contained("unlink", (), || {
         // SAFETY: see `project`; called on the main thread before the value is freed.
         let project = unsafe { project(value) };
+        schedule::unscheduled(project);
         // SAFETY: the server passes the key's live name.
         let name = unsafe { name_of(key) };
         // An eviction is told apart by the `evicted` event that follows (`eviction`).

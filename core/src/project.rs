@@ -30,6 +30,7 @@
 //! replicate, so a command on a project where millions of locks just expired costs what it
 //! touches, not the millions.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::lock::{Freed, Items, Mode, Note, Token};
@@ -93,6 +94,12 @@ pub struct Project {
     /// Waiters whose token another waiter also has: the index's idea of the front does not
     /// know owners, so these are always retried (see the top of this file).
     shared: BTreeSet<u64>,
+    /// A number that whoever keeps the project stores with it, and the engine never reads: the
+    /// module keeps there the project's entry in its expiry schedule, so that the entry is
+    /// found, moved and removed without a map from key names to entries. A `Cell`, because the
+    /// module sets it where the server hands it the project to read (a keyspace event, a
+    /// value leaving its key). Copies start without one (0).
+    tag: Cell<u64>,
 }
 
 /// The waiters of one token: nearly always one.
@@ -141,6 +148,21 @@ impl Project {
 
     pub fn waiting(&self) -> usize {
         self.waiters.len()
+    }
+
+    /// Whether the project holds nothing: no lock (lapsed or not, but for those already
+    /// released or reclaimed whole and still being freed in the background) and no waiter.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty() && self.waiters.is_empty()
+    }
+
+    /// The number its keeper stored with it (0 until it does); see the field.
+    pub fn tag(&self) -> u64 {
+        self.tag.get()
+    }
+
+    pub fn set_tag(&self, tag: u64) {
+        self.tag.set(tag);
     }
 
     /// The ids of the waiting requests, oldest first.

@@ -5,7 +5,7 @@
 //! (`register`), what the server is told of each (`describe`, through `command_docs`), the
 //! arity every call is held to before its handler runs, and the fuzz harness's commands.
 //!
-//! Level 7: imports `args`, `change`, `clock`, `command_docs`, `contain`, `context`, `effects`,
+//! Level 8: imports `args`, `change`, `clock`, `command_docs`, `contain`, `context`, `effects`,
 //! `errors`, `eviction`, `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`.
 //! Registered by `lib.rs`; run by Redis through `dispatch`, and by the harness through
 //! `run_in_memory`.

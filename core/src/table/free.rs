@@ -14,7 +14,7 @@
 //! million slots at most.
 
 #[derive(Clone, Debug, Default)]
-pub(super) struct FreeSlots {
+pub struct FreeSlots {
     /// One bit per slot, set when the slot is free.
     bits: Vec<u64>,
     /// One bit per word of `bits`, set when that word has a free slot.
@@ -25,11 +25,15 @@ pub(super) struct FreeSlots {
 }
 
 impl FreeSlots {
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
-    pub(super) fn contains(&self, id: u32) -> bool {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
         let id = id as usize;
         self.bits
             .get(id / 64)
@@ -37,7 +41,7 @@ impl FreeSlots {
     }
 
     /// Marks `id` free. It must not be free already.
-    pub(super) fn insert(&mut self, id: u32) {
+    pub fn insert(&mut self, id: u32) {
         let id = id as usize;
         let word = id / 64;
         if word >= self.bits.len() {
@@ -55,7 +59,7 @@ impl FreeSlots {
     }
 
     /// Takes `id` out of the set, if it is there.
-    pub(super) fn remove(&mut self, id: u32) -> bool {
+    pub fn remove(&mut self, id: u32) -> bool {
         if !self.contains(id) {
             return false;
         }
@@ -76,7 +80,7 @@ impl FreeSlots {
     }
 
     /// Takes the lowest free slot.
-    pub(super) fn pop_lowest(&mut self) -> Option<u32> {
+    pub fn pop_lowest(&mut self) -> Option<u32> {
         if self.len == 0 {
             return None;
         }
