@@ -18,6 +18,12 @@ section left (`take_filled`) or fill their own (`filled`).
            DEBUG SLEEP), beside N keys with a PX TTL: time until DBSIZE is 0 and the locks are
            gone, the module's worst tick (`pathlock_cycle_longest_us`) beside Redis's own
            `expire-cycle` (the latency monitor), the worst PING meanwhile, used_memory back.
+  waiters  10,000 clients waiting (`PROJECTS_WAITERS`) in BLPOP, in a module command that only
+           blocks (bench/block_floor.rs: the floor of the server's module blocking API) and in
+           pathlock: memory per waiter, used_memory after they time out, are served or
+           disconnect, and the serving command (one RELEASE granting all of them). It is
+           bench/waits.py's memory case (redis-py asyncio, one connection per waiter), run with
+           the Python of `make bench-waits` (`PROJECTS_WAITS_PYTHON`).
 """
 
 import csv
@@ -403,6 +409,24 @@ def lapse(n):
     ratio = row("lapse", "worst PING meanwhile", p["ping_ms"], s["ping_ms"], "ms")
     print(f"| worst PING meanwhile | {p['ping_ms']:.1f} ms | {s['ping_ms']:.1f} ms | "
           f"{ratio:.2f} |")
+
+
+@section
+def waiters(_n):
+    """bench/waits.py's memory case on a server of its own (see the top of this file); its rows
+    join bench/projects.csv."""
+    python = os.environ.get("PROJECTS_WAITS_PYTHON",
+                            os.path.join(ROOT, ".venv-py", "bin", "python"))
+    count = os.environ.get("PROJECTS_WAITERS", "10000")
+    print(f"\n## waiters: {int(count):,} waiting clients\n", flush=True)
+    with tempfile.NamedTemporaryFile(prefix="pathlock-waiters-", suffix=".csv") as f:
+        env = dict(os.environ, WAITS_SIZES="", WAITS_MIXED="0", WAITS_MEMORY=count,
+                   WAITS_MEMORY_ROWS=f.name)
+        subprocess.run([python, os.path.join(ROOT, "bench", "waits.py")], env=env, check=True)
+        with open(f.name, newline="") as rows:
+            for section_name, measure, value, baseline, _, unit in csv.reader(rows):
+                row(section_name, measure, float(value),
+                    float(baseline) if baseline else None, unit)
 
 
 def main():
