@@ -18,6 +18,14 @@ section left (`take_filled`) or fill their own (`filled`).
            DEBUG SLEEP), beside N keys with a PX TTL: time until DBSIZE is 0 and the locks are
            gone, the module's worst tick (`pathlock_cycle_longest_us`) beside Redis's own
            `expire-cycle` (the latency monitor), the worst PING meanwhile, used_memory back.
+  memory   what a project costs in memory, each figure a rise of used_memory on a fresh server
+           once it holds still, after one command on a key of its own (so that what the first
+           command allocates for the whole server counts on neither side), with UUID v4 tokens:
+           N projects of one lock beside N `SET proj:<i> <uuid> NX PX` keys, and the sum of their
+           MEMORY USAGE against the rise; one project's bytes per lock beyond the first at 1,000
+           and N locks (paths /d<i % 1000>/f<i>), beside as many `SET lock:<path> <uuid> NX PX`
+           keys, and its MEMORY USAGE against the rise; N locks of one token, every ACQUIRE with
+           the same 256-byte note, beside the same without it.
   waiters  10,000 clients waiting (`PROJECTS_WAITERS`) in BLPOP, in a module command that only
            blocks (bench/block_floor.rs: the floor of the server's module blocking API) and in
            pathlock: memory per waiter, used_memory after they time out, are served or
@@ -30,10 +38,12 @@ import csv
 import multiprocessing
 import os
 import platform
+import random
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import ROOT, Server  # noqa: E402
@@ -409,6 +419,129 @@ def lapse(n):
     ratio = row("lapse", "worst PING meanwhile", p["ping_ms"], s["ping_ms"], "ms")
     print(f"| worst PING meanwhile | {p['ping_ms']:.1f} ms | {s['ping_ms']:.1f} ms | "
           f"{ratio:.2f} |")
+
+
+# The longest note `pathlock.max-note-bytes` allows by default.
+NOTE = ("moved by alice to /archive/2024; ask in #storage before taking these locks. " * 4)[:256]
+
+
+def tokens(n, seed):
+    """`n` canonical UUID v4 strings, the same for the same seed: what clients send as tokens."""
+    rng = random.Random(seed)
+    return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+
+
+def settled(server):
+    """`used_memory` once it holds still: the keyspace's tables grow by doubling and move their
+    entries a step at a time, and both tables count until the server's cron has finished."""
+    last = server.used_memory()
+    for _ in range(40):
+        time.sleep(0.25)
+        now = server.used_memory()
+        if now == last:
+            break
+        last = now
+    return last
+
+
+def memory_usage(server, keys):
+    """The sum of MEMORY USAGE over `keys`, sent a thousand at a time on one connection."""
+    c = Client(server.port)
+    total = 0
+    for start in range(0, len(keys), 1000):
+        batch = keys[start:start + 1000]
+        c.sock.sendall(b"".join(b"*3\r\n$6\r\nMEMORY\r\n$5\r\nUSAGE\r\n$%d\r\n%s\r\n"
+                                % (len(k), k.encode()) for k in batch))
+        total += sum(c.reply() for _ in batch)
+    c.sock.close()
+    return total
+
+
+def rise(warm, *phases, keys=None):
+    """A fresh server's `used_memory` after each of `phases` (commands), less what it was after
+    `warm` (one command on a key of its own, so that what the first command of its kind
+    allocates once for the whole server counts in neither), and the sum of MEMORY USAGE over
+    `keys` when given."""
+    server = Server(binary=SERVER)
+    renice(server.proc.pid)
+    try:
+        pipe(server, [warm])
+        start = settled(server)
+        rises = []
+        for commands in phases:
+            pipe(server, commands)
+            rises.append(settled(server) - start)
+        usage = memory_usage(server, keys) if keys else None
+        return rises, usage
+    finally:
+        server.stop()
+
+
+WARM_PATHLOCK = ("PATHLOCK.ACQUIRE", "warm", "TOKEN", "warm", "TTL", LONG_TTL, "WRITE",
+                 "/warm")
+WARM_SET = ("SET", "warm", "warm", "NX", "PX", LONG_TTL)
+
+
+def acquire(key, token, path, note=None):
+    extra = ("NOTE", note) if note is not None else ()
+    return ("PATHLOCK.ACQUIRE", key, "TOKEN", token, "TTL", LONG_TTL, *extra, "WRITE", path)
+
+
+def spread_path(i):
+    return f"/d{i % 1000}/f{i}"
+
+
+@section
+def memory(n):
+    ids = tokens(n, 36)
+    keys = [f"proj:{i}" for i in range(n)]
+
+    print(f"\n## Memory: {n:,} projects of one lock, beside {n:,} SET NX PX keys\n")
+    print("| measure | pathlock | SET NX PX | ratio |")
+    print("|---|---:|---:|---:|")
+    (p,), usage = rise(WARM_PATHLOCK,
+                       (acquire(keys[i], ids[i], "/A/doc.txt") for i in range(n)), keys=keys)
+    (s,), _ = rise(WARM_SET,
+                   (("SET", keys[i], ids[i], "NX", "PX", LONG_TTL) for i in range(n)))
+    ratio = row("memory", "used_memory per key, one lock", p / n, s / n, "bytes")
+    print(f"| used_memory per key | {p / n:,.1f} B | {s / n:,.1f} B | {ratio:.2f} |")
+    ratio = row("memory", "MEMORY USAGE / used_memory rise, projects of one lock", usage, p,
+                "bytes")
+    print(f"| MEMORY USAGE summed, of the rise | {usage / n:,.1f} B per key | | {ratio:.3f} |",
+          flush=True)
+
+    print("\n## Memory: one project's further locks, beside SET NX PX keys\n")
+    print("| locks | pathlock, per lock beyond the first | SET NX PX, per key | ratio | "
+          "MEMORY USAGE of the project, of the rise |")
+    print("|---:|---:|---:|---:|---:|")
+    for locks in sorted({min(1000, n), n}):
+        (one, whole), usage = rise(
+            WARM_PATHLOCK, [acquire("big", ids[0], spread_path(0))],
+            (acquire("big", ids[i], spread_path(i)) for i in range(1, locks)), keys=["big"])
+        (s,), _ = rise(WARM_SET, (("SET", f"lock:{spread_path(i)}", ids[i], "NX", "PX", LONG_TTL)
+                                  for i in range(locks)))
+        per, base = (whole - one) / max(1, locks - 1), s / locks
+        ratio = row("memory", f"used_memory per further lock at {locks:,}", per, base, "bytes")
+        usage_ratio = row("memory", f"MEMORY USAGE / used_memory rise, {locks:,} locks", usage,
+                          whole, "bytes")
+        print(f"| {locks:,} | {per:,.1f} B | {base:,.1f} B | {ratio:.2f} | {usage_ratio:.3f} |",
+              flush=True)
+
+    print(f"\n## Memory: {n:,} locks of one token, each ACQUIRE with the same 256-byte note\n")
+    print("| measure | with the note | without | difference |")
+    print("|---|---:|---:|---:|")
+    (with_note,), usage = rise(
+        WARM_PATHLOCK, (acquire("big", ids[0], spread_path(i), NOTE) for i in range(n)),
+        keys=["big"])
+    (without,), _ = rise(WARM_PATHLOCK,
+                         (acquire("big", ids[0], spread_path(i)) for i in range(n)))
+    row("memory", f"used_memory, {n:,} locks of one token with a 256-byte note", with_note,
+        without, "bytes")
+    print(f"| used_memory rise | {with_note:,} B | {without:,} B | {with_note - without:+,} B "
+          f"({(with_note - without) / n:+.2f} B per lock) |")
+    ratio = row("memory", "MEMORY USAGE / used_memory rise, one token with a note", usage,
+                with_note, "bytes")
+    print(f"| MEMORY USAGE of the project, of the rise | {ratio:.3f} | | |", flush=True)
 
 
 @section

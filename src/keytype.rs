@@ -15,6 +15,8 @@
 //! (`pathlock.lower-impossible-fences`).
 
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
@@ -46,7 +48,7 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         unlink: Some(unlink),
         copy: Some(copy),
         defrag: Some(defrag),
-        mem_usage2: None,
+        mem_usage2: Some(mem_usage2),
         free_effort2: None,
         unlink2: None,
         copy2: Some(copy2),
@@ -191,14 +193,104 @@ extern "C" fn defrag(
     0
 }
 
-/// The project's own estimate (`LockTable::memory_estimate`), which depends only on what it
-/// holds: a project and its `COPY` each report their whole size, as copies of Redis's own types
-/// do, although they share storage until they write to it (`used_memory` shows what is shared).
+/// What a key holding a project costs the server, for `MEMORY USAGE`: the project's own
+/// estimate (`Project::memory_estimate`, rounded as the allocator rounds), its entry in the
+/// expiry schedule while it has one (its tag names it), and what the server keeps for the key beside the value
+/// that `MEMORY USAGE` leaves out for a module type (`SERVER_OVERHEAD`); the server adds the
+/// key's name and its entry. The estimate depends only on what the project holds: a project and
+/// its `COPY` each report their whole size, as copies of Redis's own types do, although they
+/// share storage until they write to it (`used_memory` shows what is shared).
+fn usage(project: &Project, name_len: usize) -> usize {
+    let scheduled = match SCHEDULED.get() {
+        Some(bytes_per_key) if project.tag() != 0 => bytes_per_key(name_len),
+        _ => 0,
+    };
+    project.memory_estimate() + scheduled + SERVER_OVERHEAD.load(Ordering::Relaxed)
+}
+
+/// What the expiry schedule keeps for a key with an entry, by the length of its name: the
+/// schedule's own count (`schedule::bytes_per_key`), handed over at load by `lib.rs`, since the
+/// schedule lies at this file's level.
+static SCHEDULED: OnceLock<fn(usize) -> usize> = OnceLock::new();
+
+pub fn count_schedule_with(bytes_per_key: fn(usize) -> usize) {
+    let _ = SCHEDULED.set(bytes_per_key);
+}
+
+/// `MEMORY USAGE` where the server does not give the key's name (`mem_usage2` is called where
+/// it is): a name of 16 bytes is assumed.
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     contained("mem_usage", 0, || {
-        // SAFETY: see `table`.
-        unsafe { table(value) }.memory_estimate()
+        // SAFETY: see `project`.
+        usage(unsafe { project(value) }, 16)
     })
+}
+
+/// `MEMORY USAGE` with the key at hand, whose name's length the schedule's entry depends on.
+extern "C" fn mem_usage2(
+    ctx: *mut raw::RedisModuleKeyOptCtx,
+    value: *const c_void,
+    _sample_size: usize,
+) -> usize {
+    contained("mem_usage2", 0, || {
+        // SAFETY: the server passes the live key context of this call, whose name lives as long.
+        let name = unsafe {
+            raw::RedisModule_GetKeyNameFromOptCtx
+                .map(|f| f(ctx))
+                .and_then(|name| name_of(name.cast_mut()))
+        };
+        // SAFETY: see `project`.
+        usage(unsafe { project(value) }, name.map_or(16, <[u8]>::len))
+    })
+}
+
+/// What the server keeps for a key beside its value that `MEMORY USAGE` leaves out for a module
+/// type, in bytes: the value's object and module-value wrapper, the key's share of the
+/// keyspace's table, and the rounding of its entry. The server's own layout, so measured per
+/// server by `make bench-projects` (its memory section, "an empty project") and set at load by
+/// [`learn_server`]: Redis 7.0 and 7.2 keep a `robj` (16), a `moduleValue` (16), a dict entry
+/// counted as 24 bytes in a 32-byte allocation and 8 to 16 bytes of buckets per key; Redis 8.0
+/// counts its entry exactly; Redis 8.2 keeps the key inside its object; Valkey 8 and 9 keep the
+/// key inside the object too and index it from buckets of seven entries.
+static SERVER_OVERHEAD: AtomicUsize = AtomicUsize::new(REDIS_7_OVERHEAD);
+
+const REDIS_7_OVERHEAD: usize = 52;
+const REDIS_8_0_OVERHEAD: usize = 44;
+const REDIS_8_2_OVERHEAD: usize = 33;
+const VALKEY_OVERHEAD: usize = 40;
+
+/// Learns at load what the estimates need from the server: its allocator's size classes (what
+/// it hands out for each small request, `pathlock_core::alloc`), and its keyspace's overhead per
+/// key (`SERVER_OVERHEAD`), by its name and version.
+pub fn learn_server(ctx: &redis_module::Context) {
+    // SAFETY: each probe is a module allocation, measured and given back at once.
+    unsafe {
+        if let (Some(alloc), Some(size), Some(free)) = (
+            raw::RedisModule_Alloc,
+            raw::RedisModule_MallocSize,
+            raw::RedisModule_Free,
+        ) {
+            pathlock_core::alloc::learn_size_classes(|bytes| {
+                let block = alloc(bytes);
+                let usable = size(block);
+                free(block);
+                usable
+            });
+        }
+    }
+    let info = ctx.server_info("server");
+    let valkey = info
+        .field("server_name")
+        .is_some_and(|name| name.to_string_lossy().eq_ignore_ascii_case("valkey"));
+    // SAFETY: reads the server's version, a constant.
+    let version = unsafe { raw::RedisModule_GetServerVersion.map_or(0, |f| f()) };
+    let overhead = match (valkey, version) {
+        (true, _) => VALKEY_OVERHEAD,
+        (false, v) if v >= 0x08_02_00 => REDIS_8_2_OVERHEAD,
+        (false, v) if v >= 0x08_00_00 => REDIS_8_0_OVERHEAD,
+        _ => REDIS_7_OVERHEAD,
+    };
+    SERVER_OVERHEAD.store(overhead, Ordering::Relaxed);
 }
 
 /// Above Redis's `lazyfree` threshold (64) for any table with a few locks, so `UNLINK`,

@@ -90,6 +90,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
                 set(ctx.ctx, options);
             }
         }
+        keytype::learn_server(ctx);
+        keytype::count_schedule_with(schedule::bytes_per_key);
         if commands::register(ctx) == Status::Err {
             return Status::Err;
         }

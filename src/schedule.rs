@@ -352,6 +352,14 @@ pub fn next_due() -> Option<u64> {
     with_schedule(|s| s.earliest().map(|(_, deadline)| deadline))
 }
 
+/// The bytes the schedule keeps for one key, whose name is `name_len` bytes long, for `MEMORY
+/// USAGE` (`keytype`): its timetable entry ([`crate::timetable::entry_bytes`]).
+/// `tests/memory.rs` holds `MEMORY USAGE` to `used_memory` on every server, so a change to the
+/// timetable that forgets it fails there.
+pub fn bytes_per_key(name_len: usize) -> usize {
+    crate::timetable::entry_bytes(name_len)
+}
+
 /// The timer armed now: its id, the wall-clock time it was armed for, and when it fires.
 struct Armed {
     id: RedisModuleTimerID,

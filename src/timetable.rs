@@ -123,6 +123,20 @@ impl<N: Name> Arena<N> {
     }
 }
 
+/// What one entry costs, for `MEMORY USAGE` (`schedule::bytes_per_key`): its arena slot, and
+/// the name's own allocation when it is longer than [`SHORT`]. The deadlines' B-tree is left
+/// out: an entry of it is shared by every key filed in the same millisecond (a burst of grants
+/// with one TTL files hundreds in each), and the free-slot map is a bit per slot.
+pub fn entry_bytes(name_len: usize) -> usize {
+    use pathlock_core::alloc::allocation;
+    let long = if name_len > SHORT {
+        allocation(name_len)
+    } else {
+        0
+    };
+    std::mem::size_of::<Entry<Short>>().max(std::mem::size_of::<Entry<Long>>()) + long
+}
+
 /// Key names ordered by deadline; see the top of this file.
 #[derive(Default)]
 pub struct Timetable {

@@ -127,14 +127,7 @@ fn acknowledged_grants_survive_sigkill_with_appendfsync_always() {
 
 #[test]
 fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
-    let mut server = Server::start_with(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]);
+    let mut server = Server::start_with(&aof_always("no"));
     let mut con = server.conn();
     populate(&mut con, "p");
     burst(&mut con, "p", 0, 100);
@@ -177,14 +170,7 @@ fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
 fn a_project_emptied_by_its_releases_is_no_key_and_its_fences_climb_across_rewrite_and_restart() {
     for aof in [true, false] {
         let mut server = if aof {
-            Server::start_with(&[
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--aof-use-rdb-preamble",
-                "no",
-            ])
+            Server::start_with(&aof_always("no"))
         } else {
             Server::start()
         };
@@ -322,13 +308,15 @@ fn a_large_copy_and_its_original_stay_independent() {
             .query(con)
             .expect("MEMORY USAGE")
     };
-    // Each copy counts as holding its locks, as after any COPY. The server adds its own
-    // allocation for the key, which a libc allocator may round up 16 bytes more for one key than
-    // for the other (Valkey 9.1 built with malloc=libc once reported 2,833,815 against
-    // 2,833,799); the module's share, over a hundred bytes per lock, is the same on both.
+    // Each copy counts as holding its locks, as after any COPY. The estimates read what the
+    // allocator holds (the hash tables' and bitmaps' capacities, which a table's history sets
+    // and a copy's pieces, made to fit, need not repeat: 2,693,886 against 2,694,230 here on
+    // Redis 7.0), and the server adds its own allocation for the key, which a libc allocator
+    // may round up 16 bytes more for one key than for the other: the two agree within 0.1%,
+    // where the module's share is over a hundred bytes per lock on both.
     let (copy_usage, big_usage) = (usage(&mut con, "copy"), usage(&mut con, "big"));
     assert!(
-        copy_usage.abs_diff(big_usage) <= 64,
+        copy_usage.abs_diff(big_usage) <= (big_usage / 1000).max(64) as u64,
         "copy {copy_usage} against original {big_usage}"
     );
     assert!(

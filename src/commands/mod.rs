@@ -19,7 +19,7 @@
 //!
 //! To add a command: write its handler in a file of its own, add a row at the end of
 //! [`COMMANDS`] (the fuzz corpus names commands by their row) and an entry point at the end of
-//! `ENTRY_POINTS`; `tests/acl.rs` and `tests/commands.rs` check what the server then says of it.
+//! `ENTRY_POINTS`; `tests/command_docs.rs` and `tests/acl.rs` check what the server then says of it.
 
 mod acquire;
 mod check;

@@ -8,7 +8,8 @@ use hashbrown::DefaultHashBuilder;
 use super::chunks::Chunks;
 use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT};
 use super::rehash::{prefetch, LinearTable, Rehasher};
-use super::LockTable;
+use super::Tree;
+use crate::alloc::allocation;
 use crate::bytes::SmallBytes;
 use crate::lock::{LockInfo, Mode};
 use crate::path::Path;
@@ -50,7 +51,7 @@ pub(super) struct Node {
     /// root and for free slots.
     pub(super) segment: Segment,
     /// The lock on this exact path when there is one. Its owner is `NONE` when there is none,
-    /// and `SPILLED` when several share the path; they are then in `LockTable::crowded` (see
+    /// and `SPILLED` when several share the path; they are then in `Tree::crowded` (see
     /// `crowd`).
     pub(super) lock: Held,
     pub(super) parent: NodeId,
@@ -59,7 +60,7 @@ pub(super) struct Node {
     /// The only child, when there is exactly one and no table: chains of folders with one
     /// locked file cost no allocation.
     pub(super) child: NodeId,
-    /// The index in `LockTable::tables` of the children's table, or `NONE`.
+    /// The index in `Tree::tables` of the children's table, or `NONE`.
     pub(super) table: u32,
     /// No lock of a small owner strictly beneath this node has a deadline after this one: an
     /// upper bound, raised when such a lock comes or its owner's lease moves later, and never
@@ -120,7 +121,7 @@ impl Rehasher<NodeId> for NodeKeys<'_> {
     }
 }
 
-impl LockTable {
+impl Tree {
     pub(super) fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         let node = &self.nodes[node as usize];
         let only = (node.child != NONE).then_some(node.child);
@@ -210,6 +211,7 @@ impl LockTable {
         };
         self.live_nodes += 1;
         self.segment_bytes += segment.len();
+        self.segment_heap += allocation(self.nodes[id as usize].segment.heap_bytes());
         self.add_child(node, id);
         id
     }
@@ -236,9 +238,11 @@ impl LockTable {
             nodes: &self.nodes,
             hasher: &self.hasher,
         };
+        let before = self.tables[slot].heap_bytes();
         for c in moved.into_iter().chain([child]) {
             self.tables[slot].insert_unique(keys.hash(&c), c, keys);
         }
+        self.inner_bytes = self.inner_bytes + self.tables[slot].heap_bytes() - before;
     }
 
     pub(super) fn remove_child(&mut self, parent: NodeId, child: NodeId) {
@@ -256,7 +260,9 @@ impl LockTable {
             hasher: &self.hasher,
         };
         let table = &mut self.tables[slot as usize];
+        let before = table.heap_bytes();
         table.remove(keys.hash(&child), |&c| c == child, keys);
+        self.inner_bytes = self.inner_bytes + table.heap_bytes() - before;
         // A table lives until its node has no child left; converting back at one child would
         // allocate and free a table each time a second child comes and goes.
         if table.is_empty() {
@@ -373,6 +379,7 @@ impl LockTable {
         self.drop_cuts(id);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
+        self.segment_heap -= allocation(node.segment.heap_bytes());
         self.free_nodes.insert(id);
     }
 
@@ -479,7 +486,7 @@ impl LockTable {
 }
 
 /// What `walk` calls for each lock: the table, the lock's node, the node's trie key, the lock.
-pub(super) type Visit<'a> = dyn FnMut(&LockTable, NodeId, &[u8], &Held) + 'a;
+pub(super) type Visit<'a> = dyn FnMut(&Tree, NodeId, &[u8], &Held) + 'a;
 
 pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
     key.extend_from_slice(escaped);
