@@ -151,6 +151,9 @@ bench-owners: build
 # bench/README.md. About 5 minutes at the default PROJECTS=1000000; REDIS_SERVER picks the server.
 bench-projects: build
 	@scripts/deps.sh bench
+	cargo build --release --example block_floor
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check redis
 	python3 bench/projects.py
 
 # Instructions per command inside redis-server (callgrind: repeatable where time is not), for
@@ -163,6 +166,7 @@ bench-instructions: build
 # bench/README.md. Not part of `make bench`: it opens 10,000 connections.
 bench-waits: build
 	@scripts/deps.sh test
+	cargo build --release --example block_floor
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check redis
 	$(VENV)/bin/python bench/waits.py

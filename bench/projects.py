@@ -26,6 +26,12 @@ section left (`take_filled`) or fill their own (`filled`).
            and N locks (paths /d<i % 1000>/f<i>), beside as many `SET lock:<path> <uuid> NX PX`
            keys, and its MEMORY USAGE against the rise; N locks of one token, every ACQUIRE with
            the same 256-byte note, beside the same without it.
+  waiters  10,000 clients waiting (`PROJECTS_WAITERS`) in BLPOP, in a module command that only
+           blocks (bench/block_floor.rs: the floor of the server's module blocking API) and in
+           pathlock: memory per waiter, used_memory after they time out, are served or
+           disconnect, and the serving command (one RELEASE granting all of them). It is
+           bench/waits.py's memory case (redis-py asyncio, one connection per waiter), run with
+           the Python of `make bench-waits` (`PROJECTS_WAITS_PYTHON`).
 """
 
 import csv
@@ -536,6 +542,24 @@ def memory(n):
     ratio = row("memory", "MEMORY USAGE / used_memory rise, one token with a note", usage,
                 with_note, "bytes")
     print(f"| MEMORY USAGE of the project, of the rise | {ratio:.3f} | | |", flush=True)
+
+
+@section
+def waiters(_n):
+    """bench/waits.py's memory case on a server of its own (see the top of this file); its rows
+    join bench/projects.csv."""
+    python = os.environ.get("PROJECTS_WAITS_PYTHON",
+                            os.path.join(ROOT, ".venv-py", "bin", "python"))
+    count = os.environ.get("PROJECTS_WAITERS", "10000")
+    print(f"\n## waiters: {int(count):,} waiting clients\n", flush=True)
+    with tempfile.NamedTemporaryFile(prefix="pathlock-waiters-", suffix=".csv") as f:
+        env = dict(os.environ, WAITS_SIZES="", WAITS_MIXED="0", WAITS_MEMORY=count,
+                   WAITS_MEMORY_ROWS=f.name)
+        subprocess.run([python, os.path.join(ROOT, "bench", "waits.py")], env=env, check=True)
+        with open(f.name, newline="") as rows:
+            for section_name, measure, value, baseline, _, unit in csv.reader(rows):
+                row(section_name, measure, float(value),
+                    float(baseline) if baseline else None, unit)
 
 
 def main():

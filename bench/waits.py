@@ -13,6 +13,16 @@ redis-server with the module loaded (client and server share the machine). Four 
            asking for two paths, queued behind a `WRITE /` and each releasing once granted.
            Compared with the BLPOP chain of the same N.
 
+  memory   N clients wait in `BLPOP`, in `FLOOR.BLOCK` (bench/block_floor.rs: a module command
+           that blocks through `RedisModule_BlockClient` and does nothing else, the floor of the
+           server's module blocking API) and in `PATHLOCK.ACQUIRE ... WAIT` on N distinct paths
+           behind one holder; `used_memory` per waiter beyond the same N clients connected and
+           idle. Then each system's waiters time out, are served (`LPUSH` of N elements,
+           `FLOOR.WAKE`, one `RELEASE` that grants all N, each releasing once granted), or
+           disconnect, each from its own N waiters; shown: how far `used_memory` is from its
+           start (the N clients idle; before they connected, for a disconnection) 5 s later, and
+           how soon it came within 4 MB. The served case's `RELEASE` is timed from `SLOWLOG`.
+
 For every case it reports the slowest command of each system from `SLOWLOG` (commands over
 100 us are logged), and for pathlock the worst event of `LATENCY LATEST`
 (`latency-monitor-threshold 1`, so events of 1 ms and more) and the mean time of a `RELEASE`
@@ -24,10 +34,11 @@ Knobs: WAITS_NICE (the server's niceness, default -10 when run as root), WAITS_F
 server under SCHED_FIFO, root only: no ordinary process of a shared machine then preempts it in
 the middle of a command, so the slow log shows the server's own work), WAITS_SIZES (default 1000,4000,10000), WAITS_MIXED (default 10000, 0 to skip),
 WAITS_ROUNDS (BLPOP/pathlock pairs per size, default 5; the pair with the median ratio is
-shown). `make bench-waits` runs it after a release build.
+shown), WAITS_MEMORY (waiters of the memory case, default 10000, 0 to skip). `make bench-waits` runs it after a release build.
 """
 
 import asyncio
+import csv
 import os
 import random
 import resource
@@ -44,6 +55,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.environ.get("PATHLOCK_MODULE", os.path.join(ROOT, "target/release/libpathlock.so"))
 SIZES = [int(n) for n in os.environ.get("WAITS_SIZES", "1000,4000,10000").split(",") if n]
 MIXED = int(os.environ.get("WAITS_MIXED", "10000"))
+MEMORY = int(os.environ.get("WAITS_MEMORY", "10000"))
+# The floor module of the memory case (`cargo build --release --example block_floor`); the case
+# leaves the floor out when it is not built.
+# Where the memory case also writes its figures as CSV rows (section, measure, value, baseline,
+# ratio, unit), for `make bench-projects`'s waiters section.
+MEMORY_ROWS = os.environ.get("WAITS_MEMORY_ROWS")
+FLOOR_MODULE = os.environ.get(
+    "FLOOR_MODULE", os.path.join(ROOT, "target/release/examples/libblock_floor.so"))
 ROUNDS = int(os.environ.get("WAITS_ROUNDS", "5"))
 FIFO = os.environ.get("WAITS_FIFO") == "1"
 KEY = "bench:waits"
@@ -90,6 +109,7 @@ class Server:
         self.proc = subprocess.Popen(
             [*nice_prefix(), "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", "--loadmodule", MODULE,
+             *(["--loadmodule", FLOOR_MODULE] if os.path.exists(FLOOR_MODULE) else []),
              "--maxclients", str(max_clients), "--latency-monitor-threshold", "1",
              "--slowlog-log-slower-than", "100", "--slowlog-max-len", "100000",
              "--logfile", os.path.join(self.dir, "redis.log")],
@@ -366,6 +386,214 @@ def front_count(requests):
     return count
 
 
+# How close `used_memory` must come back to its start, and how soon (issue 36, item 6).
+GIVE_BACK_BYTES = 4 * 1024 * 1024
+GIVE_BACK_S = 5.0
+GIVE_BACK_LONG_S = 45.0
+
+
+async def used_memory(admin):
+    return int((await admin.info("memory"))["used_memory"])
+
+
+async def settled_memory(admin):
+    """`used_memory` once the server has trimmed what idle clients hold: Redis frees the query
+    buffer of a client idle for more than 2 whole seconds (`clientsCron`, which visits every
+    client about once a second), so this waits 4.5 s and then until two readings 250 ms apart
+    agree within 32 KB (at most 10 s)."""
+    await asyncio.sleep(4.5)
+    last = await used_memory(admin)
+    for _ in range(30):
+        await asyncio.sleep(0.25)
+        now = await used_memory(admin)
+        if abs(now - last) < 32768:
+            return now
+        last = now
+    return last
+
+
+async def drained(admin):
+    """Waits (at most 60 s) until `used_memory` stops falling by more than 256 KB a second: a
+    case that follows a module's waiters starts after the server's pool of temporary clients
+    has shrunk, or it would reuse them and read less than a waiter costs."""
+    last = await used_memory(admin)
+    for _ in range(60):
+        await asyncio.sleep(1)
+        now = await used_memory(admin)
+        if last - now < 262144:
+            return
+        last = now
+
+
+async def given_back(admin, start):
+    """Polls `used_memory`: returns how far above `start` it is GIVE_BACK_S after the waiters
+    left, and how many seconds it took to come within GIVE_BACK_BYTES of it (None: not within
+    GIVE_BACK_LONG_S, 45 s). The server's pool of temporary clients, two per module-blocked
+    client, is freed 50 clients per 100 ms (`modulesCron`), so the longer watch shows where
+    that floor ends."""
+    began = time.monotonic()
+    within, at_5s = None, None
+    while True:
+        now = await used_memory(admin)
+        elapsed = time.monotonic() - began
+        if within is None and now - start <= GIVE_BACK_BYTES:
+            within = elapsed
+        if at_5s is None and elapsed >= GIVE_BACK_S:
+            at_5s = now - start
+        if at_5s is not None and (within is not None or elapsed >= GIVE_BACK_LONG_S):
+            return at_5s, within
+        await asyncio.sleep(0.1)
+
+
+class Waiting:
+    """How each system's N clients wait, and how they are served."""
+
+    def __init__(self, name, wait, serve, blocked_field):
+        self.name = name
+        self.wait = wait
+        self.serve = serve
+        self.blocked_field = blocked_field
+
+
+def memory_systems(has_floor):
+    async def blpop_wait(c, i, timeout_ms):
+        await c.execute_command("BLPOP", "bench:mem", timeout_ms / 1000)
+
+    async def blpop_serve(admin, n):
+        await admin.lpush("bench:mem", *(["x"] * n))
+
+    async def floor_wait(c, i, timeout_ms):
+        await c.execute_command("FLOOR.BLOCK", timeout_ms)
+
+    async def floor_serve(admin, n):
+        await admin.execute_command("FLOOR.WAKE")
+
+    async def pathlock_wait(c, i, timeout_ms):
+        token = f"m{i}"
+        reply = await c.execute_command("PATHLOCK.ACQUIRE", KEY, "TOKEN", token, "TTL", TTL_MS,
+                                        "WAIT", timeout_ms, "WRITE", f"/d{i % 100}/f{i}.txt")
+        if reply is not None:
+            await c.execute_command("PATHLOCK.RELEASE", KEY, token)
+
+    async def pathlock_serve(admin, n):
+        await admin.execute_command("PATHLOCK.RELEASE", KEY, "holder")
+
+    systems = [Waiting("BLPOP", blpop_wait, blpop_serve, ("clients", "blocked_clients"))]
+    if has_floor:
+        systems.append(Waiting("module floor (FLOOR.BLOCK)", floor_wait, floor_serve,
+                               ("clients", "blocked_clients")))
+    systems.append(Waiting("pathlock", pathlock_wait, pathlock_serve,
+                           ("pathlock", "pathlock_clients_waiting")))
+    return systems
+
+
+async def memory_case(admin, port, system, n, end):
+    """N fresh clients wait in `system` and leave by `end` (timeout, served, disconnect).
+    Returns bytes per waiter, bytes above the start 5 s after they left, seconds until within
+    4 MB (None: not within 5 s), and the serving command's time in us (served only)."""
+    await admin.delete(KEY, "bench:mem")
+    # The last case's clients are gone from the server (at most 60 s).
+    for _ in range(600):
+        if int((await admin.info("clients"))["connected_clients"]) <= 2:
+            break
+        await asyncio.sleep(0.1)
+    await drained(admin)
+    before_connect = await settled_memory(admin)
+    clients = await connect(port, n)
+    idle = await settled_memory(admin)
+    if system.name == "pathlock":
+        await admin.execute_command("PATHLOCK.ACQUIRE", KEY, "TOKEN", "holder", "TTL", TTL_MS,
+                                    "WRITE", "/")
+        idle = await settled_memory(admin)
+    # The timeout case's waiters wait long enough for all of them to be waiting before the
+    # first times out; its memory per waiter is read in the other two cases, once settled.
+    timeout_ms = 5000 + 2 * n if end == "timeout" else WAIT_MS
+    tasks = [asyncio.create_task(system.wait(c, i, timeout_ms)) for i, c in enumerate(clients)]
+    per_waiter = None
+    if end != "timeout":
+        await wait_for(admin, *system.blocked_field, n)
+        per_waiter = (await settled_memory(admin) - idle) / n
+    await admin.execute_command("SLOWLOG", "RESET")
+    serve_us = 0
+    if end == "served":
+        await system.serve(admin, n)
+        await asyncio.gather(*tasks)
+        for entry in await admin.execute_command("SLOWLOG", "GET", "-1"):
+            if entry[3] and entry[3][0].decode().upper() in ("PATHLOCK.RELEASE", "LPUSH",
+                                                              "FLOOR.WAKE"):
+                if entry[3][-1:] == [b"holder"] or system.name != "pathlock":
+                    serve_us = max(serve_us, int(entry[2]))
+        start = idle
+    elif end == "timeout":
+        await asyncio.gather(*tasks)
+        start = idle
+    else:
+        for task in tasks:
+            task.cancel()
+        await close(clients)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        clients = []
+        start = before_connect
+    above, within = await given_back(admin, start)
+    await close(clients)
+    if system.name == "pathlock":
+        await admin.execute_command("PATHLOCK.RELEASE", KEY, "holder")
+    return per_waiter, above, within, serve_us
+
+
+async def memory_section(admin, port):
+    try:
+        await admin.execute_command("FLOOR.WAKE")
+        has_floor = True
+    except aredis.ResponseError:
+        has_floor = False
+    systems = memory_systems(has_floor)
+    n = MEMORY
+    print(f"Memory of {fmt(n)} waiters (fresh connections per case), and used_memory after they "
+          "leave:\nper waiter = used_memory while they wait minus the same clients idle; after = "
+          f"used_memory {GIVE_BACK_S:.0f} s after the last left minus the start (the clients "
+          "idle; before they\nconnected, for a disconnection), and when it came within 4 MB "
+          "(watched for 45 s).\n")
+    print("| system | per waiter | x BLPOP | timed out: after | served: after "
+          "| disconnected: after | serving command |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    base = None
+    rows = []
+    for system in systems:
+        cells, per = [], []
+        serve_us = 0
+        for end in ("timeout", "served", "disconnect"):
+            per_waiter, above, within, us = await memory_case(admin, port, system, n, end)
+            if per_waiter is not None:
+                per.append(per_waiter)
+            serve_us = max(serve_us, us)
+            rows.append((f"{system.name}: MB above the start 5 s after {fmt(n)} {end}",
+                         above / 1e6, "MB"))
+            rows.append((f"{system.name}: s until within 4 MB after {fmt(n)} {end}",
+                         within if within is not None else float("inf"), "s"))
+            when = (f"within 4 MB in {within:.1f} s" if within is not None
+                    else f"not within 4 MB in {GIVE_BACK_LONG_S:.0f} s")
+            cells.append(f"{above / 1e6:+.2f} MB ({when})")
+        per_waiter = sum(per) / len(per)
+        base = base or per_waiter
+        serving = f"{serve_us / 1000:.1f} ms" if serve_us else "<0.1 ms"
+        print(f"| {system.name} | {per_waiter / 1024:.2f} KB | {per_waiter / base:.1f} "
+              f"| {' | '.join(cells)} | {serving} |", flush=True)
+        rows.append((f"{system.name}: bytes per waiter", per_waiter, "B"))
+        rows.append((f"{system.name}: serving command for {fmt(n)}", serve_us / 1000, "ms"))
+    print()
+    if MEMORY_ROWS:
+        # Each figure beside BLPOP's same figure of this run.
+        blpop = {measure.split(": ", 1)[1]: value for measure, value, _ in rows
+                 if measure.startswith("BLPOP: ")}
+        with open(MEMORY_ROWS, "w", newline="") as f:
+            writer = csv.writer(f)
+            for measure, value, unit in rows:
+                baseline = blpop.get(measure.split(": ", 1)[1])
+                ratio = value / baseline if baseline else float("nan")
+                writer.writerow(["waiters", measure, value, baseline, ratio, unit])
+
+
 def fmt(x):
     return f"{x:,.0f}"
 
@@ -382,11 +610,12 @@ def median_pair(pairs):
 async def main():
     if nice_prefix():
         os.nice(int(nice_prefix()[-1]))
-    largest = max(SIZES + [MIXED])
+    largest = max(SIZES + [MIXED, MEMORY])
     limit = raise_file_limit(2 * largest + 1000)
     if limit < largest + 200:
         sys.exit(f"the file limit is {limit}; {largest + 200} descriptors are needed")
-    server = Server(largest + 100)
+    # Room for a case's clients while the server still frees the last case's.
+    server = Server(min(2 * largest + 100, limit - 100))
     SERVER_PID[0] = server.proc.pid
     try:
         admin = await server.wait_ready()
@@ -395,8 +624,10 @@ async def main():
         print(f"redis {info['redis_version']} ({priority}), "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; redis-py asyncio, "
               f"one connection per waiter; median of {ROUNDS} alternating pairs\n")
+        if MEMORY:
+            await memory_section(admin, server.port)
         # One connection per waiter, opened once and used by every case in turn.
-        pool = await connect(server.port, largest)
+        pool = await connect(server.port, max(SIZES + [MIXED, 1]))
         pinger = (await connect(server.port, 1))[0]
 
         print("Hand-over chain: N waiters on one path (WRITE /A), each releasing once granted;")

@@ -415,7 +415,7 @@ extern "C" fn on_swapdb(
 /// A flush is starting: every waiter of the flushed databases is queued again on its key name,
 /// and the databases' entries leave the expiry schedule.
 extern "C" fn on_flush(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     data: *mut c_void,
@@ -426,9 +426,18 @@ extern "C" fn on_flush(
     contained("the flush event", (), || {
         // SAFETY: Redis passes a RedisModuleFlushInfo with the flush-database event.
         let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
-        let db = (info.dbnum >= 0).then_some(info.dbnum);
-        registry::requeue_db(db);
-        schedule::flushed(db, info.sync == 0);
+        let flushed = (info.dbnum >= 0).then_some(info.dbnum);
+        // The requests are taken from the projects while they are still there: the registry
+        // keeps only where each waiter waits.
+        let ctx = Context::new(ctx);
+        let mut waiters = Vec::new();
+        for (db, key) in registry::keys_waited_on(flushed) {
+            ServerKey::visit(&ctx, db, &key, |key| {
+                key.look(|project| waiters.extend(registry::requests_of(project)))
+            });
+        }
+        registry::requeue(waiters);
+        schedule::flushed(flushed, info.sync == 0);
     });
 }
 

@@ -126,8 +126,10 @@ extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
         if let Some(name) = name {
             eviction::leaving(name, project.locks().len());
         }
-        let ids: Vec<u64> = project.waiter_ids().collect();
-        registry::unlinked(ids, value as usize, name.unwrap_or_default());
+        // The requests are copied: a value that was deleted is freed after this, and its
+        // waiters start over on the key name with them (see `registry`).
+        let waiters = registry::requests_of(project);
+        registry::unlinked(waiters, value as usize, name.unwrap_or_default());
     })
 }
 

@@ -49,17 +49,18 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use pathlock_core::Waiter;
+use pathlock_core::{Path, Project, Waiter};
 use redis_module::{raw, Context};
 
 use crate::{slot, stats};
 
-/// What the registry knows of one waiter.
+/// What the registry knows of one waiter: where it waits, not what for. Its request is kept once,
+/// in its project's queue; a value that leaves its key hands its waiters' requests over with the
+/// signal (`unlinked`, `requeue`), for them to be queued again elsewhere.
 pub struct Entry {
     pub client: usize,
     pub db: i32,
-    pub key: Vec<u8>,
-    pub waiter: Waiter,
+    pub key: Box<[u8]>,
     /// When its wait times out, on the clock of [`monotonic_us`].
     pub deadline: u64,
     /// When it started waiting, on the same clock, for `WAITERS`.
@@ -84,8 +85,8 @@ pub enum Away {
 #[derive(Default)]
 pub struct Signals {
     pub cancelled: Vec<(i32, Vec<u8>, u64)>,
-    pub resubmit: Vec<u64>,
-    pub unlinked: Vec<u64>,
+    pub resubmit: Vec<(u64, Waiter)>,
+    pub unlinked: Vec<(u64, Waiter)>,
     pub moved: Vec<(i32, Vec<u8>)>,
     pub moved_away: Vec<(u64, Away)>,
 }
@@ -147,7 +148,7 @@ pub fn any_cancelled() -> bool {
 
 /// Records a waiter that times out at `deadline` ([`monotonic_us`]) and returns its id. Ids
 /// increase, so they order waiters by arrival.
-pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter, deadline: u64) -> u64 {
+pub fn register(client: usize, db: i32, key: &[u8], deadline: u64) -> u64 {
     let id = with_registry(|r| {
         r.next_id += 1;
         let id = r.next_id;
@@ -158,8 +159,7 @@ pub fn register(client: usize, db: i32, key: &[u8], waiter: Waiter, deadline: u6
             Entry {
                 client,
                 db,
-                key: key.to_vec(),
-                waiter,
+                key: Box::from(key),
                 deadline,
                 since: monotonic_us(),
             },
@@ -235,7 +235,9 @@ pub fn give_up(client: usize) -> bool {
         let Some(entry) = forget_in(r, id) else {
             return false;
         };
-        r.signals.cancelled.push((entry.db, entry.key, id));
+        r.signals
+            .cancelled
+            .push((entry.db, entry.key.into_vec(), id));
         true
     })
 }
@@ -255,11 +257,12 @@ pub fn take_cancelled(db: i32, key: &[u8]) -> Vec<u64> {
     })
 }
 
-/// Signals that `value`, the value of `key` with these waiters, left its key: deleted,
-/// overwritten, renamed away, or migrated when a `MIGRATE` is executing or the value was
-/// serialized in this command (see the top of this file).
-pub fn unlinked(waiter_ids: Vec<u64>, value: usize, key: &[u8]) {
-    if waiter_ids.is_empty() {
+/// Signals that `value`, the value of `key` with these waiters (and a copy of their requests,
+/// for those that start over on the key name), left its key: deleted, overwritten, renamed
+/// away, or migrated when a `MIGRATE` is executing or the value was serialized in this command
+/// (see the top of this file).
+pub fn unlinked(waiters: Vec<(u64, Waiter)>, value: usize, key: &[u8]) {
+    if waiters.is_empty() {
         return;
     }
     if slot::LEFT.holds_key(key) {
@@ -267,7 +270,7 @@ pub fn unlinked(waiter_ids: Vec<u64>, value: usize, key: &[u8]) {
         signal(|r| {
             r.signals
                 .moved_away
-                .extend(waiter_ids.into_iter().map(|id| (id, Away::SlotMoved)))
+                .extend(waiters.iter().map(|(id, _)| (*id, Away::SlotMoved)))
         });
         return;
     }
@@ -291,11 +294,11 @@ pub fn unlinked(waiter_ids: Vec<u64>, value: usize, key: &[u8]) {
         };
         match migrated {
             Some(to) => r.signals.moved_away.extend(
-                waiter_ids
-                    .into_iter()
-                    .map(|id| (id, Away::Migrated(to.clone()))),
+                waiters
+                    .iter()
+                    .map(|(id, _)| (*id, Away::Migrated(to.clone()))),
             ),
-            None => r.signals.unlinked.extend(waiter_ids),
+            None => r.signals.unlinked.extend(waiters),
         }
     });
 }
@@ -315,9 +318,9 @@ pub fn serialized(value: usize) {
 }
 
 /// Signals that these waiters' key was flushed: they are to be queued again on their key.
-pub fn requeue(waiter_ids: Vec<u64>) {
-    if !waiter_ids.is_empty() {
-        signal(|r| r.signals.resubmit.extend(waiter_ids));
+pub fn requeue(waiters: Vec<(u64, Waiter)>) {
+    if !waiters.is_empty() {
+        signal(|r| r.signals.resubmit.extend(waiters));
     }
 }
 
@@ -404,7 +407,7 @@ pub fn swapped(first: i32, second: i32) {
             .entries
             .iter()
             .filter(|(_, e)| e.db == first || e.db == second)
-            .map(|(id, e)| (*id, e.db, e.key.clone()))
+            .map(|(id, e)| (*id, e.db, e.key.to_vec()))
             .collect();
         ids.sort_unstable();
         for (id, db, key) in ids {
@@ -415,19 +418,29 @@ pub fn swapped(first: i32, second: i32) {
     });
 }
 
-/// Signals a flush: every waiter of database `db` (of all databases when `None`) is requeued.
-pub fn requeue_db(db: Option<i32>) {
-    let ids: Vec<u64> = with_registry(|r| {
-        let mut ids: Vec<u64> = r
-            .entries
-            .iter()
-            .filter(|(_, e)| db.is_none_or(|db| e.db == db))
-            .map(|(id, _)| *id)
-            .collect();
-        ids.sort_unstable();
-        ids
+/// A copy of the requests waiting in `project`, oldest first, with their ids: what a value that
+/// leaves its key (`unlinked`) or is flushed (`requeue`) hands over to the signal.
+pub fn requests_of(project: &Project) -> Vec<(u64, Waiter)> {
+    project
+        .waiters_under(&Path::root())
+        .into_iter()
+        .map(|(id, waiter)| (id, waiter.clone()))
+        .collect()
+}
+
+/// The keys that waiters of database `db` (of all databases when `None`) wait on, each once: a
+/// flush is about to empty them, and their waiters' requests are taken from them first.
+pub fn keys_waited_on(db: Option<i32>) -> Vec<(i32, Box<[u8]>)> {
+    let mut keys: Vec<(i32, Box<[u8]>)> = with_registry(|r| {
+        r.entries
+            .values()
+            .filter(|e| db.is_none_or(|db| e.db == db))
+            .map(|e| (e.db, e.key.clone()))
+            .collect()
     });
-    requeue(ids);
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// Signals that a value holding waiters arrived under key `key` of database `db`.
@@ -443,20 +456,20 @@ pub fn take_signals() -> Signals {
     })
 }
 
-/// A waiter's key and request, when it is still waiting.
-pub fn waiter(id: u64) -> Option<(i32, Vec<u8>, Waiter)> {
-    with_registry(|r| {
-        r.entries
-            .get(&id)
-            .map(|e| (e.db, e.key.clone(), e.waiter.clone()))
-    })
+/// The database and key a waiter waits on, when it is still waiting.
+pub fn place(id: u64) -> Option<(i32, Box<[u8]>)> {
+    with_registry(|r| r.entries.get(&id).map(|e| (e.db, e.key.clone())))
 }
 
 /// Of `ids`, the waiters that did not ask for key `key` of database `db`.
 pub fn strays(db: i32, key: &[u8], ids: impl Iterator<Item = u64>) -> Vec<u64> {
     with_registry(|r| {
-        ids.filter(|id| r.entries.get(id).is_none_or(|e| e.db != db || e.key != key))
-            .collect()
+        ids.filter(|id| {
+            r.entries
+                .get(id)
+                .is_none_or(|e| e.db != db || *e.key != *key)
+        })
+        .collect()
     })
 }
 
@@ -495,25 +508,14 @@ fn signal<R>(queue: impl FnOnce(&mut Registry) -> R) -> R {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pathlock_core::{Items, Mode, Path, PathLimits, Token};
-
-    fn waiter(token: &[u8]) -> Waiter {
-        let path = Path::parse(b"/a", &PathLimits::default()).expect("a path");
-        Waiter {
-            token: Token::new(token).expect("a token"),
-            ttl: 1000,
-            items: Items::from_iter([(Mode::Write, path)]),
-            note: None,
-        }
-    }
 
     /// Every change skips the look for cancelled waiters while the flag is down, so the flag
     /// must be up from the moment a waiter gives up until each of its keys has taken it.
     #[test]
     fn the_cancelled_flag_follows_the_queue_of_waiters_that_gave_up() {
         let (first, second) = (usize::MAX - 1, usize::MAX - 2);
-        let a = register(first, 3, b"flag:a", waiter(b"one"), u64::MAX);
-        let b = register(second, 3, b"flag:b\x00\xc4\x80", waiter(b"two"), u64::MAX);
+        let a = register(first, 3, b"flag:a", u64::MAX);
+        let b = register(second, 3, b"flag:b\x00\xc4\x80", u64::MAX);
         assert!(!any_cancelled(), "waiting is not giving up");
         assert!(give_up(first) && give_up(second));
         assert!(any_cancelled());

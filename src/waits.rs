@@ -42,13 +42,7 @@ pub fn block(
         return false;
     };
     let deadline = registry::monotonic_us().saturating_add(timeout_ms.saturating_mul(1000));
-    let id = registry::register(
-        client,
-        selected_db(ctx),
-        key.as_slice(),
-        waiter.clone(),
-        deadline,
-    );
+    let id = registry::register(client, selected_db(ctx), key.as_slice(), deadline);
     project.enqueue(id, waiter);
     set_timeout_timer(ctx);
     true
@@ -116,7 +110,7 @@ fn time_out(ctx: &Context, id: u64) {
     stats::count(&stats::WAIT_TIMEOUTS, 1);
     blocked::unblock(entry.client, Answer::Nil);
     if replication_paused() {
-        registry::cancel_later(entry.db, entry.key, id);
+        registry::cancel_later(entry.db, entry.key.into_vec(), id);
         return;
     }
     let now = clock::now_ms(ctx);
@@ -165,10 +159,11 @@ pub fn work_off_signals(ctx: &Context) {
         for (db, key, id) in signals.cancelled {
             ServerKey::visit(ctx, db, &key, |key| cancel(key, now, id));
         }
-        resubmit.sort_unstable();
-        resubmit.dedup();
-        for id in resubmit {
-            if let Some((db, key, waiter)) = registry::waiter(id) {
+        // In arrival order, each once: a waiter keeps its place among those queued again.
+        resubmit.sort_unstable_by_key(|(id, _)| *id);
+        resubmit.dedup_by_key(|(id, _)| *id);
+        for (id, waiter) in resubmit {
+            if let Some((db, key)) = registry::place(id) {
                 ServerKey::visit(ctx, db, &key, |key| resubmit_one(key, now, id, waiter));
             }
         }
@@ -188,25 +183,26 @@ fn take_moved_strays(ctx: &Context, db: i32, key: &[u8]) -> Vec<(u64, Away)> {
 }
 
 /// Waiters whose value left their key: the value was deleted when the name is now free (its
-/// waiters start over there, as after a `DEL`, and go to `resubmit`) and replaced when another
-/// value holds it (they go to `away`). Those already in `away` are answered already.
+/// waiters start over there, as after a `DEL`, and go to `resubmit` with their requests) and
+/// replaced when another value holds it (they go to `away`). Those already in `away` are
+/// answered already.
 fn sort_unlinked(
     ctx: &Context,
-    unlinked: Vec<u64>,
+    unlinked: Vec<(u64, Waiter)>,
     away: &mut Vec<(u64, Away)>,
-    resubmit: &mut Vec<u64>,
+    resubmit: &mut Vec<(u64, Waiter)>,
 ) {
     // A set, so that sorting out many waiters costs what they are, not its square.
     let answered: BTreeSet<u64> = away.iter().map(|(id, _)| *id).collect();
-    for id in unlinked {
+    for (id, waiter) in unlinked {
         if answered.contains(&id) {
             continue;
         }
-        if let Some((db, key, _)) = registry::waiter(id) {
+        if let Some((db, key)) = registry::place(id) {
             if ServerKey::visit(ctx, db, &key, |key| key.holds_value()) {
                 away.push((id, Away::Replaced));
             } else {
-                resubmit.push(id);
+                resubmit.push((id, waiter));
             }
         }
     }
