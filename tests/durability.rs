@@ -852,3 +852,78 @@ fn memory_usage_grows_with_the_project_and_returns_when_locks_go() {
         "a released lock leaves nothing behind"
     );
 }
+
+/// What `tests/data/encoding-v2.rdb` holds, as the server that wrote it digested each key:
+/// `(key, DEBUG DIGEST-VALUE, locks)`. `tests/data/README.md` says how it was made.
+const ENCODING_V2_KEYS: [(&str, &str, usize); 3] = [
+    ("tree", "013ae424a658156048e7a5d980b542a3f1655a41", 12),
+    ("big", "1368ac1ae070927c5fd0f0196f220a2399dfafb8", 100),
+    ("many", "28b82814701bf813a37afaa5b03e3b69bed08c41", 300),
+];
+
+/// An RDB file of encoding version 2, written before the dense encoding (version 3), loads with
+/// every lock, note, fence and deadline as that server digested them; the locks hold as they
+/// did, and the value survives being written again (`DEBUG RELOAD`, `DUMP`/`RESTORE`) in the
+/// encoding of today.
+#[test]
+fn an_rdb_of_encoding_version_2_loads_and_is_written_again_unchanged() {
+    let mut server = Server::start();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/encoding-v2.rdb");
+    std::fs::copy(&fixture, server.dir.join("dump.rdb")).expect("the fixture");
+    server.crash_and_restart();
+    let mut con = server.conn();
+    let check = |con: &mut Connection, when: &str| {
+        for (key, digest, locks) in ENCODING_V2_KEYS {
+            assert_eq!(digest_of(con, key), digest, "{key} {when}");
+            assert_eq!(lock_set(con, key).len(), locks, "{key} {when}");
+        }
+    };
+    check(&mut con, "as loaded");
+    let size: i64 = cmd("DBSIZE").query(&mut con).expect("DBSIZE");
+    assert_eq!(size, 3);
+    // The locks hold as they were taken: three readers share /docs, alice's move keeps /A/C
+    // with its note, and the big owner's folder is its own.
+    let readers: Vec<LockEntry> = cmd("PATHLOCK.CHECK")
+        .arg(&["tree", "WRITE", "/docs"])
+        .query(&mut con)
+        .expect("CHECK");
+    let tokens: Vec<&[u8]> = readers.iter().map(|entry| entry.2.as_slice()).collect();
+    // The three readers of /docs, then r1's noted READ of /docs/a/x beneath it.
+    assert_eq!(tokens, [&b"r1"[..], b"r2", b"r3", b"r1"]);
+    assert_eq!(readers[3].5.as_deref(), Some(&b"r1 reads x"[..]));
+    let mover: Vec<LockEntry> = cmd("PATHLOCK.CHECK")
+        .arg(&["tree", "WRITE", "/A/C/D"])
+        .query(&mut con)
+        .expect("CHECK");
+    assert_eq!(
+        mover[0].5.as_deref(),
+        Some(&b"alice: move /A/C into /B"[..])
+    );
+    assert!(acquire(&mut con, "big", &["WRITE", "/big"]).is_none());
+    check(&mut con, "after the checks");
+    let _: () = cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut con)
+        .expect("DEBUG RELOAD");
+    check(&mut con, "after DEBUG RELOAD");
+    for (key, digest, _) in ENCODING_V2_KEYS {
+        let payload: Vec<u8> = cmd("DUMP").arg(key).query(&mut con).expect("DUMP");
+        let copy = format!("{key}:restored");
+        let _: () = cmd("RESTORE")
+            .arg(&copy)
+            .arg(0)
+            .arg(&payload)
+            .query(&mut con)
+            .expect("RESTORE");
+        assert_eq!(digest_of(&mut con, &copy), digest, "{key} through DUMP");
+    }
+    // The owner of a hundred locks still takes more in its own folder, and nobody else does.
+    assert!(acquire(
+        &mut con,
+        "big:restored",
+        &["TOKEN", "bulk", "WRITE", "/big/new"]
+    )
+    .is_some());
+    assert!(acquire(&mut con, "big:restored", &["WRITE", "/big/f7"]).is_none());
+}

@@ -1,0 +1,190 @@
+"""Whole-key operations on one big project, beside a hash with as many fields, in one run.
+
+A project of WHOLE_KEY_LOCKS locks (default 1,000,000; paths /d<i % 1000>/f<i>, a token each,
+`t<i>` as `make bench` names them, or one token for all with WHOLE_KEY_OWNERS=one) and a hash
+with as many fields (the same paths as fields, the tokens as values) go through the operations
+that take a whole key at once:
+
+  - DUMP: its server time (INFO commandstats) and the payload's size;
+  - RESTORE of that payload under a new name: its server time;
+  - DEBUG RELOAD of a server holding only that key (a save and a load of its RDB), wall time;
+  - MIGRATE to a second server, wall time of the command (dump, transfer, restore there, delete
+    here);
+  - a replica's full sync (diskless, no delay): from REPLICAOF until the link is up and the
+    replica has loaded, polled every 5 ms;
+  - fork: `latest_fork_usec` of a BGSAVE, beside the server's RSS.
+
+Each system runs on a fresh redis-server of its own, one after the other, WHOLE_KEY_ROUNDS
+times (default 3), and each figure is the median of its rounds. Markdown on stdout, and the rows
+to bench/whole_key.csv. Run it as `python3 bench/whole_key.py` after a release build;
+REDIS_SERVER picks the server binary, PATHLOCK_MODULE the module.
+
+The section is a function of its own (`whole_key`), for `make bench-projects` to call.
+"""
+
+import csv
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import MODULE, ROOT, free_port  # noqa: E402
+from owners import Client, command_usec, info  # noqa: E402
+
+LOCKS = int(os.environ.get("WHOLE_KEY_LOCKS", "1000000"))
+ROUNDS = int(os.environ.get("WHOLE_KEY_ROUNDS", "3"))
+OWNERS = os.environ.get("WHOLE_KEY_OWNERS", "each")
+SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+TTL_MS = 3_600_000
+KEY = "whole:proj"
+
+
+class Node:
+    """One redis-server with the module loaded, in a directory of its own."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="pathlock-whole-key-")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--save", "", "--appendonly", "no", "--loadmodule", MODULE,
+             "--enable-debug-command", "local", "--repl-diskless-sync", "yes",
+             "--repl-diskless-sync-delay", "0", "--logfile", os.path.join(self.dir, "log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(400):
+            try:
+                self.c = Client(self.port)
+                self.c.call("PING")
+                return
+            except (ConnectionError, OSError):
+                time.sleep(0.025)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        try:
+            self.c.call("SHUTDOWN", "NOSAVE")
+        except (ConnectionError, OSError, RuntimeError):
+            pass
+        self.proc.wait(timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def path(i):
+    return f"/d{i % 1000}/f{i}"
+
+
+def token(i):
+    return "one" if OWNERS == "one" else f"t{i:012d}"
+
+
+def fill(node, system):
+    if system == "pathlock":
+        node.c.pipeline(("PATHLOCK.ACQUIRE", KEY, "TOKEN", token(i), "TTL", TTL_MS, "WRITE",
+                         path(i)) for i in range(LOCKS))
+        assert int(info(node.c, "pathlock", "pathlock_locks")) == LOCKS
+    else:
+        # HSET of a thousand fields a call, as a hash of this size is usually filled.
+        batch = 1000
+        node.c.pipeline(("HSET", KEY, *[x for i in range(start, min(start + batch, LOCKS))
+                                        for x in (path(i), token(i))])
+                        for start in range(0, LOCKS, batch))
+        assert node.c.call("HLEN", KEY) == LOCKS
+
+
+def digest(node, key):
+    return node.c.call("DEBUG", "DIGEST-VALUE", key)
+
+
+def one_round(system):
+    """Every measure of one system, each on a server holding only the key."""
+    out = {}
+    a = Node()
+    b = Node()
+    try:
+        fill(a, system)
+        before = digest(a, KEY)
+        used = command_usec(a.c, "dump")
+        payload = a.c.call("DUMP", KEY)
+        out["DUMP (ms)"] = (command_usec(a.c, "dump") - used) / 1000
+        out["DUMP size (MB)"] = len(payload) / 1e6
+        used = command_usec(b.c, "restore")
+        b.c.call("RESTORE", KEY, 0, payload)
+        out["RESTORE (ms)"] = (command_usec(b.c, "restore") - used) / 1000
+        assert digest(b, KEY) == before, "RESTORE changed the value"
+        b.c.call("DEL", KEY)
+        del payload
+        t = time.perf_counter()
+        a.c.call("DEBUG", "RELOAD")
+        out["DEBUG RELOAD (ms)"] = (time.perf_counter() - t) * 1000
+        assert digest(a, KEY) == before, "DEBUG RELOAD changed the value"
+        rss = int(info(a.c, "memory", "used_memory_rss"))
+        a.c.call("BGSAVE")
+        while int(info(a.c, "persistence", "rdb_bgsave_in_progress")):
+            time.sleep(0.01)
+        out["fork (ms)"] = int(info(a.c, "stats", "latest_fork_usec")) / 1000
+        out["RSS (MB)"] = rss / 1e6
+        # A replica's full sync: b is empty, so what it loads is the one key.
+        t = time.perf_counter()
+        b.c.call("REPLICAOF", "127.0.0.1", a.port)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if (info(b.c, "replication", "master_link_status") == "up"
+                    and info(b.c, "replication", "master_sync_in_progress") == "0"):
+                break
+            time.sleep(0.005)
+        else:
+            raise RuntimeError("the replica never synced")
+        out["full sync (ms)"] = (time.perf_counter() - t) * 1000
+        assert digest(b, KEY) == before, "the full sync changed the value"
+        b.c.call("REPLICAOF", "NO", "ONE")
+        b.c.call("FLUSHALL")
+        t = time.perf_counter()
+        a.c.call("MIGRATE", "127.0.0.1", b.port, KEY, 0, 600000)
+        out["MIGRATE (ms)"] = (time.perf_counter() - t) * 1000
+        assert digest(b, KEY) == before, "MIGRATE changed the value"
+    finally:
+        a.stop()
+        b.stop()
+    return out
+
+
+def whole_key(rows=None):
+    """The section: each operation of the project beside the hash's, medians of ROUNDS."""
+    owners = "one token" if OWNERS == "one" else "a token each"
+    print(f"\n## Whole-key operations: {LOCKS:,} locks ({owners}) beside a hash of "
+          f"{LOCKS:,} fields, median of {ROUNDS} rounds\n")
+    runs = {"pathlock": [], "hash": []}
+    for _ in range(ROUNDS):
+        for system in ("pathlock", "hash"):
+            runs[system].append(one_round(system))
+    print("| operation | pathlock | hash | ratio |")
+    print("|---|---:|---:|---:|")
+    for measure in runs["pathlock"][0]:
+        mine = statistics.median(r[measure] for r in runs["pathlock"])
+        theirs = statistics.median(r[measure] for r in runs["hash"])
+        ratio = mine / theirs if theirs else float("nan")
+        spread = ", ".join(f"{r[measure]:,.1f}" for r in runs["pathlock"])
+        spread_h = ", ".join(f"{r[measure]:,.1f}" for r in runs["hash"])
+        print(f"| {measure} | {mine:,.1f} ({spread}) | {theirs:,.1f} ({spread_h}) "
+              f"| {ratio:.2f} |", flush=True)
+        if rows is not None:
+            rows.append(("whole-key", measure, mine, theirs, ratio))
+    return runs
+
+
+def main():
+    rows = []
+    whole_key(rows)
+    with open(os.path.join(ROOT, "bench", "whole_key.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["section", "measure", "pathlock", "hash", "ratio"])
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
