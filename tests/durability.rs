@@ -532,7 +532,7 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
         "a module value with a 64-bit module id"
     );
     let module_id = u64::from_be_bytes(real[2..10].try_into().expect("8 bytes"));
-    assert_eq!(module_id & 0x3ff, 2, "encoding version 2");
+    assert_eq!(module_id & 0x3ff, 3, "encoding version 3");
     let rdb_version = [real[real.len() - 10], real[real.len() - 9]];
     // The payloads below are written in version 1's layout (a lock without its note), which a
     // server still loads, so they carry version 1 in their module id.
@@ -542,6 +542,36 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
         body: Vec::new(),
     };
     let far = 4_000_000_000_000u64;
+    let dense = || Payload {
+        module_id,
+        rdb_version,
+        body: Vec::new(),
+    };
+    // Positive control in version 3: one owner, `t` (a plain token) with a lease far ahead,
+    // then `WRITE /A` of owner 0 at fence 1 (the fence after 0, zigzag 2).
+    let mut lease = Vec::new();
+    let mut n = far;
+    while n >= 0x80 {
+        lease.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    lease.push(n as u8);
+    let owner_t = [&[1, 0, 1, b't'][..], &lease].concat();
+    let good3 = dense()
+        .unsigned(9)
+        .buffer(&[&owner_t[..], &[0, 1, 1, b'A', 2, 0, 2]].concat())
+        .buffer(b"")
+        .seal();
+    let _: () = cmd("RESTORE")
+        .arg("ok3")
+        .arg(0)
+        .arg(&good3)
+        .query(&mut con)
+        .expect("RESTORE of a version 3 payload");
+    assert_eq!(
+        lock_set(&mut con, "ok3"),
+        vec![(b"/A".to_vec(), "WRITE".to_string(), b"t".to_vec(), 1)]
+    );
 
     // Positive control: a payload built by hand the way the module writes one is accepted.
     let good = new()
@@ -653,6 +683,40 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
             "a string where a number belongs",
             new().buffer(b"2").unsigned(0).seal(),
         ),
+        // Version 3, the dense encoding: the counter, chunks of records, an empty chunk.
+        (
+            "version 3: two writers of one path",
+            dense()
+                .unsigned(9)
+                .buffer(&[
+                    2, 0, 1, b't', 9, 0, 1, b'u', 0, 0, 1, 1, b'A', 2, 0, 2, 0, 0, 3, 1, 2,
+                ])
+                .buffer(b"")
+                .seal(),
+        ),
+        (
+            "version 3: no end",
+            dense()
+                .unsigned(9)
+                .buffer(&[1, 0, 1, b't', 9, 0, 1, 1, b'A', 2, 0, 2])
+                .seal(),
+        ),
+        (
+            "version 3: a chunk cut inside a lock",
+            dense()
+                .unsigned(9)
+                .buffer(&[1, 0, 1, b't', 9, 0, 1, 1, b'A'])
+                .buffer(b"")
+                .seal(),
+        ),
+        (
+            "version 3: a segment holding a terminator",
+            dense()
+                .unsigned(9)
+                .buffer(&[1, 0, 1, b't', 9, 0, 1, 2, b'A', 0, 2, 0, 2])
+                .buffer(b"")
+                .seal(),
+        ),
     ];
     for (name, payload) in cases {
         let result = cmd("RESTORE")
@@ -666,8 +730,8 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
         let exists: i64 = cmd("EXISTS").arg("bad").query(&mut con).expect("EXISTS");
         assert_eq!(exists, 0, "{name}: left a key");
     }
-    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 2);
-    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 2);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 3);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 3);
 }
 
 #[test]

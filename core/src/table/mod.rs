@@ -62,6 +62,7 @@ mod chunks;
 mod conflicts;
 mod crowd;
 mod cuts;
+pub(crate) mod dense;
 mod expiry;
 mod free;
 mod idmap;

@@ -105,9 +105,9 @@ pub(super) enum Walk {
 /// The children's tables' view of their entries: a child is filed under its segment's hash,
 /// and as the entries are ids, re-hashing one reads its node.
 #[derive(Clone, Copy)]
-struct NodeKeys<'a> {
-    nodes: &'a Chunks<Node>,
-    hasher: &'a DefaultHashBuilder,
+pub(super) struct NodeKeys<'a> {
+    pub(super) nodes: &'a Chunks<Node>,
+    pub(super) hasher: &'a DefaultHashBuilder,
 }
 
 impl Rehasher<NodeId> for NodeKeys<'_> {
