@@ -75,7 +75,7 @@ impl LockTable {
             }
             at = self.nodes[at as usize].parent;
         }
-        if blocking_count(mode, self.nodes[node as usize].below) > 0 {
+        if blocking_count(mode, self.below(node)) > 0 {
             self.cuts_mut(node).beneath[m] = cut;
         }
     }

@@ -28,7 +28,7 @@ use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT};
 use super::owners::{Owner, OwnerKeys};
 use super::rehash::{prefetch, LinearTable, Rehasher};
 use super::sorted::SortedRuns;
-use super::tree::{Held, Node, NodeKeys, Segment};
+use super::tree::{Fork, Held, Node, NodeKeys, Segment};
 use super::LockTable;
 use crate::lock::{Mode, Note, PackedToken};
 
@@ -194,8 +194,8 @@ impl Builder {
     }
 
     /// A new owner, with its lease, which is not before the previous owner's; its id is the
-    /// number of owners introduced before it. It is filed in its lease's list at once, and the
-    /// token index is built at the end (`finish`).
+    /// number of owners introduced before it. It is filed in its lease's list at once; the
+    /// index of leases and the token index are made at the end (`finish`).
     pub(crate) fn owner(&mut self, token: PackedToken, deadline: u64) -> Result<OwnerId, Refused> {
         let id = self.table.owners.len() as OwnerId;
         if id >= MAX_ID {
@@ -290,19 +290,21 @@ impl Builder {
         Ok(())
     }
 
-    /// Leaves the current node: writes its marks and bound and links its children, and adds
-    /// its marks and bound to its parent's.
+    /// Leaves the current node: gives it its fork (marks, bound, children) when it has
+    /// children, and adds its marks and bound to its parent's.
     fn leave(&mut self) {
         let Some(mut level) = self.stack.pop() else {
             return;
         };
         let table = &mut self.table;
-        let node = &mut table.nodes[level.node as usize];
-        node.below = level.below;
-        node.latest = level.latest;
+        let mut fork = Fork {
+            below: level.below,
+            latest: level.latest,
+            table: NONE,
+        };
         match level.children[..] {
             [] => {}
-            [only] => node.child = only,
+            [only] => table.nodes[level.node as usize].child = only,
             _ => {
                 let keys = NodeKeys {
                     nodes: &table.nodes,
@@ -315,11 +317,13 @@ impl Builder {
                     .collect();
                 // Siblings come in strictly increasing order, so none repeats.
                 if let Ok(children) = LinearTable::build(hashed, |a, b| a == b, keys) {
-                    let slot = table.tables.len() as u32;
+                    fork.table = table.tables.len() as u32;
                     table.tables.push(children);
-                    table.nodes[level.node as usize].table = slot;
                 }
             }
+        }
+        if !level.children.is_empty() {
+            table.new_fork(level.node, fork);
         }
         level.children.clear();
         self.spare.push(level.children);
@@ -415,7 +419,9 @@ impl Builder {
     }
 
     /// The table, its counter raised to `next_fence`, once its owners are indexed by token
-    /// (refused if one token was introduced twice) and the expiry index holds their leases. An
+    /// (refused if one token was introduced twice) and the expiry index holds their leases. The
+    /// token index is built in one go, a segment after the other, rather than an owner at a
+    /// time: inserting a million owners one by one costs a million scattered probes of it. An
     /// owner that holds no lock (all its locks were left out of the payload, see `cuts`) is
     /// forgotten here.
     pub(crate) fn finish(mut self, next_fence: u64) -> Result<LockTable, Refused> {

@@ -18,6 +18,7 @@ impl LockTable {
         let mut parents: Vec<(NodeId, NodeId)> = Vec::new();
         let (mut live, mut segment_bytes) = (0, 0);
         let mut order = Vec::new();
+        let mut forks = BTreeSet::new();
         let mut stack = vec![ROOT];
         while let Some(id) = stack.pop() {
             order.push(id);
@@ -32,11 +33,22 @@ impl LockTable {
                     return Err(format!("unused node {id}"));
                 }
             }
-            if node.child != NONE && node.table != NONE {
+            let table = self.table_of(id);
+            if node.child != NONE && table != NONE {
                 return Err(format!("node {id} has both an only child and a table"));
             }
-            if node.table != NONE && self.tables[node.table as usize].is_empty() {
+            if table != NONE && self.tables[table as usize].is_empty() {
                 return Err(format!("node {id} keeps an empty table"));
+            }
+            if (node.fork != NONE) != (node.child != NONE || table != NONE) {
+                return Err(format!(
+                    "node {id} has a fork without children, or the reverse"
+                ));
+            }
+            if node.fork != NONE
+                && (self.free_forks.contains(node.fork) || !forks.insert(node.fork))
+            {
+                return Err(format!("node {id}'s fork is free or another node's"));
             }
             let spilled = node.lock.owner.0 == SPILLED;
             if spilled != self.crowded.contains_key(id) || (spilled && self.holder_count(id) < 2) {
@@ -87,6 +99,9 @@ impl LockTable {
         }
         if self.free_nodes.len() + live + 1 != self.nodes.len() {
             return Err("free node slots disagree with the tree".into());
+        }
+        if self.free_forks.len() + forks.len() != self.forks.len() {
+            return Err("free fork slots disagree with the tree".into());
         }
         self.check_marks(&order)?;
         if self.crowded.keys().any(|node| {
@@ -169,17 +184,17 @@ impl LockTable {
         for &id in order.iter().rev() {
             let node = &self.nodes[id as usize];
             let counts = below.remove(&id).unwrap_or([0, 0]);
-            if counts != node.below {
+            if counts != self.below(id) {
                 return Err(format!(
                     "marks at node {id} are {:?}, expected {counts:?}",
-                    node.below
+                    self.below(id)
                 ));
             }
             let bound = latest.remove(&id).unwrap_or(0);
-            if node.latest < bound {
+            if self.latest(id) < bound {
                 return Err(format!(
                     "latest at node {id} is {}, below a lease of {bound} beneath",
-                    node.latest
+                    self.latest(id)
                 ));
             }
             let marks = bigs.remove(&id).unwrap_or_default();

@@ -21,7 +21,8 @@
 //! project and the owner hold.
 //!
 //! Memory is what a million locks cost, so the common case is kept inline and the rare one
-//! spills: a node (64 bytes, one cache line) holds its one lock and its one child, an owner
+//! spills: a node (40 bytes) holds its segment, its one lock and its one child, and only a node
+//! with children has a fork beside it (its marks, bound and children's table); an owner
 //! holds its one lock and, when short or a canonical UUID, its token. Paths with several locks
 //! and owners with several locks keep them in side maps. Free slots are handed out lowest first
 //! (`free`), so that the arenas' tails empty as locks go and `trim_some` gives them back.
@@ -93,7 +94,7 @@ use notes::Notes;
 use owners::Owner;
 use rehash::LinearTable;
 use sorted::SortedRuns;
-use tree::Node;
+use tree::{Fork, Node};
 
 /// The locks of one project. `clone` copies what the table does not share with a copy;
 /// [`LockTable::share`] is the copy that costs a step per chunk.
@@ -101,7 +102,10 @@ use tree::Node;
 pub struct LockTable {
     nodes: Chunks<Node>,
     free_nodes: FreeSlots,
-    /// The children's tables of nodes with two or more children, found by `Node::table`.
+    /// The forks of nodes with children (marks, bound, children's table), by `Node::fork`.
+    forks: Chunks<Fork>,
+    free_forks: FreeSlots,
+    /// The children's tables of nodes with two or more children, found by `Fork::table`.
     tables: Chunks<LinearTable<NodeId>>,
     free_tables: FreeSlots,
     /// The locks of paths that several hold (readers sharing a path), by node.
@@ -203,6 +207,8 @@ impl LockTable {
         let mut table = LockTable {
             nodes: Chunks::default(),
             free_nodes: FreeSlots::default(),
+            forks: Chunks::default(),
+            free_forks: FreeSlots::default(),
             tables: Chunks::default(),
             free_tables: FreeSlots::default(),
             crowded: IdMap::default(),
@@ -241,6 +247,8 @@ impl LockTable {
             // The free sets are bitmaps, a bit per slot: a copy of one is 1.25 MB at ten
             // million slots.
             free_nodes: self.free_nodes.clone(),
+            forks: self.forks.share(),
+            free_forks: self.free_forks.clone(),
             tables: self.tables.share(),
             free_tables: self.free_tables.clone(),
             // The hash tables and the expiry index always keep their pieces behind `Arc`s
@@ -300,8 +308,10 @@ impl LockTable {
     /// the table holds, so a released lock takes its bytes back exactly once it is freed.
     pub fn memory_estimate(&self) -> usize {
         let owners = self.owners.len() - self.free_owners.len();
+        let forks = self.forks.len() - self.free_forks.len();
         std::mem::size_of::<LockTable>()
             + (self.live_nodes + 1) * NODE_OVERHEAD
+            + forks * std::mem::size_of::<Fork>()
             + self.segment_bytes
             + (self.len + self.buried_locks) * LOCK_OVERHEAD
             + self.big_locks * BIG_LOCK_OVERHEAD
@@ -616,6 +626,7 @@ impl LockTable {
     fn has_free_tail(&self) -> bool {
         let tail = |len: usize, free: &FreeSlots| len > 0 && free.contains((len - 1) as u32);
         tail(self.nodes.len(), &self.free_nodes)
+            || tail(self.forks.len(), &self.free_forks)
             || tail(self.owners.len(), &self.free_owners)
             || tail(self.tables.len(), &self.free_tables)
     }
@@ -639,6 +650,11 @@ impl LockTable {
             let last = self.tables.len().saturating_sub(1) as u32;
             if self.tables.len() > 0 && self.free_tables.remove(last) {
                 self.tables.pop();
+                done += 1;
+            }
+            let last = self.forks.len().saturating_sub(1) as u32;
+            if self.forks.len() > 0 && self.free_forks.remove(last) {
+                self.forks.pop();
                 done += 1;
             }
             if done == before {
@@ -670,11 +686,15 @@ mod tests {
         let mut copy = table.share();
         let chunks = table.nodes.shared_with(&copy.nodes);
         assert!(chunks >= 3, "{chunks}");
-        // Releasing one lock on the copy writes to the chunks of its node and of its ancestors
-        // (the folder and the root, both in the first chunk), not to the others.
+        let forks = table.forks.shared_with(&copy.forks);
+        assert_eq!(forks, 1, "the root's and the folders' forks");
+        // Releasing one lock on the copy writes to the chunk of its node, and to the forks of
+        // its ancestors (the folder and the root, both in the first chunk of forks), not to the
+        // others.
         let path = Path::parse(b"/d7/f9907", &Default::default()).expect("a path");
         assert_eq!(copy.release_decided(&token, Some(&[path])), 1);
-        assert_eq!(table.nodes.shared_with(&copy.nodes), chunks - 2);
+        assert_eq!(table.nodes.shared_with(&copy.nodes), chunks - 1);
+        assert_eq!(table.forks.shared_with(&copy.forks), 0);
         assert_eq!(table.len(), copy.len() + 1);
         copy.check_integrity().expect("the copy's integrity");
         table.check_integrity().expect("the original's integrity");

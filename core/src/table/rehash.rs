@@ -189,7 +189,9 @@ impl<T: Clone> LinearTable<T> {
             split: 0,
             len: 0,
         };
-        // A counting sort of the entries by segment, then one segment after the other.
+        // The entries sorted by segment in place (a counting sort that swaps each entry to its
+        // segment's next free place), then each segment built in turn.
+        let mut entries = entries;
         let mut starts = vec![0usize; (1 << level) + 1];
         for (hash, _) in &entries {
             starts[table.segment_of(*hash) + 1] += 1;
@@ -198,17 +200,22 @@ impl<T: Clone> LinearTable<T> {
             starts[i] += starts[i - 1];
         }
         let mut next = starts.clone();
-        let mut placed: Vec<Option<(u64, T)>> = (0..len).map(|_| None).collect();
-        for (hash, value) in entries {
-            let at = table.segment_of(hash);
-            placed[next[at]] = Some((hash, value));
-            next[at] += 1;
+        for segment in 0..1usize << level {
+            while next[segment] < starts[segment + 1] {
+                let at = table.segment_of(entries[next[segment]].0);
+                if at == segment {
+                    next[segment] += 1;
+                } else {
+                    entries.swap(next[segment], next[at]);
+                    next[at] += 1;
+                }
+            }
         }
-        let mut placed = placed.into_iter().flatten();
+        let mut sorted = entries.into_iter();
         for segment in 0..1usize << level {
             let count = starts[segment + 1] - starts[segment];
             let mut built = HashTable::with_capacity(count);
-            for (hash, value) in placed.by_ref().take(count) {
+            for (hash, value) in sorted.by_ref().take(count) {
                 if built.find(hash, |other| same(other, &value)).is_some() {
                     return Err(value);
                 }
