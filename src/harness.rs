@@ -286,6 +286,21 @@ fn reloads(table: &LockTable, what: &str) {
     }
 }
 
+/// The payload, in today's encoding, of the table a sequence of effects (as for [`effect`])
+/// leaves, when it holds a lock: a seed of the `rdb` target.
+pub fn effects_payload(data: &[u8]) -> Option<Vec<u8>> {
+    let mut project = Project::new();
+    for (_, _, words) in records(data) {
+        if let Ok(effect) = Effect::parse(&words).and_then(|effect| {
+            effect.check_fences(NOW_MS)?;
+            Ok(effect)
+        }) {
+            effect.apply(&mut project);
+        }
+    }
+    (!project.locks().is_empty()).then(|| encode(project.locks()))
+}
+
 /// Applies a sequence of effects (records as for [`command`]; the command byte is ignored and
 /// the words start after the key) to one project, as a replica or an AOF replay does, refusing
 /// those the effect command refuses. An effect that parses must survive its own encoding
@@ -381,6 +396,43 @@ mod tests {
     #[test]
     fn the_effect_corpus_and_its_crashers_replay_cleanly() {
         replay("effect", super::effect);
+    }
+
+    /// Writes seeds of today's RDB encoding into `fuzz/corpus/rdb/`: the table each input of
+    /// `fuzz/regressions/effect` and the first `PATHLOCK_RDB_SEEDS` (default 200) inputs of
+    /// `fuzz/corpus/effect` leave, encoded by the encoder the module saves with. Those tables
+    /// have the shapes (cuts, crowds, big owners, notes) a payload mutated from an older
+    /// encoding's seed would hardly reach. Run on demand, as fuzz/README.md says:
+    /// `cargo test --release --lib harness::tests::write_rdb_seeds -- --ignored`.
+    #[test]
+    #[ignore]
+    fn write_rdb_seeds() {
+        let limit: usize = std::env::var("PATHLOCK_RDB_SEEDS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(200);
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        let out = root.join("corpus").join("rdb");
+        let (mut regressions, mut corpus): (Vec<_>, Vec<_>) = inputs("effect")
+            .into_iter()
+            .partition(|(path, _)| path.starts_with(root.join("regressions")));
+        corpus.truncate(limit);
+        regressions.append(&mut corpus);
+        let mut written = 0;
+        for (path, bytes) in regressions {
+            let Some(payload) = super::effects_payload(&bytes) else {
+                continue;
+            };
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("input");
+            let name: String = name.chars().take(40).collect();
+            std::fs::write(
+                out.join(format!("v{}-{name}", pathlock_core::persist::VERSION)),
+                payload,
+            )
+            .expect("a seed written");
+            written += 1;
+        }
+        eprintln!("wrote {written} seeds to {}", out.display());
     }
 }
 
