@@ -6,19 +6,21 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-instructions fuzz clean dist test-dist
+.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-instructions bench-java fuzz clean dist test-dist
 
 # The servers of the compatibility table (docs/operations.md). `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
-# Valkey 9.1 instead of redis-server (also SERVER=valkey-8.1, SERVER=redis-8.0, or
-# SERVER=/path/to/server). Redis 8.0 is built from Debian's source package (scripts/deps.sh redis8).
+# Valkey 9.1 instead of redis-server (also SERVER=valkey-8.1, SERVER=redis-8.0, SERVER=redis-8.2,
+# or SERVER=/path/to/server). Redis 8.0 is built from Debian's source package (scripts/deps.sh
+# redis8); Redis 8.2 comes from a PyPI wheel, as the Valkey servers do (scripts/deps.sh redis8.2).
 server.redis := redis-server
 server.redis-8.0 := $(CURDIR)/.deps/redis-8.0/redis-server
+server.redis-8.2 := $(CURDIR)/.deps/redis-8.2/redis-server
 server.valkey-8.1 := $(CURDIR)/.deps/valkey-8.1/valkey-server
 server.valkey-9.1 := $(CURDIR)/.deps/valkey-9.1/valkey-server
 server.valkey := $(server.valkey-9.1)
 SERVER ?= redis
-TEST_SERVERS := $(or $(REDIS_SERVER),$(server.redis) $(server.redis-8.0) $(server.valkey-8.1) $(server.valkey-9.1))
+TEST_SERVERS := $(or $(REDIS_SERVER),$(server.redis) $(server.redis-8.0) $(server.redis-8.2) $(server.valkey-8.1) $(server.valkey-9.1))
 
 all: build
 
@@ -28,11 +30,12 @@ build:
 
 # Foreground server with the module and every pathlock config at its default.
 run: build
-	@scripts/deps.sh run $(if $(filter valkey%,$(SERVER)),valkey) $(if $(filter redis-8.0,$(SERVER)),redis8)
+	@scripts/deps.sh run $(if $(filter valkey%,$(SERVER)),valkey) $(if $(filter redis-8.0,$(SERVER)),redis8) $(if $(filter redis-8.2,$(SERVER)),redis8.2)
 	$(or $(server.$(SERVER)),$(SERVER)) redis.conf.example --port $(PORT)
 
+# `exporter` installs Debian's redis_exporter and builds the current one, for tests/exporter.rs.
 test: build
-	@scripts/deps.sh test $(if $(REDIS_SERVER),,valkey redis8)
+	@scripts/deps.sh test exporter $(if $(REDIS_SERVER),,valkey redis8 redis8.2)
 	$(CARGO) test --release --workspace --exclude pathlock
 	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
 	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \
@@ -40,6 +43,7 @@ test: build
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-node
 	$(MAKE) --no-print-directory test-java
+	$(MAKE) --no-print-directory test-go
 	$(MAKE) --no-print-directory test-dist
 
 # The Python client's tests (real servers, a replica, a cluster) and the example that uses it, in a
@@ -59,13 +63,39 @@ test-python: build
 test-node: build
 	cd clients/node && npm ci && npm run build && npm test
 
-# The Java client (clients/java) with Maven, offline from Debian's packages (Netty, JUnit 5, the
-# Maven plugins; clients/java/.mvn/ points Maven at /usr/share/maven-repo), against servers its
-# tests start: a single one, a master with a replica, and a 3-master cluster.
+# The Java client (clients/java, a multi-module Maven build resolving from Maven Central) against
+# servers its tests start: a single one, a master with a replica, and a 3-master cluster; then the
+# Spring Boot starter's tests (a single server, a cluster) and the example application
+# (examples/spring-drive) on the client of the same build. `verify` also builds the jars a release
+# publishes (sources, and javadoc with no doclint warning).
 .PHONY: test-java
 test-java: build
 	@scripts/deps.sh test java
-	cd clients/java && mvn -B -ntp test
+	cd clients/java && mvn -B -ntp verify
+
+# The Go client (clients/go): go vet, then its tests with the race detector against servers they
+# start (a single one, a master with a replica and a sentinel, a 3-master cluster), and its
+# examples; on the go-redis its go.mod requires (the oldest it supports), then again on the one the
+# benchmark's module pins (the current release), through a copy of go.mod in a temporary folder.
+# The Go toolchain fetches go-redis into its module cache; nothing else is installed.
+GO_REDIS_LATEST = $(shell sed -n 's|.*github.com/redis/go-redis/v9 \(v[0-9.]*\)$$|\1|p' clients/go/bench/go.mod)
+.PHONY: test-go
+test-go: build
+	@scripts/deps.sh test
+	cd clients/go && go vet ./... && go test -race -count=1 ./...
+	@latest=$$(mktemp -d) && trap 'rm -rf "$$latest"' EXIT && cd clients/go && \
+	    cp go.mod "$$latest/go.mod" && cp go.sum "$$latest/go.sum" && \
+	    go get -modfile="$$latest/go.mod" github.com/redis/go-redis/v9@$(GO_REDIS_LATEST) && \
+	    echo "pathlock: the Go client's tests on go-redis $(GO_REDIS_LATEST)" && \
+	    go test -modfile="$$latest/go.mod" -race -count=1 ./...
+
+# Lock plus release of one path through the Go client beside redsync and bsm/redislock, at 0 and
+# 100,000 locks held, 5,000 of each taken in turns (clients/go/bench, a module of its own so that
+# the client needs go-redis only); prints the medians; see docs/performance.md.
+.PHONY: bench-go
+bench-go: build
+	@scripts/deps.sh test
+	cd clients/go/bench && go test -run '^$$' -bench . -benchtime 5000x .
 
 # What users install without a Rust toolchain, in dist/: the module's Debian package, the Python
 # client's wheel and sdist, the Node client's npm tarball, the Rust client's .crate (see
@@ -92,6 +122,15 @@ test-cluster: build
 test-redis-suite: build
 	@scripts/deps.sh suite
 	scripts/redis-suite.sh $(if $(filter no,$(SUITE_MODULE)),--without-module,$(MODULE))
+
+# Lock plus release of one path through the Java client beside Redisson's RLock, Spring
+# Integration's RedisLockRegistry and the users' Lua scripts through RedisTemplate, at 0 to 100,000
+# locks held, and a folder move beside a Redisson MultiLock (bench/java, about 6 minutes; BENCH_SIZES,
+# BENCH_ROUNDS, BENCH_SECONDS, BENCH_THREADS); see bench/README.md.
+bench-java: build
+	@scripts/deps.sh test java
+	cd clients/java && mvn -B -ntp -q -Pbench package -DskipTests -pl ../../bench/java -am
+	scripts/with-redis.sh sh -c 'exec java -cp "bench/java/target/classes:$$(cat bench/java/target/classpath.txt)" io.pathlock.bench.LockBench'
 
 # Side by side with the old Lua script and SET NX PX, then the engine alone; see bench/README.md.
 bench: build
@@ -147,6 +186,7 @@ lint:
 	python3 scripts/import-cycles.py src core/src clients/rust/src clients/python/src/pathlock clients/node/src
 	python3 scripts/check-links.py
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	cd clients/go && ! gofmt -l . | grep . && go vet ./... && go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 clean:
 	$(CARGO) clean

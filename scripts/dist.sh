@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a user installs without a Rust toolchain into dist/ (git-ignored): `make dist`.
 #
-#   scripts/dist.sh [deb] [python] [node] [rust] [java]     (all five when none is named)
+#   scripts/dist.sh [deb] [python] [node] [rust] [java] [go]     (all six when none is named)
 #
 #   deb     redis-pathlock_<version>-1_<arch>.deb: the release module, from target/release
 #           (`make dist` builds it first), staged and packed with dpkg-deb
@@ -9,7 +9,11 @@
 #           in .venv-dist, the wheel built from the sdist)
 #   node    pathlock-<version>.tgz (npm pack: dist/*.js and *.d.ts inside, no install script)
 #   rust    pathlock-client-<version>.crate (cargo package; `make test-dist` builds it alone)
-#   java    pathlock-client-<version>.jar and .pom (Maven, offline from Debian's packages)
+#   java    pathlock-client-<version>.jar, -sources.jar, -javadoc.jar and .pom, and the same four of
+#           pathlock-spring-boot-starter (Maven, from Maven Central; the poms flattened, so they
+#           need no parent installed beside them)
+#   go      pathlock-go-<version>.tar.gz: the Go module's source (clients/go without its bench
+#           module), for a `replace` directive until the module is fetched by its path
 #
 # The Debian package is made with dpkg-deb from a staged tree rather than cargo-deb: dpkg-deb
 # (dpkg) and dpkg-shlibdeps (dpkg-dev) are Debian's own tools and already on a Debian build host,
@@ -175,20 +179,42 @@ java_version() {
     python3 -c 'import sys, xml.etree.ElementTree as E; print(E.parse(sys.argv[1]).getroot().find("{http://maven.apache.org/POM/4.0.0}version").text)' clients/java/pom.xml
 }
 
-# The Java client's jar and its pom, which a Maven repository keeps beside it (it names the Netty
-# dependency); built offline from Debian's packages as `make test-java` builds it, tests skipped
-# (they ran there). `make test-dist` installs both into a fresh local repository.
+# The Java client as a Maven repository publishes it: the jar, its sources and javadoc jars, and
+# its pom (flattened by the build: it names Lettuce and no parent), built as `make test-java`
+# builds them, tests skipped (they ran there). `make test-dist` installs them into a fresh local
+# repository as the client's README says.
 build_java() {
-    local version
+    local version module artifact
     version=$(java_version)
     (cd clients/java && mvn -B -ntp -q package -DskipTests)
-    cp "clients/java/target/pathlock-client-$version.jar" "$out/"
-    cp clients/java/pom.xml "$out/pathlock-client-$version.pom"
-    ls "$out/pathlock-client-$version.jar" "$out/pathlock-client-$version.pom"
+    # The client and the Spring Boot starter (the example application in the same build is not published).
+    for module in pathlock-client pathlock-spring-boot-starter; do
+        for artifact in "$module-$version.jar" "$module-$version-sources.jar" "$module-$version-javadoc.jar" \
+            "$module-$version.pom"; do
+            cp "clients/java/$module/target/$artifact" "$out/"
+            ls "$out/$artifact"
+        done
+    done
+}
+
+# The Go client's module as source, under pathlock-go-<version>/ (Go takes a module by its path,
+# from a proxy or a version control host, or from a folder a `replace` directive names: this is
+# for the last). Its files are those git knows or would add (a checkout's uncommitted changes are
+# packed, as the other artifacts pack them), without bench/, a module of its own; names, times and
+# owners are fixed so that one commit gives one archive.
+build_go() {
+    local version name
+    version=$(crate_version pathlock)
+    name=pathlock-go-$version
+    (cd clients/go && git ls-files -co --exclude-standard . | grep -v '^bench/' | LC_ALL=C sort) |
+        tar -C clients/go -czf "$out/$name.tar.gz" --transform "s|^|$name/|" --owner=0 --group=0 \
+            --numeric-owner --mtime="@${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}" \
+            --no-recursion -T -
+    echo "$out/$name.tar.gz"
 }
 
 # A full build starts from an empty dist/, so that no artifact of an older version is left beside.
-[ $# -gt 0 ] || { rm -rf "$out"; mkdir -p "$out"; set -- deb python node rust java; }
+[ $# -gt 0 ] || { rm -rf "$out"; mkdir -p "$out"; set -- deb python node rust java go; }
 for what in "$@"; do
     case "$what" in
     deb) build_deb ;;
@@ -196,6 +222,7 @@ for what in "$@"; do
     node) build_node ;;
     rust) build_rust ;;
     java) build_java ;;
-    *) echo "usage: $0 [deb] [python] [node] [rust] [java]" >&2; exit 2 ;;
+    go) build_go ;;
+    *) echo "usage: $0 [deb] [python] [node] [rust] [java] [go]" >&2; exit 2 ;;
     esac
 done

@@ -22,6 +22,24 @@ imports, never kept by hand:
   per module with its level and what it holds, which is the first sentence of its header. A
   human edits only that header.
 
+Two more views of such a crate are written in the same Markdown file, each between its own
+pair of lines, and checked the same way:
+
+* the subsystems (`<!-- subsystems of ROOT -->` ... `<!-- end of subsystems -->`): the lines
+  `// name: a, b, c` under the comment "The subsystems" in `lib.rs` name the modules each kind
+  of work passes through; every module must be in one at least, and the table shows each
+  subsystem's modules from the top level down, with their levels;
+* the entry points, every function Redis calls into (`<!-- entry points of ROOT -->` ...
+  `<!-- end of entry points -->`): each `extern "C" fn`, each function handed to
+  `create_timer` by name, the `#[info_command_handler]`, what `lib.rs` gives the
+  `redis_module!` macro (`init`, the `event_handlers`), and the functions registered at load
+  through `registry::set_worker` and `schedule::set_tick`, each with the first sentence of its
+  doc comment, which it must have.
+
+Any other root (a client's package) gets the same table of its files, levels and first
+sentences (a Python module's docstring, a TypeScript file's leading comment), where a Markdown
+file holds its pair of lines.
+
 Each that disagrees fails the check; `--write` rewrites them instead.
 """
 import os, re, subprocess, sys
@@ -234,10 +252,29 @@ def markdown_files():
         return [os.path.join(d, f) for d, _, fs in os.walk(".") for f in fs if f.endswith(".md")]
 
 
+def header_lines(path):
+    """A file's header, without its markers: `//!` lines in Rust, the module docstring in Python,
+    the leading `//` lines in TypeScript."""
+    if path.endswith(".rs"):
+        return header(path)
+    lines = open(path, encoding="utf-8").read().splitlines()
+    if path.endswith(".ts"):
+        taken = []
+        for line in lines:
+            if not line.startswith("//"):
+                break
+            taken.append(line[2:].removeprefix(" "))
+        return taken
+    text = "\n".join(lines).lstrip()
+    if not text.startswith('"""'):
+        return []
+    return text[3:].split('"""', 1)[0].splitlines()
+
+
 def summary(path):
     """What a module holds: the first sentence of its header, for a table cell."""
     paragraph = []
-    for line in header(path):
+    for line in header_lines(path):
         if not line.strip():
             if paragraph:
                 break
@@ -248,32 +285,170 @@ def summary(path):
     return re.sub(r"\[(`[^`]*`)\]", r"\1", text[:sentence_end(text)]).replace("|", "\\|")
 
 
-def check_table(root, mods, by_level, write):
-    """Checks (or rewrites) the table of the root's modules in the Markdown file that holds it."""
-    begin, end = f"<!-- levels of {root} -->", "<!-- end of levels -->"
+def package_file(root, module, ext):
+    """The file that holds a Python or TypeScript module's header: its own, or its folder's
+    `__init__.py` or `index.ts`."""
+    own = os.path.join(root, module + ext)
+    if os.path.exists(own):
+        return own
+    return os.path.join(root, module, "__init__.py" if ext == ".py" else "index.ts")
+
+
+def check_table(root, mods, by_level, write, required=True):
+    """Checks (or rewrites) the table of the root's modules in the Markdown file that holds it;
+    a root whose table is not `required` may have none."""
+    ext = language(root)
+
+    def rows(indent):
+        want = [f"{indent}| level | file | what it holds |", f"{indent}|---|---|---|"]
+        for level, names in sorted(by_level.items()):
+            for m in sorted(names):
+                holder = header_file(root, m, mods[m]) if ext == ".rs" else package_file(root, m, ext)
+                want.append(f"{indent}| {level} | `{shown_module(root, m)}` | {summary(holder)} |")
+        return want
+
+    return write_between(root, f"<!-- levels of {root} -->", "<!-- end of levels -->", rows,
+                         f"table of {root}'s levels", write, required)
+
+
+def write_between(root, begin, end, want, what, write, required=True):
+    """Checks (or rewrites) the lines between `begin` and `end` in the one Markdown file that
+    holds them (`want`, or what `want` gives for the indent of the `begin` line); returns a
+    problem or None. Where the lines are not `required`, no file need hold them."""
     holders = [f for f in markdown_files() if begin in open(f, encoding="utf-8").read()]
+    if not holders and not required:
+        return None
     if len(holders) != 1:
-        return f"{root}: {len(holders)} Markdown files hold a table between {begin} and {end}; one must"
+        return f"{root}: {len(holders)} Markdown files hold the {what} between {begin} and {end}; one must"
     path = holders[0]
     lines = open(path, encoding="utf-8").read().split("\n")
     stripped = [line.strip() for line in lines]
     first = stripped.index(begin)
     last = stripped.index(end, first)
-    indent = re.match(r"\s*", lines[first]).group(0)
-    want = [f"{indent}| level | file | what it holds |", f"{indent}|---|---|---|"]
-    for level, names in sorted(by_level.items()):
-        for m in sorted(names):
-            shown = f"{m}/" if os.path.isdir(os.path.join(root, m)) else f"{m}.rs"
-            want.append(f"{indent}| {level} | `{shown}` | {summary(header_file(root, m, mods[m]))} |")
+    if callable(want):
+        want = want(re.match(r"\s*", lines[first]).group(0))
     if lines[first + 1:last] == want:
         return None
     if not write:
-        return f"{path}: its table of {root}'s levels is not what the imports and the headers give (scripts/import-cycles.py --write rewrites it)"
+        return f"{path}: its {what} is not what the sources give (scripts/import-cycles.py --write rewrites it)"
     lines[first + 1:last] = want
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines))
-    print(f"{path}: wrote the table of {root}'s levels")
+    print(f"{path}: wrote the {what}")
     return None
+
+
+def shown_module(root, m):
+    """A module as the tables show it: a folder with a slash, a file with its extension."""
+    return f"{m}/" if os.path.isdir(os.path.join(root, m)) else f"{m}{language(root)}"
+
+
+SUBSYSTEMS_INTRO = "// The subsystems"
+SUBSYSTEM_LINE = re.compile(r"^// ([a-z][a-z ]*[a-z]): ([a-z_0-9, ]+)$")
+
+
+def check_subsystems(root, lib, mods, level, write):
+    """Checks (or rewrites) the table of the subsystems that `lib.rs` lists."""
+    lines = open(lib, encoding="utf-8").read().split("\n")
+    intro = next((i for i, line in enumerate(lines) if line.startswith(SUBSYSTEMS_INTRO)), None)
+    if intro is None:
+        return [f"{lib}: has no list of the subsystems (a comment starting {SUBSYSTEMS_INTRO!r})"]
+    subsystems, problems = [], []
+    for line in lines[intro + 1:]:
+        if not line.startswith("//"):
+            break
+        got = SUBSYSTEM_LINE.match(line)
+        if got:
+            names = [n.strip() for n in got.group(2).split(",")]
+            problems += [f"{lib}: the subsystem '{got.group(1)}' names '{n}', which is no module" for n in names if n not in mods]
+            subsystems.append((got.group(1), [n for n in names if n in mods]))
+    placed = {n for _, names in subsystems for n in names}
+    problems += [f"{lib}: the module '{m}' is in no subsystem" for m in sorted(mods) if m not in placed]
+    want = ["| subsystem | its modules, from the top level down (level) |", "|---|---|"]
+    for name, names in subsystems:
+        ordered = sorted(names, key=lambda n: (-level[n], n))
+        want.append(f"| {name} | {', '.join(f'`{shown_module(root, n)}` ({level[n]})' for n in ordered)} |")
+    problems.append(write_between(root, f"<!-- subsystems of {root} -->", "<!-- end of subsystems -->", want, "table of the subsystems", write))
+    return problems
+
+
+# Functions a module registers at load with another, which calls them from its own timer: the
+# registering function, and the module that calls them.
+REGISTRATIONS = {"set_worker": "registry", "set_tick": "schedule"}
+FN = r"[a-z_][a-z0-9_]*"
+
+
+def code_of(path):
+    """The file's text without its comments."""
+    return "\n".join(line.split("//", 1)[0] for line in open(path, encoding="utf-8").read().splitlines())
+
+
+def doc_of(path, name):
+    """The first sentence of the doc comment of `fn name` in `path`, or None."""
+    lines = open(path, encoding="utf-8").read().splitlines()
+    at = next((i for i, line in enumerate(lines)
+               if re.match(rf'^\s*(?:pub(?:\([a-z]+\))? )?(?:extern "C" )?fn {name}\b', line)), None)
+    if at is None:
+        return None
+    doc, i = [], at - 1
+    while i >= 0 and lines[i].strip().startswith("#["):
+        i -= 1
+    while i >= 0 and lines[i].strip().startswith("///"):
+        doc.insert(0, lines[i].strip()[3:].strip())
+        i -= 1
+    text = " ".join(doc)
+    if not text:
+        return None
+    return re.sub(r"\[(`[^`]*`)\]", r"\1", text[:sentence_end(text)]).replace("|", "\\|")
+
+
+def entry_points(root, lib, mods):
+    """Every function Redis calls into, as `(module, function, how it is reached)`; the module
+    is `lib` for `lib.rs`."""
+    found = []
+    files = [(m, f) for m, fs in sorted(mods.items()) for f in sorted(fs)] + [("lib", lib)]
+    for m, path in files:
+        code = code_of(path)
+        for name in re.findall(rf'^\s*(?:pub(?:\([a-z]+\))? )?extern "C" fn ({FN})', code, re.M):
+            found.append((m, name, ""))
+        for name in re.findall(rf"create_timer\(\s*[^,()]+,\s*({FN})\s*,", code):
+            found.append((m, name, "a timer"))
+        for name in re.findall(rf"#\[info_command_handler\]\s*(?:pub )?fn ({FN})", code):
+            found.append((m, name, "`#[info_command_handler]`"))
+        for register, caller in REGISTRATIONS.items():
+            for target in re.findall(rf"\b{register}\((?:\s*ctx\s*,)?\s*((?:{FN}::)?{FN})\s*\)", code):
+                owner, _, name = target.rpartition("::")
+                found.append((owner or m, name, f"registered at load through `{caller}::{register}`"))
+        if m == "lib":
+            for name in re.findall(rf"\binit:\s*({FN})", code):
+                found.append(("lib", name, "the `redis_module!` macro's `init`"))
+            for owner, name in re.findall(rf"\[@[A-Z@ ]+:\s*({FN})::({FN})\]", code):
+                found.append((owner, name, "the `redis_module!` macro's `event_handlers`"))
+    return found
+
+
+def check_entry_points(root, lib, mods, level, write):
+    """Checks (or rewrites) the table of the entry points, and that each has a doc comment."""
+    problems = []
+    rows = []
+    for m, name, how in entry_points(root, lib, mods):
+        paths = [lib] if m == "lib" else mods.get(m, [])
+        doc = next((d for d in (doc_of(p, name) for p in sorted(paths)) if d), None)
+        if doc is None:
+            problems.append(f"{root}: the entry point {m}::{name} has no doc comment saying what Redis calls it for")
+            doc = ""
+        rank = level.get(m, max(level.values()) + 1)
+        rows.append((-rank, m, name, f"| `{m}::{name}` | {doc}{f' ({how})' if how else ''} |"))
+    want = ["| entry point | what Redis calls it for |", "|---|---|"]
+    want += [row for *_, row in sorted(rows)]
+    problems.append(write_between(root, f"<!-- entry points of {root} -->", "<!-- end of entry points -->", want, "table of the entry points", write))
+    return problems
+
+
+def is_written(root):
+    """Whether the root is a crate written in levels (its `lib.rs` holds the map)."""
+    lib = os.path.join(root, "lib.rs")
+    return os.path.exists(lib) and MAP_INTRO in open(lib, encoding="utf-8").read()
 
 
 def check_written(root, mods, graph, write):
@@ -287,6 +462,8 @@ def check_written(root, mods, graph, write):
         by_level.setdefault(l, []).append(m)
     problems = [check_header(header_file(root, m, files), level[m], graph[m], write) for m, files in sorted(mods.items())]
     problems += [check_map(lib, by_level, write), check_table(root, mods, by_level, write)]
+    problems += check_subsystems(root, lib, mods, level, write)
+    problems += check_entry_points(root, lib, mods, level, write)
     return [p for p in problems if p]
 
 
@@ -310,7 +487,11 @@ def main():
                 by_level.setdefault(l, []).append(m)
             shown = " | ".join(f"{l}: {' '.join(sorted(ms))}" for l, ms in sorted(by_level.items()))
             print(f"{root}: no import circle; levels {shown}")
-            for problem in check_written(root, mods, graph, write):
+            problems = check_written(root, mods, graph, write)
+            if not is_written(root):
+                # A client's package: its table of files, where a Markdown file holds one.
+                problems = [p for p in [check_table(root, mods, by_level, write, required=False)] if p]
+            for problem in problems:
                 print(problem)
                 failed = True
     sys.exit(1 if failed else 0)

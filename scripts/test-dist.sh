@@ -16,9 +16,13 @@
 #    and takes, holds against another owner, and releases a lease.
 # 4. The .crate, unpacked into a temporary folder with no path to this repository and built with
 #    its own Cargo.lock; its example moves a folder under a lease.
-# 5. The Java jar and its pom, installed into a fresh local Maven repository (offline, from Debian's
-#    packages); an empty Maven project that depends on io.pathlock:pathlock-client compiles, and
-#    its program holds a move against another owner, then releases it.
+# 5. The Java jar, its sources and javadoc jars and its pom, installed into a fresh local Maven
+#    repository with the client README's command (plain Maven, Maven Central for Lettuce); a
+#    newcomer's plain Maven project that depends on io.pathlock:pathlock-client compiles, and its
+#    program holds a move against another owner, then takes the upload asynchronously.
+# 6. The Go module's source archive, unpacked into a temporary folder; a fresh module requires it
+#    by its path with a `replace` directive to that folder (as its README says), `go mod tidy`
+#    resolves go-redis, and its program holds a move against another owner, then releases it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -260,24 +264,36 @@ grep -q "moved /A/C into /B" "$work/crate.log" || { cat "$work/crate.log"; fail 
 say "$(basename "$crate"): built alone in a temporary folder with its Cargo.lock; its example" \
     "ran: $(tail -1 "$work/crate.log")"
 
-# ---- 5. The Java client's jar and pom -----------------------------------------------------------
+# ---- 5. The Java client's jars and pom ---------------------------------------------------------
 java_version=$(python3 -c 'import sys, xml.etree.ElementTree as E; print(E.parse(sys.argv[1]).getroot().find("{http://maven.apache.org/POM/4.0.0}version").text)' clients/java/pom.xml)
 [ "$java_version" = "$(version_of pathlock)" ] ||
     fail "clients/java/pom.xml's version $java_version is not Cargo.toml's $(version_of pathlock)"
 jar=$(only "pathlock-client-$java_version.jar")
 pom=$(only "pathlock-client-$java_version.pom")
+sources=$(only "pathlock-client-$java_version-sources.jar")
+javadoc=$(only "pathlock-client-$java_version-javadoc.jar")
+# The Spring Boot starter's four files, with a pom that stands alone as the client's does (its
+# tests, and the example application's on it, ran in make test-java).
+starter_pom=$(only "pathlock-spring-boot-starter-$java_version.pom")
+for part in "" -sources -javadoc; do only "pathlock-spring-boot-starter-$java_version$part.jar" >/dev/null; done
+for checked in "$pom" "$starter_pom"; do
+    ! grep -q '<parent>' "$checked" || fail "$(basename "$checked") names a parent, which a user would have to install too"
+    for tag in name description url licenses scm developers; do
+        grep -Eq "<$tag[ >]" "$checked" || fail "$(basename "$checked") has no <$tag>"
+    done
+done
 m2=$work/m2
 app=$work/java-app
-# Maven offline against Debian's repository, as clients/java/.mvn/ sets it, into a fresh local
-# repository that has seen nothing of this checkout but the two files.
-mvn_offline() {
-    mvn -B -ntp -q -s "$root/clients/java/.mvn/settings.xml" -Daether.offline.protocols=file \
-        -Dmaven.repo.local="$m2" "$@"
+# Plain Maven with its default settings (Maven Central), into a fresh local repository that has
+# seen nothing of this checkout but the four files; the install command is the client README's.
+mvn_fresh() {
+    mvn -B -ntp -q -Dmaven.repo.local="$m2" "$@"
 }
 mkdir -p "$app/src/main/java/app"
 (
     cd "$app" &&
-    mvn_offline org.apache.maven.plugins:maven-install-plugin:3.1.0:install-file -Dfile="$jar" -DpomFile="$pom" &&
+    mvn_fresh org.apache.maven.plugins:maven-install-plugin:3.2.0:install-file -Dfile="$jar" -DpomFile="$pom" \
+        -Dsources="$sources" -Djavadoc="$javadoc" &&
     cat >pom.xml <<EOF &&
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -285,7 +301,8 @@ mkdir -p "$app/src/main/java/app"
   <artifactId>app</artifactId>
   <version>1</version>
   <properties>
-    <maven.compiler.release>17</maven.compiler.release>
+    <maven.compiler.source>17</maven.compiler.source>
+    <maven.compiler.target>17</maven.compiler.target>
     <project.build.sourceEncoding>UTF-8</project.build.sourceEncoding>
   </properties>
   <dependencies>
@@ -295,34 +312,29 @@ mkdir -p "$app/src/main/java/app"
       <version>$java_version</version>
     </dependency>
   </dependencies>
-  <build>
-    <plugins>
-      <plugin><groupId>org.apache.maven.plugins</groupId><artifactId>maven-resources-plugin</artifactId><version>3.3.0</version></plugin>
-      <plugin><groupId>org.apache.maven.plugins</groupId><artifactId>maven-compiler-plugin</artifactId><version>3.10.1</version></plugin>
-    </plugins>
-  </build>
 </project>
 EOF
     cat >src/main/java/app/Main.java <<'JAVA' &&
 package app;
 
+import io.lettuce.core.RedisClient;
 import io.pathlock.Busy;
-import io.pathlock.Connection;
 import io.pathlock.Lease;
 import io.pathlock.PathLocks;
 import java.time.Duration;
 
 public class Main {
     public static void main(String[] args) throws Exception {
-        try (Connection redis = Connection.standalone("127.0.0.1", Integer.parseInt(args[0]))) {
-            PathLocks alice = PathLocks.of(redis, "proj:jar").ttl(Duration.ofMillis(600));
-            PathLocks bob = PathLocks.of(redis, "proj:jar");
+        RedisClient redis = RedisClient.create("redis://127.0.0.1:" + args[0]);
+        try (PathLocks drive = PathLocks.of(redis, "proj:jar")) {
+            PathLocks alice = drive.ttl(Duration.ofMillis(1500));
+            PathLocks bob = drive.project("proj:jar");
             long fence;
             try (Lease move = alice.move("/A/C", "/B")) {
                 fence = move.fence();
-                Thread.sleep(1000);
+                Thread.sleep(2500);
                 if (move.isLost()) {
-                    throw new AssertionError("the watchdog did not keep the move's 600 ms lease");
+                    throw new AssertionError("the watchdog did not keep the move's 1.5 s lease");
                 }
                 try (Lease upload = bob.upload("/A/C/D/new.txt")) {
                     throw new AssertionError("an upload into a folder being moved was granted");
@@ -332,21 +344,91 @@ public class Main {
                     }
                 }
             }
-            try (Lease upload = bob.upload("/A/C/D/new.txt")) {
-                System.out.println("move held 1 s with fence " + fence + "; upload granted after it, fence " + upload.fence());
-            }
+            Lease upload = bob.async().upload("/A/C/D/new.txt").join();
+            System.out.println("move held 2.5 s with fence " + fence + "; upload granted after it, fence " + upload.fence());
+            upload.releaseAsync().join();
+        } finally {
+            redis.shutdown();
         }
     }
 }
 JAVA
-    mvn_offline compile
+    mvn_fresh compile &&
+    mvn_fresh org.apache.maven.plugins:maven-dependency-plugin:3.11.0:build-classpath -Dmdep.outputFile=classpath.txt
 ) >"$work/java-build.log" 2>&1 || { cat "$work/java-build.log"; fail "the Java jar"; }
-# The program runs on what Maven resolved for the project: the jar and Netty. (Its output is kept
-# apart from Maven's, which writes terminal escapes even in batch mode.)
-(cd "$app" && java -cp "target/classes:$(find "$m2/io" -name '*.jar' | sort | tr '\n' ':')" app.Main "$redis_port") \
+# The program runs on what Maven resolved for the project: the jar, Lettuce and what it brings.
+# (Its output is kept apart from Maven's, which writes terminal escapes even in batch mode.)
+(cd "$app" && java -cp "target/classes:$(cat classpath.txt)" app.Main "$redis_port") \
     >"$work/java.log" 2>&1 || { cat "$work/java.log"; fail "the Java program"; }
-grep -q "^move held 1 s" "$work/java.log" || { cat "$work/java.log"; fail "the Java program's output"; }
-say "$(basename "$jar"): installed with its pom into a fresh Maven repository; a project that" \
-    "depends on it compiled and ran: $(tail -1 "$work/java.log")"
+grep -q "^move held 2.5 s" "$work/java.log" || { cat "$work/java.log"; fail "the Java program's output"; }
+say "$(basename "$jar"): installed with its pom, sources and javadoc into a fresh Maven repository" \
+    "by the README's command; a plain project that depends on it compiled and ran: $(grep '^move held' "$work/java.log")"
 
-say "5 passed, 0 failed"
+# ---- 6. The Go module's source archive ---------------------------------------------------------
+go_version=$(version_of pathlock)
+go_archive=$(only "pathlock-go-$go_version.tar.gz")
+go_module=github.com/pathlock/pathlock/clients/go
+mkdir -p "$work/go" "$work/go-app"
+tar xzf "$go_archive" -C "$work/go"
+[ "$(sed -n 's/^module //p' "$work/go/pathlock-go-$go_version/go.mod")" = "$go_module" ] ||
+    fail "the archive's go.mod does not declare $go_module"
+(
+    cd "$work/go-app" &&
+    printf 'module app\n\ngo 1.22\n\nrequire %s v%s\n\nreplace %s => ../go/pathlock-go-%s\n' \
+        "$go_module" "$go_version" "$go_module" "$go_version" >go.mod &&
+    cat >main.go <<'GO' &&
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pathlock/pathlock/clients/go"
+)
+
+func main() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + os.Args[1]})
+	defer rdb.Close()
+	alice, err := pathlock.New(rdb, "proj:go", pathlock.WithTTL(600*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	bob, _ := pathlock.New(rdb, "proj:go")
+	move, err := alice.Move(ctx, "/A/C", "/B")
+	if err != nil {
+		panic(err)
+	}
+	time.Sleep(time.Second)
+	if err := move.Err(); err != nil {
+		panic(fmt.Sprint("the watchdog did not keep the move's 600 ms lease: ", err))
+	}
+	var busy *pathlock.BusyError
+	if _, err := bob.Upload(ctx, "/A/C/D/new.txt"); !errors.As(err, &busy) || busy.Blockers[0].Token != move.Token() {
+		panic(fmt.Sprint("an upload into a folder being moved was not refused by the move: ", err))
+	}
+	if err := move.Release(ctx); err != nil {
+		panic(err)
+	}
+	upload, err := bob.Upload(ctx, "/A/C/D/new.txt")
+	if err != nil {
+		panic(err)
+	}
+	defer upload.Release(ctx)
+	fmt.Printf("move held 1 s with fence %d; upload granted after it, fence %d\n", move.Fence(), upload.Fence())
+}
+GO
+    GOFLAGS=-mod=mod GOWORK=off go mod tidy &&
+    GOWORK=off go build -o app . &&
+    ./app "$redis_port"
+) >"$work/go.log" 2>&1 || { cat "$work/go.log"; fail "the Go module's archive"; }
+grep -q "^move held 1 s" "$work/go.log" || { cat "$work/go.log"; fail "the Go program's output"; }
+say "$(basename "$go_archive"): unpacked into a temporary folder; a fresh module that requires" \
+    "$go_module with a replace directive to it built and ran: $(tail -1 "$work/go.log")"
+
+say "6 passed, 0 failed"

@@ -6,7 +6,7 @@
 use pathlock_core::{Items, Mode, Note, Path, Token};
 
 use crate::config;
-use crate::errors::{shown, Error, ERR_MISSING_PATH, ERR_NO_PATHS};
+use crate::errors::{for_client, Error, ERR_MISSING_PATH, ERR_NO_PATHS};
 
 /// `[TOKEN token] [TTL ms] [WAIT ms] [NOTE note] mode path [mode path ...]`
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub fn acquire(words: &[&[u8]]) -> Result<Acquire, Error> {
         } else if word.eq_ignore_ascii_case(b"NOTE") {
             "NOTE"
         } else {
-            return Err(Error::UnknownWord(shown(word)));
+            return Err(Error::UnknownWord(for_client(word)));
         };
         let (&value, tail) = tail.split_first().ok_or(Error::MissingValue(option))?;
         match option {
@@ -99,7 +99,7 @@ pub fn locks(words: &[&[u8]]) -> Result<Locks, Error> {
             [value] => (Some(*path), Some(*value)),
             _ => return Err(Error::MissingValue("TOKEN")),
         },
-        [_, word, ..] => return Err(Error::UnknownLocksWord(shown(word))),
+        [_, word, ..] => return Err(Error::UnknownLocksWord(for_client(word))),
     };
     let under = match path {
         Some(raw) => Path::parse(raw, &config::path_limits())?,
@@ -148,7 +148,7 @@ pub fn mode_paths(words: &[&[u8]]) -> Result<Items, Error> {
     // adapter around a fallible collect costs more than the one pair it usually gathers.
     let mut items = Items::with_capacity(words.len() / 2);
     for pair in words.chunks(2) {
-        let mode = Mode::parse(pair[0]).ok_or_else(|| Error::InvalidMode(shown(pair[0])))?;
+        let mode = Mode::parse(pair[0]).ok_or_else(|| Error::InvalidMode(for_client(pair[0])))?;
         let raw = pair.get(1).ok_or(Error::Fixed(ERR_MISSING_PATH))?;
         items.push((mode, Path::parse(raw, &limits)?));
     }

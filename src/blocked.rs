@@ -1,8 +1,8 @@
 //! The blocking API: blocking the client of an `ACQUIRE ... WAIT`, unblocking it with its
 //! reply, and the callbacks Redis calls for blocked clients.
 //!
-//! Level 2: imports `registry`, `reply`, `stats`, `contain`. Called by `waits` (block) and
-//! `grants` (unblock with a grant).
+//! Level 2: imports `contain`, `errors`, `registry`, `reply`, `stats`. Called by `waits` (block)
+//! and `grants` (unblock with a grant).
 //!
 //! Timeouts are the module's own (`waits`, one timer for the earliest deadline of the
 //! registry's), not Redis's: in Redis 7.0, a grant (`UnblockClient`) and Redis's timeout of the
@@ -17,7 +17,7 @@ use pathlock_core::Token;
 use redis_module::{raw, Context, RedisError, RedisValue};
 
 use crate::contain::contained;
-use crate::{registry, reply, stats};
+use crate::{errors, registry, reply, stats};
 
 /// Blocks the calling client, with no Redis timeout; `None` when Redis would not block it.
 pub fn block_client(ctx: &Context) -> Option<usize> {
@@ -86,6 +86,7 @@ fn give_up(client: usize) {
     }
 }
 
+/// A blocked client was unblocked (`unblock`): writes its answer, a grant, nil or an error.
 extern "C" fn on_reply(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -106,9 +107,10 @@ extern "C" fn on_reply(
             Answer::Error(message) => Err(RedisError::String(message.clone())),
         }
     });
-    context.reply(reply::safe(reply)) as c_int
+    context.reply(errors::for_redis_module(reply)) as c_int
 }
 
+/// A blocked client's own timeout passed: it gives up its place, and is answered nil.
 extern "C" fn on_timeout(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -126,6 +128,7 @@ extern "C" fn on_timeout(
     context.reply(Ok(RedisValue::Null)) as c_int
 }
 
+/// A blocked client disconnected (or `CLIENT UNBLOCK`): it gives up its place in the queue.
 extern "C" fn on_disconnect(
     _ctx: *mut raw::RedisModuleCtx,
     client: *mut raw::RedisModuleBlockedClient,
@@ -135,6 +138,7 @@ extern "C" fn on_disconnect(
     });
 }
 
+/// Frees the answer `unblock` handed to Redis, once it was written.
 extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     if !data.is_null() {
         // SAFETY: created by `Box::into_raw` in `unblock`.

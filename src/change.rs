@@ -1,5 +1,6 @@
-//! The one function every change to a project's locks and queue goes through, whoever makes it
-//! (a command, a waiter's timeout, the signal worker, the expiry cycle with `expire_until`). Two
+//! The one way every change to a project's locks and queue goes, whoever makes it (a command, a
+//! waiter's timeout, the signal worker, the expiry cycle with `expire_until`): `change_existing`
+//! for a key that must exist already, `change_or_create` for one that is created when missing. Two
 //! kinds of work open a key without it, through `store` directly, because they change nothing
 //! a client, a replica or INFO's lock counts can see: freeing a buried owner's locks in the
 //! background (`free_until`, below) and a demoted master dropping its queue (`waits`).
@@ -25,38 +26,59 @@ use pathlock_core::{Grant, Project};
 use redis_module::RedisError;
 
 use crate::effects::{Effect, Kind};
-use crate::store::{Redis, Store};
+use crate::store::{ServerKey, Store};
 use crate::{fences, grants, registry, stats};
 
-pub fn change<S: Store, R>(
+/// Changes the project of an existing key through `work`; a missing key answers `Ok(None)` and
+/// stays missing (`RELEASE`, `RENEW`, a waiter's timeout, the signal worker).
+pub fn change_existing<S: Store, R>(
     store: &S,
-    create: bool,
-    change: impl FnOnce(&mut Project) -> R,
+    work: impl FnOnce(&mut Project) -> R,
 ) -> Result<Option<R>, RedisError> {
-    let result = store.write(create, |project| {
-        let before = Counts::of(project);
-        if store.decides() {
-            let now = store.now_ms();
-            purge_cancelled(store, project, now);
-            project.reclaim_lazily(now, None, LAZY_OWNERS);
-            publish_lapsed(store, project);
-        }
-        let result = change(project);
-        publish_lapsed(store, project);
-        settle(store, project, before);
-        result
-    })?;
+    let result = store.write_existing(|project| around(store, project, work))?;
     // Where the maxmemory policy can evict projects, each change marks the key as just used.
     store.protect();
     Ok(result)
+}
+
+/// Changes the project of a key through `work`, creating the project first when the key is
+/// missing (`ACQUIRE`, a waiter queued again, an effect that creates a key).
+pub fn change_or_create<S: Store, R>(
+    store: &S,
+    work: impl FnOnce(&mut Project) -> R,
+) -> Result<R, RedisError> {
+    let result = store.write_or_create(|project| around(store, project, work))?;
+    store.protect();
+    Ok(result)
+}
+
+/// What happens around every change of an open project: the lazy work before it, when this
+/// server decides, and after it the replication of what lapsed and the bookkeeping (`settle`).
+#[inline]
+fn around<S: Store, R>(
+    store: &S,
+    project: &mut Project,
+    work: impl FnOnce(&mut Project) -> R,
+) -> R {
+    let before = Counts::of(project);
+    if store.decides() {
+        let now = store.now_ms();
+        purge_cancelled(store, project, now);
+        project.reclaim_lazily(now, None, LAZY_OWNERS);
+        publish_lapsed(store, project);
+    }
+    let result = work(project);
+    publish_lapsed(store, project);
+    settle(store, project, before);
+    result
 }
 
 /// The expiry cycle's change of one key: reclaims its locks due by `now`, a step of a few owners
 /// at a time, until none is due or `until` has passed. Each step replicates as `EXPIRE now
 /// token...` naming the owners it reclaimed and wakes the waiters near what it freed. Returns
 /// whether nothing due is left; a name that holds no project has nothing due.
-pub fn expire_until(store: &Redis, now: u64, until: Instant) -> bool {
-    let done = store.write(false, |project| {
+pub fn expire_until(store: &ServerKey, now: u64, until: Instant) -> bool {
+    let done = store.write_existing(|project| {
         let before = Counts::of(project);
         purge_cancelled(store, project, now);
         let mut reclaimed = 0;
@@ -77,7 +99,7 @@ pub fn expire_until(store: &Redis, now: u64, until: Instant) -> bool {
             publish_lapsed(store, project);
             grants::deliver(store, grants);
         }
-        store.announce(Kind::Expire, reclaimed);
+        store.count_and_notify(Kind::Expire, reclaimed);
         settle(store, project, before);
         done
     });
@@ -97,7 +119,8 @@ const LAZY_OWNERS: usize = 2;
 const OWNERS_PER_EFFECT: usize = 256;
 
 /// Replicates what lazy expiry reclaimed since the last call as `EXPIRE now token...` effects,
-/// in the order it happened, counts and announces it, and answers the waiters it let in.
+/// in the order it happened, counts it and raises its keyspace event, and answers the waiters
+/// it let in.
 fn publish_lapsed(store: &impl Store, project: &mut Project) {
     if !project.has_lapsed() {
         return;
@@ -111,7 +134,7 @@ fn publish_lapsed(store: &impl Store, project: &mut Project) {
             });
         }
     }
-    store.announce(Kind::Expire, lapsed.locks);
+    store.count_and_notify(Kind::Expire, lapsed.locks);
     grants::deliver(store, lapsed.grants);
 }
 
@@ -178,7 +201,7 @@ impl Counts {
 /// has passed. It changes nothing a client or a replica can see, so every server does it on
 /// its own, replicating nothing. Returns whether work is left; a name that holds no project
 /// has none.
-pub fn free_until(store: &Redis, until: Instant) -> bool {
+pub fn free_until(store: &ServerKey, until: Instant) -> bool {
     let more = store.maintain(|project| {
         let before = Counts::of(project);
         while Instant::now() < until {

@@ -56,6 +56,8 @@ pub fn wall_ms() -> u64 {
     u64::try_from(ms).unwrap_or(0)
 }
 
+/// The event loop is about to sleep: the time snapshot of a transaction or a script is
+/// forgotten.
 extern "C" fn on_event_loop(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -116,6 +116,10 @@ pub fn select_db(ctx: &Context, db: i32) {
 /// timers and deferred work can visit keys of any database.
 pub fn in_db<R>(ctx: &Context, db: i32, work: impl FnOnce() -> R) -> R {
     let original = selected_db(ctx);
+    // Selecting the database that is selected already would change nothing.
+    if original == db {
+        return work();
+    }
     select_db(ctx, db);
     let result = work();
     select_db(ctx, original);

@@ -28,10 +28,10 @@
 //! same way. `EXPIRE now` alone (reclaim everything due) is only what older masters and AOF
 //! files hold; it is still applied, at the cost of everything it reclaims at once.
 //!
-//! Each effect's [`Kind`] names how a change of that kind is announced: its keyspace event and
-//! the INFO total it counts in. Whatever announces a change (a command, a grant, lazy or active
-//! expiry, an applied effect) goes through `store::Store::announce` with the kind, so the event
-//! names and the counters are written here alone.
+//! Each effect's [`Kind`] names how a change of that kind is made known: its keyspace event and
+//! the INFO total it counts in. Whatever makes a change known (a command, a grant, lazy or active
+//! expiry, an applied effect) goes through `store::Store::count_and_notify` with the kind, so
+//! the event names and the counters are written here alone.
 //!
 //! A `GRANT` or `FENCE` that would set a counter above the ceiling, which no server can have
 //! reached (`fences`), is refused before it touches anything ([`Effect::check_fences`]):
@@ -47,7 +47,7 @@ use std::sync::atomic::AtomicU64;
 use pathlock_core::{Items, Mode, Note, Path, PathLimits, Project, Token, NOTE_CEILING};
 use redis_module::{raw, Context, RedisString};
 
-use crate::errors::{shown, Error, ERR_EFFECT_SYNTAX};
+use crate::errors::{for_client, Error, ERR_EFFECT_SYNTAX};
 use crate::{fences, propagation, stats};
 
 pub const COMMAND: &std::ffi::CStr = c"PATHLOCK.EFFECT";
@@ -114,7 +114,7 @@ impl Word<'_> {
     }
 }
 
-/// What kind of change an effect records, and so how the change is announced.
+/// What kind of change an effect records, and so how the change is counted and notified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Grant,
@@ -127,7 +127,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The keyspace event (of the module class) that announces a change of this kind.
+    /// The keyspace event (of the module class) raised for a change of this kind.
     pub fn event(self) -> Option<&'static CStr> {
         match self {
             Kind::Grant => Some(c"pathlock.acquire"),
@@ -270,8 +270,8 @@ impl Effect {
                     .chunks(2)
                     .map(|pair| match pair {
                         [mode, raw] => {
-                            let mode =
-                                Mode::parse(mode).ok_or_else(|| Error::InvalidMode(shown(mode)))?;
+                            let mode = Mode::parse(mode)
+                                .ok_or_else(|| Error::InvalidMode(for_client(mode)))?;
                             Ok((mode, path(raw)?))
                         }
                         _ => Err(Error::Fixed(ERR_EFFECT_SYNTAX)),
@@ -393,50 +393,37 @@ impl Effect {
 /// false for longer effects, which take the general path.
 fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool {
     use std::os::raw::c_char;
-    const FORMATS: [&std::ffi::CStr; 11] = [
-        c"s",
-        c"sb",
-        c"sbb",
-        c"sbbb",
-        c"sbbbb",
-        c"sbbbbb",
-        c"sbbbbbb",
-        c"sbbbbbbb",
-        c"sbbbbbbbb",
-        c"sbbbbbbbbb",
-        c"sbbbbbbbbbb",
-    ];
-    // SAFETY: `replicate` exists on every supported server (checked through the Option); the
-    // format has one `s` for the key and one `b` (pointer, length) per word, matching the
-    // arguments passed below; every buffer outlives the call, which copies them.
+    // SAFETY: `replicate` exists on every supported server (checked through the Option); each
+    // arm's format has one `s` for the key and one `b` (pointer, length) per word, matching the
+    // arguments it passes; every buffer outlives the call, which copies them.
     unsafe {
         let Some(replicate) = raw::RedisModule_Replicate else {
             return false;
         };
-        let Some(format) = FORMATS.get(words.len()) else {
-            return false;
-        };
         let command = COMMAND.as_ptr();
-        let format = format.as_ptr();
         let k = key.inner;
         let w = |i: usize| (words[i].as_ptr().cast::<c_char>(), words[i].len());
         match words.len() {
             2 => {
                 let (a, b) = (w(0), w(1));
+                let format = c"sbb".as_ptr();
                 replicate(ctx.ctx, command, format, k, a.0, a.1, b.0, b.1);
             }
             3 => {
                 let (a, b, c) = (w(0), w(1), w(2));
+                let format = c"sbbb".as_ptr();
                 replicate(ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1);
             }
             4 => {
                 let (a, b, c, d) = (w(0), w(1), w(2), w(3));
+                let format = c"sbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1,
                 );
             }
             6 => {
                 let (a, b, c, d, e, f) = (w(0), w(1), w(2), w(3), w(4), w(5));
+                let format = c"sbbbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1, e.0, e.1,
                     f.0, f.1,
@@ -444,6 +431,7 @@ fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool 
             }
             8 => {
                 let (a, b, c, d, e, f, g, h) = (w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7));
+                let format = c"sbbbbbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1, e.0, e.1,
                     f.0, f.1, g.0, g.1, h.0, h.1,
@@ -452,6 +440,7 @@ fn replicate_buffers(ctx: &Context, key: &RedisString, words: &[&[u8]]) -> bool 
             10 => {
                 let (a, b, c, d, e) = (w(0), w(1), w(2), w(3), w(4));
                 let (f, g, h, i, j) = (w(5), w(6), w(7), w(8), w(9));
+                let format = c"sbbbbbbbbbb".as_ptr();
                 replicate(
                     ctx.ctx, command, format, k, a.0, a.1, b.0, b.1, c.0, c.1, d.0, d.1, e.0, e.1,
                     f.0, f.1, g.0, g.1, h.0, h.1, i.0, i.1, j.0, j.1,

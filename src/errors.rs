@@ -7,7 +7,7 @@
 use std::fmt::{self, Write};
 
 use pathlock_core::{PathError, TokenError};
-use redis_module::RedisError;
+use redis_module::{RedisError, RedisResult};
 
 pub const ERR_NO_PATHS: &str =
     "ERR no lock requested: give at least one mode and path, e.g. WRITE /A";
@@ -47,11 +47,11 @@ pub fn moved_migrated(destination: Option<&str>) -> String {
 }
 
 /// A key that holds a value of another type than a project: Redis's `WRONGTYPE`, naming the key
-/// (escaped, as `shown` does) so that an application that mixed up its key names sees which.
+/// (escaped, as `for_client` does) so that an application that mixed up its key names sees which.
 pub fn wrong_type(key: &[u8]) -> String {
     format!(
         "WRONGTYPE key '{}' is not a pathlock project: it holds another type of value",
-        shown(key)
+        for_client(key)
     )
 }
 
@@ -153,28 +153,50 @@ impl From<&'static str> for Error {
     }
 }
 
-/// Shows a client's word in an error message, at most 64 bytes of it, with every byte that is
+// The three audiences of foreign bytes, one function each: a client reading an error
+// (`for_client`), the server's log (`for_log`), and redis-module writing a reply
+// (`for_redis_module`). All three escape through `escape`.
+
+/// A client's word as an error message shows it: at most 64 bytes of it, with every byte that is
 /// not printable ASCII escaped as `redis-cli` shows it (`\xc4\x80`, `\n`, `\\`). The result is
 /// plain ASCII whatever the client sent: redis-module turns an error reply into a C string one
 /// `char` at a time (`c as u8`), so a character such as U+0100 would become a NUL byte there and
 /// abort the server.
-pub fn shown(word: &[u8]) -> String {
+pub fn for_client(word: &[u8]) -> String {
     const MAX: usize = 64;
-    let mut text = escaped(&word[..word.len().min(MAX)]);
+    let mut text = escape(&word[..word.len().min(MAX)]);
     if word.len() > MAX {
         text.push_str("...");
     }
     text
 }
 
-/// A key name or other foreign word for the server's log, shown as in a reply and with `%`
-/// doubled: the server takes a module's log message as a printf format.
-pub fn logged(word: &[u8]) -> String {
-    shown(word).replace('%', "%%")
+/// A key name or other foreign word for the server's log, shown as `for_client` shows it and
+/// with `%` doubled: the server takes a module's log message as a printf format.
+pub fn for_log(word: &[u8]) -> String {
+    for_client(word).replace('%', "%%")
+}
+
+/// What every handler's result goes through before redis-module writes it: an error message
+/// that is not plain printable ASCII is escaped. Every message this module builds already is;
+/// this is the last line of defence, so that a message that forgot to escape a client's bytes
+/// still cannot turn into a NUL inside the reply: redis-module builds a C string from an error
+/// one `char` at a time and unwraps it, outside any `catch_unwind`, so a stray byte there would
+/// abort the server. The data replies (bulk strings, integers, arrays) are binary safe.
+pub fn for_redis_module(result: RedisResult) -> RedisResult {
+    match result {
+        Err(RedisError::String(message)) => {
+            Err(RedisError::String(printable(&message).into_owned()))
+        }
+        Err(RedisError::Str(message)) if printable(message) != message => {
+            Err(RedisError::String(printable(message).into_owned()))
+        }
+        other => other,
+    }
 }
 
 /// `bytes` with everything but printable ASCII escaped, as `redis-cli` prints a reply.
-pub fn escaped(bytes: &[u8]) -> String {
+fn escape(bytes: &[u8]) -> String {
     let mut text = String::with_capacity(bytes.len());
     for &b in bytes {
         match b {
@@ -195,15 +217,12 @@ pub fn escaped(bytes: &[u8]) -> String {
     text
 }
 
-/// The text of an error reply as it may reach redis-module's reply functions: printable ASCII
-/// only. Every message this module builds already is; this is the last line of defence, applied
-/// to every error a handler returns, so that a message that forgot to escape a client's bytes
-/// still cannot turn into a NUL inside the reply.
-pub fn reply_safe(message: &str) -> std::borrow::Cow<'_, str> {
+/// `message` as it may reach redis-module's reply functions: printable ASCII only.
+fn printable(message: &str) -> std::borrow::Cow<'_, str> {
     if message.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
         std::borrow::Cow::Borrowed(message)
     } else {
-        std::borrow::Cow::Owned(escaped(message.as_bytes()))
+        std::borrow::Cow::Owned(escape(message.as_bytes()))
     }
 }
 
@@ -213,13 +232,13 @@ mod tests {
 
     #[test]
     fn a_word_is_shown_as_printable_ascii_whatever_its_bytes() {
-        assert_eq!(shown("Ā".as_bytes()), "\\xc4\\x80");
-        assert_eq!(shown(b"a\0b\r\n\t\"\\"), "a\\x00b\\r\\n\\t\\\"\\\\");
-        assert_eq!(shown(&[0xff, 0x7f, b' ']), "\\xff\\x7f ");
+        assert_eq!(for_client("Ā".as_bytes()), "\\xc4\\x80");
+        assert_eq!(for_client(b"a\0b\r\n\t\"\\"), "a\\x00b\\r\\n\\t\\\"\\\\");
+        assert_eq!(for_client(&[0xff, 0x7f, b' ']), "\\xff\\x7f ");
         let long = [b'x'; 100];
-        assert_eq!(shown(&long), format!("{}...", "x".repeat(64)));
+        assert_eq!(for_client(&long), format!("{}...", "x".repeat(64)));
         for b in 0..=255u8 {
-            assert!(shown(&[b]).bytes().all(|c| (0x20..=0x7e).contains(&c)));
+            assert!(for_client(&[b]).bytes().all(|c| (0x20..=0x7e).contains(&c)));
         }
     }
 
@@ -227,9 +246,9 @@ mod tests {
     fn every_message_showing_a_client_word_is_printable_ascii() {
         for word in ["Ā", "Ѐ", "＀", "\0", "%s%n"] {
             for error in [
-                Error::UnknownWord(shown(word.as_bytes())),
-                Error::InvalidMode(shown(word.as_bytes())),
-                Error::UnknownLocksWord(shown(word.as_bytes())),
+                Error::UnknownWord(for_client(word.as_bytes())),
+                Error::InvalidMode(for_client(word.as_bytes())),
+                Error::UnknownLocksWord(for_client(word.as_bytes())),
             ] {
                 let text = error.to_string();
                 assert!(text.starts_with("ERR "), "{text}");
@@ -250,9 +269,9 @@ mod tests {
     }
 
     #[test]
-    fn reply_safe_escapes_only_what_is_not_printable_ascii() {
-        assert_eq!(reply_safe("ERR plain"), "ERR plain");
-        assert_eq!(reply_safe("ERR \u{100}"), "ERR \\xc4\\x80");
-        assert_eq!(reply_safe("ERR a\0b"), "ERR a\\x00b");
+    fn printable_escapes_only_what_is_not_printable_ascii() {
+        assert_eq!(printable("ERR plain"), "ERR plain");
+        assert_eq!(printable("ERR \u{100}"), "ERR \\xc4\\x80");
+        assert_eq!(printable("ERR a\0b"), "ERR a\\x00b");
     }
 }

@@ -29,21 +29,19 @@
 //! its own unknown-command error), and a migration started another way (a cluster manager)
 //! makes every later effect built, as above (see `docs/operations.md`, "Scaling out").
 //!
-//! Level 3: imports `keytype`, `schedule`, `registry`, `context`, `contain`, `errors`, `eviction`,
-//! `propagation`, `slot`. Subscribed by
-//! `lib.rs`. Like the keyspace itself in Redis, it never calls into the waiting machinery: it
-//! schedules expiry and queues signals in `registry`.
+//! Level 4: imports `contain`, `context`, `errors`, `eviction`, `propagation`, `registry`,
+//! `schedule`, `slot`, `store`. Subscribed by `lib.rs`. Like the keyspace itself in Redis, it never
+//! calls into the waiting machinery: it schedules expiry and queues signals in `registry`.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use pathlock_core::Project;
-use redis_module::{raw, Context, NotifyEvent, RedisString};
+use redis_module::{raw, Context, NotifyEvent};
 
 use crate::contain::contained;
-use crate::context::{look_flags, selected_db};
-use crate::keytype::PATHLOCK_TYPE;
+use crate::context::selected_db;
+use crate::store::ServerKey;
 use crate::{errors, eviction, propagation, registry, schedule, slot};
 
 /// Keyspace events that bring a path-lock key under a new name or from outside: it is scheduled
@@ -60,17 +58,18 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
         return;
     }
     contained("a keyspace event", (), || {
-        let name = RedisString::create_from_slice(ctx.ctx, key);
-        let opened = ctx.open_key_with_flags(&name, look_flags());
-        if let Ok(Some(project)) = opened.get_value::<Project>(&PATHLOCK_TYPE) {
-            schedule::schedule(ctx, key, project.locks().next_deadline());
-            if project.locks().has_background_work() {
-                schedule::pending(ctx, key);
-            }
-            if project.waiting() > 0 && matches!(event, "rename_to" | "move_to") {
-                registry::value_moved(selected_db(ctx), key);
-            }
-        }
+        let db = selected_db(ctx);
+        ServerKey::visit(ctx, db, key, |opened| {
+            opened.look(|project| {
+                schedule::schedule(ctx, key, project.locks().next_deadline());
+                if project.locks().has_background_work() {
+                    schedule::pending(ctx, key);
+                }
+                if project.waiting() > 0 && matches!(event, "rename_to" | "move_to") {
+                    registry::value_moved(db, key);
+                }
+            })
+        });
     });
 }
 
@@ -185,6 +184,8 @@ pub fn opts_in_to_slot_migration(ctx: &Context) -> bool {
 
 type Callback = extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
 
+/// Valkey's atomic slot migration went a step further (see the header, "Atomic slot
+/// migration").
 extern "C" fn on_valkey_slot_migration(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
@@ -339,8 +340,8 @@ extern "C" fn on_command(filter: *mut raw::RedisModuleCommandFilterCtx) {
             registry::command_starts(None);
             return;
         }
-        let host = errors::shown(arg(1).unwrap_or_default());
-        let port = errors::shown(arg(2).unwrap_or_default());
+        let host = errors::for_client(arg(1).unwrap_or_default());
+        let port = errors::for_client(arg(2).unwrap_or_default());
         // SAFETY: as above.
         let count = unsafe { raw::RedisModule_CommandFilterArgsCount.map_or(0, |f| f(filter)) };
         let args: Vec<&[u8]> = (0..count).map_while(arg).collect();

@@ -167,7 +167,7 @@ pub fn evicted(ctx: &Context, key: &[u8]) {
     ctx.log_warning(&format!(
         "pathlock: maxmemory-policy {policy} evicted project key '{}' holding {locks} locks; \
          their holders lost them, and their next RENEW answers 0",
-        errors::logged(key)
+        errors::for_log(key)
     ));
 }
 
@@ -186,6 +186,8 @@ pub fn subscribe(ctx: &Context) {
     }
 }
 
+/// A `CONFIG SET` changed settings: when `maxmemory` or `maxmemory-policy` is among them,
+/// whether project keys can be evicted is read again.
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

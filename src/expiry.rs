@@ -30,12 +30,12 @@
 use std::os::raw::c_void;
 use std::time::{Duration, Instant};
 
-use redis_module::{raw, Context, ContextFlags, RedisString};
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
 use crate::context::in_db;
-use crate::store::Redis;
+use crate::store::ServerKey;
 use crate::{clock, schedule, slot};
 
 /// The next tick when the last one ran out of time with locks still due.
@@ -63,6 +63,8 @@ pub fn start(ctx: &Context) {
     }
 }
 
+/// The expiry cycle's tick, from `schedule`'s timer: reclaims what is due and works off the
+/// background work, within `BUDGET`, and arms the timer for the next tick.
 fn tick(ctx: &Context) {
     let started = Instant::now();
     let next = contained("the expiry cycle", None, || {
@@ -107,10 +109,7 @@ fn free_pending(ctx: &Context, until: Instant) -> bool {
         let Some((db, key)) = schedule::pop_pending() else {
             return false;
         };
-        let more = in_db(ctx, db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &key);
-            free_until(&Redis::new(ctx, &name), until)
-        });
+        let more = ServerKey::visit(ctx, db, &key, |key| free_until(key, until));
         if more {
             schedule::still_pending((db, key));
             return true;
@@ -165,10 +164,7 @@ fn reclaim_due(ctx: &Context, until: Instant) -> Option<u64> {
             importing.push((db, key));
             continue;
         }
-        let done = in_db(ctx, db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, &key);
-            expire_until(&Redis::new(ctx, &name), now, until)
-        });
+        let done = ServerKey::visit(ctx, db, &key, |key| expire_until(key, now, until));
         if !done {
             break;
         }

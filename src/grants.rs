@@ -11,7 +11,9 @@ use crate::effects::{Effect, Kind};
 use crate::store::Store;
 use crate::{blocked, registry, stats};
 
-pub fn granted(
+/// Publishes a grant made at once to the command's caller (`ACQUIRE`), whose reply the handler
+/// writes itself.
+pub fn publish_immediate(
     store: &impl Store,
     token: Token,
     deadline: u64,
@@ -19,7 +21,7 @@ pub fn granted(
     items: Items,
     note: Option<Note>,
 ) {
-    announce(
+    publish(
         store,
         &Effect::Grant {
             token,
@@ -31,13 +33,13 @@ pub fn granted(
     );
 }
 
-/// Replicates a grant's effect, raises its keyspace event and counts it.
-fn announce(store: &impl Store, effect: &Effect) {
+/// Publishes a grant: replicates its effect, counts it and raises its keyspace event.
+fn publish(store: &impl Store, effect: &Effect) {
     store.replicate(effect);
-    store.announce(Kind::Grant, 1);
+    store.count_and_notify(Kind::Grant, 1);
 }
 
-/// Replicates and announces grants made for waiters, and unblocks their clients. The token
+/// Publishes the grants made for waiters, and unblocks their clients with their replies. The token
 /// goes from the grant to its effect and then to the reply, without a copy.
 pub fn deliver(store: &impl Store, grants: Vec<Grant>) {
     for grant in grants {
@@ -48,7 +50,7 @@ pub fn deliver(store: &impl Store, grants: Vec<Grant>) {
             items: grant.items,
             note: grant.note,
         };
-        announce(store, &effect);
+        publish(store, &effect);
         stats::count(&stats::WAITS_GRANTED, 1);
         if let (Some(entry), Effect::Grant { token, .. }) = (registry::forget(grant.waiter), effect)
         {

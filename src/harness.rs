@@ -2,7 +2,7 @@
 //! `fuzz/` and for the unit tests that replay their corpus and every crasher found.
 //!
 //! * [`command`]: a client's argument vector through the command handlers themselves, found in
-//!   the commands' table and run over projects in memory (`store::Memory`, the other side of the
+//!   the commands' table and run over projects in memory (`store::MemoryKey`, the other side of the
 //!   storage seam from Redis), ending with the conversion that redis-module applies when it
 //!   writes the reply;
 //! * [`rdb`]: an RDB (or `RESTORE`) payload through the engine's decoder, as each encoding
@@ -36,7 +36,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 use crate::commands::{self, Command, COMMANDS};
 use crate::effects::Effect;
 use crate::fences;
-use crate::store::Memory;
+use crate::store::MemoryKey;
 
 /// Splits fuzz input into records of `[command byte, clock step in ms, argc, (len, bytes)*]`.
 /// Every input decodes to something; a record cut short takes what is there.
@@ -61,7 +61,7 @@ fn records(data: &[u8]) -> Vec<(u8, u64, Vec<&[u8]>)> {
 }
 
 /// Runs a sequence of commands, as records, against projects held in memory: each record's
-/// first byte picks a row of `commands::COMMANDS`, whose handler runs over `store::Memory` as
+/// first byte picks a row of `commands::COMMANDS`, whose handler runs over `store::MemoryKey` as
 /// it runs over Redis, through the same arity check, `change` (lazy expiry, replication of what
 /// it reclaimed, the fence mark) and reply.
 pub fn command(data: &[u8]) {
@@ -97,7 +97,7 @@ fn run(
     let argv: Vec<&[u8]> = std::iter::once(command.name.to_bytes())
         .chain(words.iter().copied())
         .collect();
-    let memory = Memory {
+    let memory = MemoryKey {
         projects,
         key: words.first().copied().unwrap_or_default(),
         now,

@@ -10,6 +10,7 @@ use crate::contain::contained;
 use crate::stats::{self, *};
 use crate::{eviction, fences, schedule};
 
+/// `INFO` (or `INFO pathlock`): the module's section.
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     contained("INFO", (), || section(ctx));

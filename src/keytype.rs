@@ -1,8 +1,8 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`, `registry`,
-//! `selected_db`, `stats`. Its callbacks are called by Redis; `store` and `events` use its type
-//! handle. A value leaving its key only queues a signal in `registry`; it never calls into the
+//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
+//! `move_db_workaround`, `registry`, `stats`. Its callbacks are called by Redis; `store` uses its
+//! type handle. A value leaving its key only queues a signal in `registry`; it never calls into the
 //! waiting machinery.
 //!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
@@ -15,13 +15,15 @@
 //! (`pathlock.lower-impossible-fences`).
 
 use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use pathlock_core::{persist, LockTable, Mode, Project};
 use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
-use crate::errors::{logged, HINT_LOWER_IMPOSSIBLE_FENCES};
-use crate::{clock, config, eviction, fences, registry, selected_db, stats};
+use crate::errors::{for_log, HINT_LOWER_IMPOSSIBLE_FENCES};
+use crate::{clock, config, eviction, fences, move_db_workaround, registry, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -46,7 +48,7 @@ pub static PATHLOCK_TYPE: RedisType = RedisType::new(
         unlink: Some(unlink),
         copy: Some(copy),
         defrag: Some(defrag),
-        mem_usage2: None,
+        mem_usage2: Some(mem_usage2),
         free_effort2: None,
         unlink2: None,
         copy2: Some(copy2),
@@ -143,11 +145,11 @@ extern "C" fn copy(
 }
 
 /// `COPY` calls this rather than `copy` where the server has it (Redis 7.0, Valkey): the same
-/// copy, and the source database for `selected_db`.
+/// copy, and the source database for `move_db_workaround`.
 extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     // SAFETY: the server passes the live key context of this COPY.
     if let Some(from_db) = unsafe { raw::RedisModule_GetDbIdFromOptCtx } {
-        selected_db::copying_from(unsafe { from_db(ctx) });
+        move_db_workaround::copying_from(unsafe { from_db(ctx) });
     }
     copy(std::ptr::null_mut(), std::ptr::null_mut(), value)
 }
@@ -185,14 +187,104 @@ extern "C" fn defrag(
     0
 }
 
-/// The project's own estimate (`LockTable::memory_estimate`), which depends only on what it
-/// holds: a project and its `COPY` each report their whole size, as copies of Redis's own types
-/// do, although they share storage until they write to it (`used_memory` shows what is shared).
+/// What a key holding a project costs the server, for `MEMORY USAGE`: the project's own
+/// estimate (`Project::memory_estimate`, rounded as the allocator rounds), its entry in the
+/// expiry schedule while it holds a lock, and what the server keeps for the key beside the value
+/// that `MEMORY USAGE` leaves out for a module type (`SERVER_OVERHEAD`); the server adds the
+/// key's name and its entry. The estimate depends only on what the project holds: a project and
+/// its `COPY` each report their whole size, as copies of Redis's own types do, although they
+/// share storage until they write to it (`used_memory` shows what is shared).
+fn usage(project: &Project, name_len: usize) -> usize {
+    let scheduled = match (project.locks().next_deadline(), SCHEDULED.get()) {
+        (Some(_), Some(bytes_per_key)) => bytes_per_key(name_len),
+        _ => 0,
+    };
+    project.memory_estimate() + scheduled + SERVER_OVERHEAD.load(Ordering::Relaxed)
+}
+
+/// What the expiry schedule keeps for a key with a lock due, by the length of its name: the
+/// schedule's own count (`schedule::bytes_per_key`), handed over at load by `lib.rs`, since the
+/// schedule lies at this file's level.
+static SCHEDULED: OnceLock<fn(usize) -> usize> = OnceLock::new();
+
+pub fn count_schedule_with(bytes_per_key: fn(usize) -> usize) {
+    let _ = SCHEDULED.set(bytes_per_key);
+}
+
+/// `MEMORY USAGE` where the server does not give the key's name (`mem_usage2` is called where
+/// it is): a name of 16 bytes is assumed.
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     contained("mem_usage", 0, || {
-        // SAFETY: see `table`.
-        unsafe { table(value) }.memory_estimate()
+        // SAFETY: see `project`.
+        usage(unsafe { project(value) }, 16)
     })
+}
+
+/// `MEMORY USAGE` with the key at hand, whose name's length the schedule's entry depends on.
+extern "C" fn mem_usage2(
+    ctx: *mut raw::RedisModuleKeyOptCtx,
+    value: *const c_void,
+    _sample_size: usize,
+) -> usize {
+    contained("mem_usage2", 0, || {
+        // SAFETY: the server passes the live key context of this call, whose name lives as long.
+        let name = unsafe {
+            raw::RedisModule_GetKeyNameFromOptCtx
+                .map(|f| f(ctx))
+                .and_then(|name| name_of(name.cast_mut()))
+        };
+        // SAFETY: see `project`.
+        usage(unsafe { project(value) }, name.map_or(16, <[u8]>::len))
+    })
+}
+
+/// What the server keeps for a key beside its value that `MEMORY USAGE` leaves out for a module
+/// type, in bytes: the value's object and module-value wrapper, the key's share of the
+/// keyspace's table, and the rounding of its entry. The server's own layout, so measured per
+/// server by `make bench-projects` (its memory section, "an empty project") and set at load by
+/// [`learn_server`]: Redis 7.0 and 7.2 keep a `robj` (16), a `moduleValue` (16), a dict entry
+/// counted as 24 bytes in a 32-byte allocation and 8 to 16 bytes of buckets per key; Redis 8.0
+/// counts its entry exactly; Redis 8.2 keeps the key inside its object; Valkey 8 and 9 keep the
+/// key inside the object too and index it from buckets of seven entries.
+static SERVER_OVERHEAD: AtomicUsize = AtomicUsize::new(REDIS_7_OVERHEAD);
+
+const REDIS_7_OVERHEAD: usize = 52;
+const REDIS_8_0_OVERHEAD: usize = 44;
+const REDIS_8_2_OVERHEAD: usize = 33;
+const VALKEY_OVERHEAD: usize = 40;
+
+/// Learns at load what the estimates need from the server: its allocator's size classes (what
+/// it hands out for each small request, `pathlock_core::alloc`), and its keyspace's overhead per
+/// key (`SERVER_OVERHEAD`), by its name and version.
+pub fn learn_server(ctx: &redis_module::Context) {
+    // SAFETY: each probe is a module allocation, measured and given back at once.
+    unsafe {
+        if let (Some(alloc), Some(size), Some(free)) = (
+            raw::RedisModule_Alloc,
+            raw::RedisModule_MallocSize,
+            raw::RedisModule_Free,
+        ) {
+            pathlock_core::alloc::learn_size_classes(|bytes| {
+                let block = alloc(bytes);
+                let usable = size(block);
+                free(block);
+                usable
+            });
+        }
+    }
+    let info = ctx.server_info("server");
+    let valkey = info
+        .field("server_name")
+        .is_some_and(|name| name.to_string_lossy().eq_ignore_ascii_case("valkey"));
+    // SAFETY: reads the server's version, a constant.
+    let version = unsafe { raw::RedisModule_GetServerVersion.map_or(0, |f| f()) };
+    let overhead = match (valkey, version) {
+        (true, _) => VALKEY_OVERHEAD,
+        (false, v) if v >= 0x08_02_00 => REDIS_8_2_OVERHEAD,
+        (false, v) if v >= 0x08_00_00 => REDIS_8_0_OVERHEAD,
+        _ => REDIS_7_OVERHEAD,
+    };
+    SERVER_OVERHEAD.store(overhead, Ordering::Relaxed);
 }
 
 /// Above Redis's `lazyfree` threshold (64) for any table with a few locks, so `UNLINK`,
@@ -350,6 +442,7 @@ impl persist::Sink for Rdb {
     }
 }
 
+/// Writes a project into an RDB file or a `DUMP` payload.
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     contained("rdb_save", (), || {
         // SAFETY: see `project`.
@@ -363,6 +456,7 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     })
 }
 
+/// Reads a project from an RDB file or a `RESTORE` payload, refusing one that does not check.
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     contained("rdb_load", std::ptr::null_mut(), || {
         if encver > ENCODING_VERSION {
@@ -446,7 +540,7 @@ fn key_name(rdb: *mut raw::RedisModuleIO) -> String {
             .map(|f| f(rdb))
             .and_then(|name| name_of(name.cast_mut()))
     };
-    logged(name.unwrap_or_default())
+    for_log(name.unwrap_or_default())
 }
 
 /// Saves the server's fence mark (`fences`) ahead of the keys of every RDB: snapshots, the AOF's

@@ -12,24 +12,38 @@
 // files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
 // rewrites them.
 //
-// 0  config, contain, context, docs, errors, fences, slot, stats
-// 1  args, clock, eviction, propagation, registry, reply, selected_db
+// 0  command_docs, config, contain, context, errors, fences, reply, slot, stats
+// 1  args, clock, eviction, move_db_workaround, propagation, registry
 // 2  blocked, effects, keytype, schedule
-// 3  events, info, store
-// 4  grants
+// 3  info, store
+// 4  events, grants
 // 5  change
 // 6  expiry, waits
 // 7  commands
 // 8  harness
+//
+// The subsystems: the modules each kind of work passes through, from where Redis calls in.
+// `scripts/import-cycles.py` fails when a module is in none, and writes their table and the
+// table of every entry point Redis calls (with the first sentence of its doc) in ARCHITECTURE.md.
+//
+// command path: commands, command_docs, args, config, change, grants, store, reply, clock
+// waiting: waits, blocked, registry, grants, change, store, slot
+// background work: expiry, schedule, change, store
+// replication: effects, propagation, fences, commands, change
+// keyspace events: events, eviction, move_db_workaround, registry, schedule, slot
+// the key type: keytype, fences
+// introspection: info, stats
+// shared: contain, context, errors
+// testing: harness
 mod args;
 mod blocked;
 mod change;
 mod clock;
+mod command_docs;
 mod commands;
 mod config;
 mod contain;
 mod context;
-mod docs;
 mod effects;
 mod errors;
 mod events;
@@ -41,11 +55,11 @@ mod grants;
 pub mod harness;
 mod info;
 mod keytype;
+mod move_db_workaround;
 mod propagation;
 mod registry;
 mod reply;
 mod schedule;
-mod selected_db;
 mod slot;
 mod stats;
 mod store;
@@ -55,6 +69,8 @@ use keytype::PATHLOCK_TYPE;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
+/// Loads the module: registers its commands, subscribes to the server's events, starts the
+/// expiry cycle and registers the signal worker.
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     contain::contained("loading the module", Status::Err, || {
         // Without this option a short read while loading an RDB or a RESTORE payload kills the
@@ -72,6 +88,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
                 set(ctx.ctx, options);
             }
         }
+        keytype::learn_server(ctx);
+        keytype::count_schedule_with(schedule::bytes_per_key);
         if commands::register(ctx) == Status::Err {
             return Status::Err;
         }
@@ -112,7 +130,7 @@ redis_module! {
     event_handlers: [
         [@GENERIC @LOADED @EVICTED: events::on_keyspace_event],
         // Last: it undoes Valkey 8.1's database switch after every subscriber ran.
-        [@GENERIC: selected_db::on_keyspace_event],
+        [@GENERIC: move_db_workaround::on_keyspace_event],
     ],
     configurations: [
         i64: [

@@ -87,6 +87,7 @@ pub fn subscribe(ctx: &Context) {
     }
 }
 
+/// A replica connected or went away: the server counts as heard, so effects are built.
 extern "C" fn on_replica_change(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,

@@ -1,15 +1,13 @@
-//! Replies, built without Redis: the entries of `LOCKS`, `CHECK` and `WAITERS`, the
-//! `[token, fence]` of a grant, and the last check every reply passes before it reaches
-//! redis-module. The one
-//! exception is `send_grant`, the hot path's grant written straight to the client.
+//! Replies, built without Redis: the entries of `LOCKS`, `CHECK` and `WAITERS` and the
+//! `[token, fence]` of a grant. The one exception is `send_grant`, the hot path's grant written
+//! straight to the client. The last check every reply passes before it reaches redis-module is
+//! `errors::for_redis_module`.
 //!
-//! Level 1: imports `errors`. Called by the command handlers (for Redis and for the fuzz
-//! harness alike) and the blocked-client reply callback.
+//! Level 0: imports nothing of the crate. Called by the command handlers (for Redis and for the
+//! fuzz harness alike) and the blocked-client reply callback.
 
 use pathlock_core::{LockInfo, Note, Token, Waiter};
-use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
-
-use crate::errors::reply_safe;
+use redis_module::{raw, Context, RedisValue};
 
 /// The entries of LOCKS and CHECK: `[path, mode, token, ttl-ms, fence, note]`, the note nil
 /// when the lock has none.
@@ -110,20 +108,4 @@ pub fn grant(token: &Token, fence: u64) -> RedisValue {
 
 fn clamp(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
-}
-
-/// What every handler's result goes through before redis-module writes it: an error message
-/// that is not plain printable ASCII is escaped. redis-module builds a C string from an error one
-/// `char` at a time and unwraps it, outside any `catch_unwind`, so a stray byte there would
-/// abort the server; the data replies (bulk strings, integers, arrays) are binary safe.
-pub fn safe(result: RedisResult) -> RedisResult {
-    match result {
-        Err(RedisError::String(message)) => {
-            Err(RedisError::String(reply_safe(&message).into_owned()))
-        }
-        Err(RedisError::Str(message)) if reply_safe(message) != message => {
-            Err(RedisError::String(reply_safe(message).into_owned()))
-        }
-        other => other,
-    }
 }

@@ -1,14 +1,15 @@
 //! The storage seam: the one way to open a project key, and what else a change of one key needs
 //! from where it runs (its clock and whether it decides, replication, the keyspace event, the
-//! expiry schedule). The [`Store`] trait names it; [`Redis`] is a key of the server's keyspace,
-//! opened through the module API, and [`Memory`] (tests and fuzzing only) a map of projects in
-//! memory, on which the fuzz harness runs the very handlers and `change` that Redis runs. Both are
-//! generic parameters, never trait objects, so Redis's path is compiled as if it called the
-//! module API directly.
+//! expiry schedule). The [`Store`] trait names it; [`ServerKey`] is one key of the server's
+//! keyspace, opened through the module API, and [`MemoryKey`] (tests and fuzzing only) one key of
+//! a map of projects in memory, on which the fuzz harness runs the very handlers and `change`
+//! that Redis runs. Both are generic parameters, never trait objects, so Redis's path is compiled
+//! as if it called the module API directly.
 //!
 //! Level 3: imports `clock`, `context`, `effects`, `errors`, `eviction`, `fences`, `keytype`,
-//! `schedule`, `stats`. Used by `change`, `grants`, `waits`, `expiry`, the commands and the
-//! harness.
+//! `schedule`, `stats`. Used by `change`, `grants`, `waits`, `expiry`, `events`, the
+//! commands and the harness. Work outside a client's command opens a key of any database through
+//! `ServerKey::visit`.
 //!
 //! A project key created by a master starts its fences where `fences` says, above every fence
 //! this server has seen and above the clock floor; a replica or an AOF replay creates it at 1
@@ -22,17 +23,17 @@
 use std::ffi::CStr;
 
 use pathlock_core::Project;
-use redis_module::key::KeyFlags;
+use redis_module::key::{KeyFlags, RedisKeyWritable};
 use redis_module::{Context, RedisError, RedisString};
 
-use crate::context::{decides, in_command, notify, selected_db};
+use crate::context::{decides, in_command, in_db, look_flags, notify, selected_db};
 use crate::effects::{Effect, Kind};
-use crate::errors::wrong_type;
+use crate::errors::{wrong_type, ERR_PANIC};
 use crate::keytype::PATHLOCK_TYPE;
 use crate::{clock, eviction, fences, schedule, stats};
 
 /// One project key and where it lives: what `change`, `grants` and the handlers use to open it,
-/// and to replicate, announce and schedule what they did to it.
+/// and to replicate, count, notify and schedule what they did to it.
 pub trait Store {
     /// The key's name.
     fn key(&self) -> &[u8];
@@ -42,13 +43,15 @@ pub trait Store {
     fn now_ms(&self) -> u64;
     /// Whether this call decides, rather than applies a master's decision (`context::decides`).
     fn decides(&self) -> bool;
-    /// Runs `write` on the project. A missing key is created when `create` is set, and otherwise
-    /// answers `Ok(None)`; a key of another type answers `WRONGTYPE`, naming the key.
-    fn write<R>(
+    /// Runs `write` on the project; a missing key answers `Ok(None)`, a key of another type
+    /// `WRONGTYPE`, naming the key.
+    fn write_existing<R>(
         &self,
-        create: bool,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError>;
+    /// Runs `write` on the project, created first when the key is missing (see [`created`]); a
+    /// key of another type answers `WRONGTYPE`, naming the key.
+    fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError>;
     /// Runs `read` on the project without changing it; a missing key answers `Ok(None)`. Expired
     /// locks stay in place (a replica must not reclaim them); the engine's reading methods hide
     /// them.
@@ -63,9 +66,9 @@ pub trait Store {
     /// After a change: marks the key as just used where the eviction policy reads it.
     fn protect(&self);
 
-    /// Counts `count` changes of `kind` in INFO and announces them with the kind's keyspace
-    /// event; nothing when there were none.
-    fn announce(&self, kind: Kind, count: usize) {
+    /// Counts `count` changes of `kind` in INFO's totals and raises the kind's keyspace event
+    /// once; nothing when there were none.
+    fn count_and_notify(&self, kind: Kind, count: usize) {
         if count == 0 {
             return;
         }
@@ -90,16 +93,55 @@ fn created(store: &impl Store) -> Project {
     project
 }
 
-/// A key of the server's keyspace, in the context's selected database.
+/// One key of the server's keyspace, in the context's selected database.
 #[derive(Clone, Copy)]
-pub struct Redis<'a> {
+pub struct ServerKey<'a> {
     pub ctx: &'a Context,
     pub key: &'a RedisString,
 }
 
-impl<'a> Redis<'a> {
-    pub fn new(ctx: &'a Context, key: &'a RedisString) -> Redis<'a> {
-        Redis { ctx, key }
+impl<'a> ServerKey<'a> {
+    pub fn new(ctx: &'a Context, key: &'a RedisString) -> ServerKey<'a> {
+        ServerKey { ctx, key }
+    }
+
+    /// Runs `work` on the key `name` of database `db`: the one way the module's work outside a
+    /// client's command (a timer, the signal worker, a keyspace event) opens a key. `db` is
+    /// selected for the time of `work`, and the database selected before is selected again.
+    pub fn visit<R>(ctx: &Context, db: i32, name: &[u8], work: impl FnOnce(&ServerKey) -> R) -> R {
+        in_db(ctx, db, || {
+            let name = RedisString::create_from_slice(ctx.ctx, name);
+            work(&ServerKey::new(ctx, &name))
+        })
+    }
+
+    /// Runs `look` on the project, if the key holds one, as the module looks at a key outside a
+    /// client's command (`context::look_flags`): no LRU/LFU touch, no keyspace event or stats.
+    pub fn look<R>(&self, look: impl FnOnce(&Project) -> R) -> Option<R> {
+        let key = self.ctx.open_key_with_flags(self.key, look_flags());
+        key.get_value::<Project>(&PATHLOCK_TYPE)
+            .ok()
+            .flatten()
+            .map(look)
+    }
+
+    /// Whether the key holds a value of any type, looked at as `look` does.
+    pub fn holds_value(&self) -> bool {
+        !self
+            .ctx
+            .open_key_with_flags(self.key, look_flags())
+            .is_null()
+    }
+
+    /// Opens the key for writing. A client's command touches its LRU/LFU clock, as a `SET`
+    /// does; the module's own work (a timer, the signal worker) opens it with `NOTOUCH`.
+    fn open_writable(&self) -> RedisKeyWritable {
+        let touch = if in_command(self.ctx) {
+            KeyFlags::empty()
+        } else {
+            KeyFlags::NOTOUCH
+        };
+        self.ctx.open_key_writable_with_flags(self.key, touch)
     }
 
     /// Runs `maintain` on the project, if there is one, for work that changes nothing a client
@@ -119,7 +161,7 @@ impl<'a> Redis<'a> {
     }
 }
 
-impl Store for Redis<'_> {
+impl Store for ServerKey<'_> {
     #[inline]
     fn key(&self) -> &[u8] {
         self.key.as_slice()
@@ -140,33 +182,34 @@ impl Store for Redis<'_> {
         decides(self.ctx)
     }
 
-    fn write<R>(
+    fn write_existing<R>(
         &self,
-        create: bool,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
-        let touch = if in_command(self.ctx) {
-            KeyFlags::empty()
-        } else {
-            KeyFlags::NOTOUCH
-        };
-        let key = self.ctx.open_key_writable_with_flags(self.key, touch);
+        let key = self.open_writable();
+        let project = key
+            .get_value::<Project>(&PATHLOCK_TYPE)
+            .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
+        Ok(project.map(write))
+    }
+
+    fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError> {
+        let key = self.open_writable();
         let wrong_type = |_| RedisError::String(wrong_type(self.key.as_slice()));
         if let Some(project) = key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(wrong_type)?
         {
-            return Ok(Some(write(project)));
-        }
-        if !create {
-            return Ok(None);
+            return Ok(write(project));
         }
         key.set_value(&PATHLOCK_TYPE, created(self))?;
         stats::track(&stats::KEYS, 0, 1);
-        Ok(key
+        // The key holds the project just set: redis-module only hands it back as an `Option`.
+        let project = key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(wrong_type)?
-            .map(write))
+            .ok_or(RedisError::Str(ERR_PANIC))?;
+        Ok(write(project))
     }
 
     fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {
@@ -206,14 +249,14 @@ impl Store for Redis<'_> {
 /// events and nothing is scheduled. Every effect the code replicates must read back as itself,
 /// as a replica would read it.
 #[cfg(any(test, feature = "system-alloc"))]
-pub struct Memory<'a> {
+pub struct MemoryKey<'a> {
     pub projects: &'a std::cell::RefCell<std::collections::HashMap<Vec<u8>, Project>>,
     pub key: &'a [u8],
     pub now: u64,
 }
 
 #[cfg(any(test, feature = "system-alloc"))]
-impl Store for Memory<'_> {
+impl Store for MemoryKey<'_> {
     fn key(&self) -> &[u8] {
         self.key
     }
@@ -230,20 +273,20 @@ impl Store for Memory<'_> {
         true
     }
 
-    fn write<R>(
+    fn write_existing<R>(
         &self,
-        create: bool,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
+        Ok(self.projects.borrow_mut().get_mut(self.key).map(write))
+    }
+
+    fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError> {
         let mut projects = self.projects.borrow_mut();
         if let Some(project) = projects.get_mut(self.key) {
-            return Ok(Some(write(project)));
-        }
-        if !create {
-            return Ok(None);
+            return Ok(write(project));
         }
         let project = projects.entry(self.key.to_vec()).or_insert(created(self));
-        Ok(Some(write(project)))
+        Ok(write(project))
     }
 
     fn read<R>(&self, read: impl FnOnce(&Project) -> R) -> Result<Option<R>, RedisError> {

@@ -18,15 +18,15 @@ use pathlock_core::{Grant, Project, Request, Waiter};
 use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
 use crate::blocked::Answer;
-use crate::change::change;
+use crate::change::{change_existing, change_or_create};
 use crate::contain::contained;
-use crate::context::{in_db, look_flags, selected_db, serves};
+use crate::context::{selected_db, serves};
 use crate::errors::{
     moved_migrated, ERR_MOVED_RENAMED, ERR_MOVED_SWAPPED, ERR_REPLACED, ERR_TRYAGAIN, ERR_UNBLOCKED,
 };
 use crate::registry::Away;
 use crate::slot::key_slot;
-use crate::store::{Redis, Store};
+use crate::store::{ServerKey, Store};
 use crate::{blocked, clock, grants, registry, stats};
 
 /// Blocks the calling client until `waiter` is granted or `timeout_ms` passes, and queues it in
@@ -90,6 +90,8 @@ fn set_timeout_timer(ctx: &Context) {
     registry::set_timeout_timer(Some((id, next)));
 }
 
+/// The waiters' timeout timer fired: answers nil to the waiters whose time is up, a few at a
+/// time, and sets the timer for the next deadline.
 extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Context::new(ctx);
     let due = contained("the waiters' timeout timer", Vec::new(), || {
@@ -117,14 +119,8 @@ fn time_out(ctx: &Context, id: u64) {
         registry::cancel_later(entry.db, entry.key, id);
         return;
     }
-    in_db(ctx, entry.db, || {
-        let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
-        let now = clock::now_ms(ctx);
-        let key = Redis::new(ctx, &name);
-        if let Ok(Some(grants)) = change(&key, false, |p| p.cancel(now, id).1) {
-            grants::deliver(&key, grants);
-        }
-    });
+    let now = clock::now_ms(ctx);
+    ServerKey::visit(ctx, entry.db, &entry.key, |key| cancel(key, now, id));
 }
 
 /// How long the worker waits before looking again while replication is paused.
@@ -140,7 +136,11 @@ fn replication_paused() -> bool {
 }
 
 /// Works off the registry's signals; runs from a zero-delay timer, where keys can be opened and
-/// effects replicated. While replication is paused it looks again a little later.
+/// effects replicated. While replication is paused it looks again a little later. The signals
+/// are worked off in this order: values that moved under a new name give up their strays,
+/// waiters whose value left their key are sorted into those answered and those queued again,
+/// the waiters whose project left are answered, cancelled waiters leave their queues, and the
+/// waiters to queue again are queued.
 pub fn work_off_signals(ctx: &Context) {
     contained("the waiters' signal worker", (), || {
         if replication_paused() {
@@ -158,52 +158,66 @@ pub fn work_off_signals(ctx: &Context) {
         let mut resubmit = signals.resubmit;
         let now = clock::now_ms(ctx);
         for (db, key) in signals.moved {
-            in_db(ctx, db, || {
-                let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let moved = change(&Redis::new(ctx, &name), false, |p| take_strays(db, &key, p));
-                if let Ok(Some(strays)) = moved {
-                    away.extend(strays.into_iter().map(|id| (id, Away::Renamed)));
-                }
-            });
+            away.extend(take_moved_strays(ctx, db, &key));
         }
-        // A value that left its key was deleted when the name is now free (its waiters start
-        // over there, as after a DEL) and replaced when another value holds it.
-        // A set, so that sorting out many waiters costs what they are, not its square.
-        let answered: BTreeSet<u64> = away.iter().map(|(id, _)| *id).collect();
-        for id in signals.unlinked {
-            if answered.contains(&id) {
-                continue;
-            }
-            if let Some((db, key, _)) = registry::waiter(id) {
-                let taken = in_db(ctx, db, || {
-                    let name = RedisString::create_from_slice(ctx.ctx, &key);
-                    !ctx.open_key_with_flags(&name, look_flags()).is_null()
-                });
-                if taken {
-                    away.push((id, Away::Replaced));
-                } else {
-                    resubmit.push(id);
-                }
-            }
-        }
+        sort_unlinked(ctx, signals.unlinked, &mut away, &mut resubmit);
         answer_away(ctx, away);
         for (db, key, id) in signals.cancelled {
-            in_db(ctx, db, || {
-                let name = RedisString::create_from_slice(ctx.ctx, &key);
-                let key = Redis::new(ctx, &name);
-                if let Ok(Some(grants)) = change(&key, false, |p| p.cancel(now, id).1) {
-                    grants::deliver(&key, grants);
-                }
-            });
+            ServerKey::visit(ctx, db, &key, |key| cancel(key, now, id));
         }
         resubmit.sort_unstable();
         resubmit.dedup();
         for id in resubmit {
             if let Some((db, key, waiter)) = registry::waiter(id) {
-                in_db(ctx, db, || resubmit_one(ctx, now, id, &key, waiter));
+                ServerKey::visit(ctx, db, &key, |key| resubmit_one(key, now, id, waiter));
             }
         }
     });
+}
+
+/// A value with waiters that arrived under `(db, key)` by `RENAME` or `MOVE`: the waiters that
+/// asked for another name leave its queue, to be answered that their project moved.
+fn take_moved_strays(ctx: &Context, db: i32, key: &[u8]) -> Vec<(u64, Away)> {
+    let moved = ServerKey::visit(ctx, db, key, |opened| {
+        change_existing(opened, |p| take_strays(db, key, p))
+    });
+    match moved {
+        Ok(Some(strays)) => strays.into_iter().map(|id| (id, Away::Renamed)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Waiters whose value left their key: the value was deleted when the name is now free (its
+/// waiters start over there, as after a `DEL`, and go to `resubmit`) and replaced when another
+/// value holds it (they go to `away`). Those already in `away` are answered already.
+fn sort_unlinked(
+    ctx: &Context,
+    unlinked: Vec<u64>,
+    away: &mut Vec<(u64, Away)>,
+    resubmit: &mut Vec<u64>,
+) {
+    // A set, so that sorting out many waiters costs what they are, not its square.
+    let answered: BTreeSet<u64> = away.iter().map(|(id, _)| *id).collect();
+    for id in unlinked {
+        if answered.contains(&id) {
+            continue;
+        }
+        if let Some((db, key, _)) = registry::waiter(id) {
+            if ServerKey::visit(ctx, db, &key, |key| key.holds_value()) {
+                away.push((id, Away::Replaced));
+            } else {
+                resubmit.push(id);
+            }
+        }
+    }
+}
+
+/// A waiter that was answered already (its client gave up, its time ran out, its database was
+/// swapped away) leaves its queue; the waiters it alone held up are granted.
+fn cancel(key: &ServerKey, now: u64, id: u64) {
+    if let Ok(Some(grants)) = change_existing(key, |p| p.cancel(now, id).1) {
+        grants::deliver(key, grants);
+    }
 }
 
 /// Answers the waiters whose project left the key they waited on. In Cluster, a migrated
@@ -239,9 +253,8 @@ fn answer_away(ctx: &Context, away: Vec<(u64, Away)>) {
             }
             Away::Demoted => {
                 // The queue goes with its waiters; nobody is granted on a replica.
-                in_db(ctx, entry.db, || {
-                    let name = RedisString::create_from_slice(ctx.ctx, &entry.key);
-                    let _ = Redis::new(ctx, &name).write(false, |p| drop(p.take_waiters()));
+                ServerKey::visit(ctx, entry.db, &entry.key, |key| {
+                    let _ = key.write_existing(|p| drop(p.take_waiters()));
                 });
                 ERR_UNBLOCKED.to_string()
             }
@@ -292,18 +305,16 @@ fn slot_owners(ctx: &Context) -> Vec<SlotOwner> {
 
 /// Queues a waiter again on the key name it asked for (or grants it, if nothing there blocks it
 /// now), keeping its id and so its place among the waiters.
-fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
-    let name = RedisString::create_from_slice(ctx.ctx, key);
+fn resubmit_one(store: &ServerKey, now: u64, id: u64, waiter: Waiter) {
     // A grant, and the key it may create, happen only on a node that serves the key's slot: in
     // Cluster, Redis refuses a module's call on a key it does not serve here (another node's
     // slot, or a missing key in a slot being migrated away), and the waiter is told to retry,
     // which routes it to where the slot is now.
-    if !serves(ctx, &name) {
+    if !serves(store.ctx, store.key) {
         answer(id, ERR_TRYAGAIN.to_string());
         return;
     }
-    let store = Redis::new(ctx, &name);
-    let outcome = change(&store, true, |p| {
+    let outcome = change_or_create(store, |p| {
         let request = Request {
             token: &waiter.token,
             generated: false,
@@ -327,8 +338,7 @@ fn resubmit_one(ctx: &Context, now: u64, id: u64, key: &[u8], waiter: Waiter) {
         }
     });
     match outcome {
-        Ok(Some(grants)) => grants::deliver(&store, grants),
-        Ok(None) => {}
+        Ok(grants) => grants::deliver(store, grants),
         // Another value took the name meanwhile.
         Err(error) => answer(id, error.to_string()),
     }

@@ -1,5 +1,7 @@
 //! Short byte strings kept without an allocation.
 
+use crate::alloc::allocation;
+
 /// Bytes kept inline when they fit in `N` (22 by default: most folder and file names, short
 /// tokens), on the heap otherwise. With its tag the default takes 24 bytes, the size of the `Vec`
 /// it replaces, and a million of them spare a million allocations. Tokens and request paths
@@ -145,6 +147,19 @@ impl ShortBytes {
                 ShortBytes::Inline { len, bytes: inline }
             }
             None => ShortBytes::Heap(Box::new(bytes.into())),
+        }
+    }
+}
+
+impl ShortBytes {
+    /// The bytes kept on the heap as the allocator rounds them, for memory estimates: the
+    /// box of the slice's pointer and length, and the slice.
+    pub(crate) fn heap_allocation(&self) -> usize {
+        match self {
+            ShortBytes::Inline { .. } => 0,
+            ShortBytes::Heap(bytes) => {
+                allocation(std::mem::size_of::<Box<[u8]>>()) + allocation(bytes.len())
+            }
         }
     }
 }

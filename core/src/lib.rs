@@ -6,6 +6,7 @@
 //!
 //! * [`path`]: parsing and normalising client paths into trie keys.
 //! * [`lock`]: modes, tokens and the view of a lock.
+//! * [`alloc`]: how the allocator rounds an allocation, for the memory estimates.
 //! * `bytes`: short byte strings kept without an allocation, for segments and tokens.
 //! * [`table`]: the lock table of one project, where conflicts are decided.
 //! * [`persist`]: a lock table as the items of its RDB encoding, and back, checked.
@@ -13,6 +14,7 @@
 //!   queue near a path.
 //! * [`project`]: a lock table with its queue of waiting requests, served in arrival order.
 
+pub mod alloc;
 mod bytes;
 pub mod lock;
 pub mod path;

@@ -202,18 +202,7 @@ impl PackedToken {
 
     pub(crate) fn to_token(&self) -> Token {
         match self {
-            PackedToken::Uuid(uuid) => Token(SmallBytes::build(UUID_TEXT, |text| {
-                let mut at = 0;
-                for (i, byte) in uuid.iter().enumerate() {
-                    if [4, 6, 8, 10].contains(&i) {
-                        text[at] = b'-';
-                        at += 1;
-                    }
-                    text[at] = HEX[usize::from(byte >> 4)];
-                    text[at + 1] = HEX[usize::from(byte & 0xf)];
-                    at += 2;
-                }
-            })),
+            PackedToken::Uuid(uuid) => Token(SmallBytes::new(&uuid_text(uuid))),
             other => Token(SmallBytes::new(other.stored())),
         }
     }
@@ -230,6 +219,22 @@ impl PackedToken {
             _ => self.stored().cmp(other.stored()),
         }
     }
+}
+
+/// The canonical text of a UUID's 16 bytes: 36 characters, lowercase, hyphenated.
+pub(crate) fn uuid_text(uuid: &[u8; 16]) -> [u8; UUID_TEXT] {
+    let mut text = [0; UUID_TEXT];
+    let mut at = 0;
+    for (i, byte) in uuid.iter().enumerate() {
+        if [4, 6, 8, 10].contains(&i) {
+            text[at] = b'-';
+            at += 1;
+        }
+        text[at] = HEX[usize::from(byte >> 4)];
+        text[at + 1] = HEX[usize::from(byte & 0xf)];
+        at += 2;
+    }
+    text
 }
 
 /// The 16 bytes of a UUID written the canonical way: 36 characters, lowercase, hyphenated.

@@ -215,6 +215,7 @@ fn unzigzag(from: u64, folded: u64) -> u64 {
 /// locks is built.
 pub fn encode(table: &LockTable, sink: &mut impl Sink) {
     sink.unsigned(table.next_fence());
+    let table = table.as_tree();
     let mut chunk = Chunk {
         bytes: Vec::with_capacity(CHUNK_BYTES + 1024),
         sink,

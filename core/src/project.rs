@@ -32,6 +32,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::alloc::allocation;
 use crate::lock::{Freed, Items, Mode, Note, Token};
 use crate::path::Path;
 use crate::queue::{distinct, WaitIndex};
@@ -78,11 +79,33 @@ impl Lapsed {
     }
 }
 
+/// A project: its locks, and what a change leaves for its caller or someone waits for. A
+/// project key costs its table and a word while nobody waits and nothing lapsed is left to
+/// take: the queue and the lapsed record are allocated when first needed and dropped when they
+/// empty, so that a million keys of one lock each cost what their locks do.
 #[derive(Debug, Default)]
 pub struct Project {
     locks: LockTable,
+    side: Option<Box<Side>>,
+}
+
+/// What a project keeps only for a while: allocated when first needed, dropped once both parts
+/// are empty.
+#[derive(Debug, Default)]
+struct Side {
     /// Lazy expiry not yet taken by the caller; empty between changes.
     lapsed: Lapsed,
+    /// The waiting requests.
+    queue: Queue,
+}
+
+// A key holding a project costs this allocation besides its table's: three words, which the
+// allocator rounds up to 32 bytes, leaving a word for whoever keeps the project.
+const _: () = assert!(std::mem::size_of::<Project>() == 24);
+
+/// The waiting requests of a project, and their index.
+#[derive(Debug, Default)]
+struct Queue {
     index: WaitIndex,
     waiters: BTreeMap<u64, Waiter>,
     /// The waiters of each token, to know which waiters share theirs. Ordered maps rather than
@@ -102,6 +125,9 @@ enum TokenWaiters {
     Many(BTreeSet<u64>),
 }
 
+/// The index of a project nobody waits on.
+static NO_WAITERS: WaitIndex = WaitIndex::new();
+
 /// Copies carry the locks but not the waiters: a waiter belongs to the key it asked for.
 impl Clone for Project {
     fn clone(&self) -> Project {
@@ -117,369 +143,14 @@ impl Project {
     }
 }
 
-impl Project {
-    pub fn new() -> Project {
-        Project::default()
-    }
-
-    pub fn from_locks(locks: LockTable) -> Project {
-        Project {
-            locks,
-            ..Project::default()
-        }
-    }
-
-    pub fn locks(&self) -> &LockTable {
-        &self.locks
-    }
-
-    /// The lock table, for changes that the queue need not hear about (applying a master's
-    /// effects on a replica, where nobody waits).
-    pub fn locks_mut(&mut self) -> &mut LockTable {
-        &mut self.locks
-    }
-
-    pub fn waiting(&self) -> usize {
-        self.waiters.len()
-    }
-
-    /// The ids of the waiting requests, oldest first.
-    pub fn waiter_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.waiters.keys().copied()
-    }
-
-    /// The path index of the waiters, for tests of its consistency.
-    pub fn wait_index(&self) -> &WaitIndex {
-        &self.index
-    }
-
-    /// The waiting requests with an item at or beneath `under`, oldest first, with their ids:
-    /// `WAITERS`. The index keeps the ids waiting in each subtree, so this costs O(depth) plus
-    /// O(log n) per waiter it returns, however long the queue is elsewhere.
-    pub fn waiters_under(&self, under: &Path) -> Vec<(u64, &Waiter)> {
-        self.index
-            .ids_under(under)
-            .into_iter()
-            .filter_map(|id| self.waiters.get(&id).map(|waiter| (id, waiter)))
-            .collect()
-    }
-
-    /// Grants `items` to `token` unless a live lock or an earlier waiter of another owner
-    /// conflicts. The token's own lapsed lease, and lapsed owners in the way, are reclaimed
-    /// first (see [`Project::take_lapsed`]), so a lapsed lease is free to take.
-    pub fn acquire(
-        &mut self,
-        now: u64,
-        token: &Token,
-        ttl: u64,
-        items: &[(Mode, Path)],
-    ) -> Option<u64> {
-        self.acquire_request(
-            now,
-            &Request {
-                token,
-                generated: false,
-                ttl,
-                items,
-                note: None,
-            },
-        )
-    }
-
-    /// [`Project::acquire`] for a token [`Token::generate`] has just made (see
-    /// [`Request::generated`]).
-    pub fn acquire_generated(
-        &mut self,
-        now: u64,
-        token: &Token,
-        ttl: u64,
-        items: &[(Mode, Path)],
-    ) -> Option<u64> {
-        self.acquire_request(
-            now,
-            &Request {
-                token,
-                generated: true,
-                ttl,
-                items,
-                note: None,
-            },
-        )
-    }
-
-    /// [`Project::acquire`] of a whole [`Request`]: `ACQUIRE` as the module makes it, with its
-    /// note kept with the locks as [`LockTable::grant_noted`] does.
-    pub fn acquire_request(&mut self, now: u64, request: &Request) -> Option<u64> {
-        if self.waiters.is_empty() {
-            let acquired = self.locks.acquire_with(now, request, true);
-            self.lapse(now, acquired.lapsed);
-            return acquired.fence;
-        }
-        if self.behind_a_waiter(request.token, request.items, u64::MAX) {
-            return None;
-        }
-        // What goes may let waiters in; they are granted before this request is decided, in the
-        // order a replica applies the effects (reclaimed owners, the waiters' grants, this
-        // grant), since a waiter of the same token re-granting a path would otherwise leave
-        // another fence on it.
-        let cleared = self.locks.clear_way(now, request.token, request.items);
-        self.lapse(now, cleared);
-        let acquired = self.locks.acquire_with(now, request, false);
-        self.lapse(now, acquired.lapsed);
-        acquired.fence
-    }
-
-    /// The bounded share of expiry a change does before it runs: the locks of `token` when its
-    /// lease lapsed (a lease that lapsed is gone before its owner renews or releases it), and at
-    /// most `others` more lapsed owners, earliest first. The rest is left to the expiry cycle,
-    /// or to the requests it gets in the way of. See [`Project::take_lapsed`].
-    pub fn reclaim_lazily(&mut self, now: u64, token: Option<&Token>, others: usize) {
-        let describe = !self.waiters.is_empty();
-        if let Some(token) = token {
-            let freed = self.locks.reclaim_expired_of(now, token, describe);
-            self.lapse(now, freed);
-        }
-        if others > 0 && self.locks.next_deadline().is_some_and(|due| due <= now) {
-            let freed = self.locks.reclaim_some_expired(now, others, describe);
-            self.lapse(now, freed);
-        }
-    }
-
-    /// Takes what lazy expiry reclaimed since it was last taken. Whoever changes a project
-    /// through it takes this after the change, to replicate the reclaimed owners (`EXPIRE now
-    /// token...`) ahead of the change's own effects and to answer the waiters granted.
-    pub fn take_lapsed(&mut self) -> Lapsed {
-        std::mem::take(&mut self.lapsed)
-    }
-
-    /// Whether lazy expiry reclaimed anything not yet taken: a look before `take_lapsed`,
-    /// which every change calls and which nearly always finds nothing.
-    pub fn has_lapsed(&self) -> bool {
-        !self.lapsed.is_empty()
-    }
-
-    /// Records what was reclaimed at `now` and grants the waiters it lets in.
-    fn lapse(&mut self, now: u64, freed: Freed) {
-        let probes = self.record_lapsed(now, freed);
-        let grants = self.wake_probes(now, &probes);
-        self.lapsed.grants.extend(grants);
-    }
-
-    /// Records the owners lazy expiry reclaimed at `now`, for the caller to replicate and count
-    /// (see [`Project::take_lapsed`]); the one place that does. Returns where to look for the
-    /// waiters they held up; nothing when nothing was reclaimed.
-    fn record_lapsed(&mut self, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
-        if freed.tokens.is_empty() {
-            return Vec::new();
-        }
-        self.lapsed
-            .owners
-            .extend(freed.tokens.into_iter().map(|t| (now, t)));
-        self.lapsed.locks += freed.locks;
-        freed.probes
-    }
-
-    /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`: a look
-    /// at the oldest waiting items on the related paths, O(depth) per item.
+impl Queue {
+    /// Whether an earlier waiter than `before`, of another owner, conflicts with `items`: a
+    /// look at the oldest waiting items on the related paths, O(depth) per item.
     fn behind_a_waiter(&self, token: &Token, items: &[(Mode, Path)], before: u64) -> bool {
-        if self.waiters.is_empty() {
-            return false;
-        }
         let other_owner = |id: u64| self.waiters.get(&id).is_some_and(|w| w.token != *token);
         items
             .iter()
             .any(|(mode, path)| self.index.any_earlier(*mode, path, before, other_owner))
-    }
-
-    /// Frees `token`'s live locks (see [`LockTable::release`]) and grants the waiters that
-    /// were waiting for them. A lapsed lease frees nothing and is reclaimed as lapsed. Returns
-    /// how many locks it freed, and the grants.
-    pub fn release(
-        &mut self,
-        now: u64,
-        token: &Token,
-        paths: Option<&[Path]>,
-    ) -> (usize, Vec<Grant>) {
-        // The freed locks are described only for the waiters they may let in.
-        let describe = !self.waiters.is_empty();
-        let released = self.locks.release(now, token, paths, describe);
-        if released.lapsed.tokens.is_empty() {
-            let grants = self.wake_probes(now, &released.freed.probes);
-            return (released.count, grants);
-        }
-        // A lapsed lease: its grants are replicated after the release, as for `renew`, since a
-        // waiter of this token may be among them.
-        let probes = self.record_lapsed(now, released.lapsed);
-        (released.count, self.wake_probes(now, &probes))
-    }
-
-    /// Moves the lease of `token`'s locks to `deadline` (see [`LockTable::renew`]); a lapsed
-    /// lease is reclaimed instead, so it is not brought back. Returns how many locks it renewed,
-    /// and the waiters that the reclaimed locks let in. Those are granted after the renewal and
-    /// must be replicated after it: a waiter of this very token may be among them (let in once
-    /// another owner's lapsed locks in its way went too), and a replica renewing after granting
-    /// it would move its lease.
-    pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
-        let (renewed, lapsed) = self.locks.renew(now, token, deadline);
-        let probes = self.record_lapsed(now, lapsed);
-        (renewed, self.wake_probes(now, &probes))
-    }
-
-    /// Reclaims every owner whose lease lapsed by `now`, however many, and grants the waiters
-    /// that were waiting for them. Its cost is the whole expiry: commands use
-    /// [`Project::reclaim_lazily`], the expiry cycle [`Project::expire_some`].
-    pub fn reclaim_expired(&mut self, now: u64) -> (Freed, Vec<Grant>) {
-        let freed = self.locks.reclaim_expired(now, !self.waiters.is_empty());
-        let grants = self.wake_probes(now, &freed.probes);
-        (freed, grants)
-    }
-
-    /// One bounded step of expiry: at most `max_owners` lapsed owners, earliest first, and the
-    /// waiters they let in. The tokens name the step exactly for a replica.
-    pub fn expire_some(&mut self, now: u64, max_owners: usize) -> (Freed, Vec<Grant>) {
-        let freed = self
-            .locks
-            .reclaim_some_expired(now, max_owners, !self.waiters.is_empty());
-        let grants = self.wake_probes(now, &freed.probes);
-        (freed, grants)
-    }
-
-    fn wake_probes(&mut self, now: u64, probes: &[(Mode, Path)]) -> Vec<Grant> {
-        self.wake_near(now, probes.iter().map(|(mode, path)| (*mode, path)), 0)
-    }
-
-    /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
-    /// keep a waiter's id when it is queued again elsewhere so that it keeps its place.
-    pub fn enqueue(&mut self, id: u64, waiter: Waiter) {
-        if let Some(old) = self.waiters.get(&id).cloned() {
-            // The same id twice would be two entries in the index for one waiter.
-            self.forget_waiter(id, &old);
-        }
-        distinct(&waiter.items, |mode, path| {
-            self.index.insert(id, mode, path)
-        });
-        match self.by_token.get_mut(&waiter.token) {
-            None => {
-                self.by_token
-                    .insert(waiter.token.clone(), TokenWaiters::One(id));
-            }
-            Some(TokenWaiters::One(first)) => {
-                // The token's second waiter: both are shared from now on.
-                self.shared.extend([*first, id]);
-                let ids = BTreeSet::from([*first, id]);
-                self.by_token
-                    .insert(waiter.token.clone(), TokenWaiters::Many(ids));
-            }
-            Some(TokenWaiters::Many(ids)) => {
-                ids.insert(id);
-                self.shared.insert(id);
-            }
-        }
-        self.waiters.insert(id, waiter);
-    }
-
-    /// Removes a waiter that gave up (timed out, disconnected), and grants the later waiters it
-    /// alone was holding up.
-    pub fn cancel(&mut self, now: u64, id: u64) -> (Option<Waiter>, Vec<Grant>) {
-        let Some(waiter) = self.remove_waiter(id) else {
-            return (None, Vec::new());
-        };
-        // Only later waiters can have been behind it.
-        let grants = self.wake_near(now, waiter.items.iter().map(|(m, p)| (*m, p)), id);
-        (Some(waiter), grants)
-    }
-
-    /// Retries, in arrival order, the waiters related to `freed` (paths whose locks went), and
-    /// grants each one that no lock and no earlier waiter of another owner blocks any more.
-    pub fn wake(&mut self, now: u64, freed: &[Path]) -> Vec<Grant> {
-        self.wake_near(now, freed.iter().map(|p| (Mode::Write, p)), 0)
-    }
-
-    /// Grants, in arrival order, the waiters with an id above `after` that something conflicting
-    /// with `probes` was holding up and that nothing holds up any more. Only the waiters at the
-    /// front of the queue near the probes are looked at.
-    fn wake_near<'a>(
-        &mut self,
-        now: u64,
-        probes: impl Iterator<Item = (Mode, &'a Path)>,
-        after: u64,
-    ) -> Vec<Grant> {
-        if self.waiters.is_empty() {
-            return Vec::new();
-        }
-        let mut candidates = Vec::new();
-        for (mode, path) in probes {
-            self.index.fronts_near(mode, path, after, &mut candidates);
-        }
-        let mut grants = Vec::new();
-        let mut after = after;
-        // A waiter whose way only expired locks bar has them reclaimed, as a request's are;
-        // what they free may let in waiters that these probes did not reach, so those paths
-        // are probed in turn (from the front of the queue). Every further round reclaims
-        // locks, so the rounds end.
-        while !candidates.is_empty() || !self.shared.is_empty() {
-            candidates.extend(self.shared.range(after.saturating_add(1)..).copied());
-            candidates.sort_unstable();
-            candidates.dedup();
-            let mut freed = Vec::new();
-            for id in std::mem::take(&mut candidates) {
-                if let Some(grant) = self.try_waiter(now, id, &mut freed) {
-                    grants.push(grant);
-                }
-            }
-            if freed.is_empty() {
-                break;
-            }
-            after = 0;
-            for (mode, path) in &freed {
-                self.index.fronts_near(*mode, path, after, &mut candidates);
-            }
-        }
-        grants
-    }
-
-    /// Grants waiter `id` when no live lock and no earlier waiter of another owner blocks it.
-    /// The lapsed owners in its way, and its own, are reclaimed (recorded as lapsed) and their
-    /// paths added to `freed`; its own go before it is granted, so that nothing reclaimed later
-    /// in this change is its, and the reclaimed owners can replicate ahead of the grants.
-    fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<(Mode, Path)>) -> Option<Grant> {
-        let waiter = self.waiters.get(&id)?;
-        if self.behind_a_waiter(&waiter.token, &waiter.items, id) {
-            return None;
-        }
-        // Out of the map for the moment the table needs it, and back if it is still blocked.
-        let waiter = self.waiters.remove(&id)?;
-        let request = Request {
-            token: &waiter.token,
-            generated: false,
-            ttl: waiter.ttl,
-            items: &waiter.items,
-            note: waiter.note.as_ref(),
-        };
-        let acquired = self.locks.acquire_with(now, &request, true);
-        freed.extend(self.record_lapsed(now, acquired.lapsed));
-        let Some(fence) = acquired.fence else {
-            self.waiters.insert(id, waiter);
-            return None;
-        };
-        self.forget_waiter(id, &waiter);
-        Some(Grant {
-            waiter: id,
-            deadline: now.saturating_add(waiter.ttl),
-            fence,
-            token: waiter.token,
-            items: waiter.items,
-            note: waiter.note,
-        })
-    }
-
-    /// Takes every waiter out, oldest first: the key they waited on was deleted or moved, so
-    /// they must be retried against whatever the key name holds now.
-    pub fn take_waiters(&mut self) -> Vec<(u64, Waiter)> {
-        self.index = WaitIndex::new();
-        self.by_token.clear();
-        self.shared.clear();
-        std::mem::take(&mut self.waiters).into_iter().collect()
     }
 
     fn remove_waiter(&mut self, id: u64) -> Option<Waiter> {
@@ -509,5 +180,401 @@ impl Project {
             }
             _ => {}
         }
+    }
+}
+
+/// Records the owners lazy expiry reclaimed at `now` in the side's lapsed record, for the
+/// caller to replicate and count (see [`Project::take_lapsed`]); the one place that does.
+/// Returns where to look for the waiters they held up; nothing when nothing was reclaimed.
+fn record_lapsed(side: &mut Option<Box<Side>>, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
+    if freed.tokens.is_empty() {
+        return Vec::new();
+    }
+    let lapsed = &mut side.get_or_insert_with(Box::default).lapsed;
+    lapsed
+        .owners
+        .extend(freed.tokens.into_iter().map(|t| (now, t)));
+    lapsed.locks += freed.locks;
+    freed.probes
+}
+
+impl Project {
+    pub fn new() -> Project {
+        Project::default()
+    }
+
+    pub fn from_locks(locks: LockTable) -> Project {
+        Project {
+            locks,
+            ..Project::default()
+        }
+    }
+
+    pub fn locks(&self) -> &LockTable {
+        &self.locks
+    }
+
+    /// The lock table, for changes that the queue need not hear about (applying a master's
+    /// effects on a replica, where nobody waits).
+    pub fn locks_mut(&mut self) -> &mut LockTable {
+        &mut self.locks
+    }
+
+    /// The bytes the project takes on the heap, as the allocator rounds them, for `MEMORY
+    /// USAGE`: its own allocation and its table's. While someone waits, the queue's allocation
+    /// and its waiters' entries are added; what a waiter costs beyond them (its index entries,
+    /// its paths) is not counted, as waiters come and go within their timeouts.
+    pub fn memory_estimate(&self) -> usize {
+        let queue = self.side.as_ref().map_or(0, |side| {
+            allocation(std::mem::size_of::<Side>())
+                + side.queue.waiters.len() * std::mem::size_of::<(u64, Waiter)>()
+        });
+        allocation(std::mem::size_of::<Project>()) + self.locks.memory_estimate() + queue
+    }
+
+    /// The queue, while someone waits.
+    fn queue(&self) -> Option<&Queue> {
+        self.side
+            .as_ref()
+            .map(|side| &side.queue)
+            .filter(|queue| !queue.waiters.is_empty())
+    }
+
+    /// Drops the side once nobody waits and nothing lapsed is left to take, so that the
+    /// project costs its table alone.
+    fn trim_side(&mut self) {
+        let empty = |side: &Side| side.queue.waiters.is_empty() && side.lapsed.is_empty();
+        if self.side.as_deref().is_some_and(empty) {
+            self.side = None;
+        }
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.queue().map_or(0, |queue| queue.waiters.len())
+    }
+
+    /// The ids of the waiting requests, oldest first.
+    pub fn waiter_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.queue()
+            .into_iter()
+            .flat_map(|queue| queue.waiters.keys().copied())
+    }
+
+    /// The path index of the waiters, for tests of its consistency.
+    pub fn wait_index(&self) -> &WaitIndex {
+        self.side
+            .as_ref()
+            .map_or(&NO_WAITERS, |side| &side.queue.index)
+    }
+
+    /// The waiting requests with an item at or beneath `under`, oldest first, with their ids:
+    /// `WAITERS`. The index keeps the ids waiting in each subtree, so this costs O(depth) plus
+    /// O(log n) per waiter it returns, however long the queue is elsewhere.
+    pub fn waiters_under(&self, under: &Path) -> Vec<(u64, &Waiter)> {
+        let Some(queue) = self.queue() else {
+            return Vec::new();
+        };
+        queue
+            .index
+            .ids_under(under)
+            .into_iter()
+            .filter_map(|id| queue.waiters.get(&id).map(|waiter| (id, waiter)))
+            .collect()
+    }
+
+    /// Grants `items` to `token` unless a live lock or an earlier waiting request of another
+    /// owner conflicts. The token's own lapsed lease, and lapsed owners in the way, are
+    /// reclaimed first (see [`Project::take_lapsed`]), so a lapsed lease is free to take.
+    pub fn acquire(
+        &mut self,
+        now: u64,
+        token: &Token,
+        ttl: u64,
+        items: &[(Mode, Path)],
+    ) -> Option<u64> {
+        self.acquire_request(
+            now,
+            &Request {
+                token,
+                generated: false,
+                ttl,
+                items,
+                note: None,
+            },
+        )
+    }
+
+    /// [`Project::acquire`] of a whole [`Request`]: `ACQUIRE` as the module makes it, with its
+    /// note kept with the locks as [`LockTable::grant_noted`] does.
+    pub fn acquire_request(&mut self, now: u64, request: &Request) -> Option<u64> {
+        let Some(queue) = self.queue() else {
+            let acquired = self.locks.acquire_with(now, request, true);
+            self.lapse(now, acquired.lapsed);
+            return acquired.fence;
+        };
+        if queue.behind_a_waiter(request.token, request.items, u64::MAX) {
+            return None;
+        }
+        // What goes may let waiters in; they are granted before this request is decided, in the
+        // order a replica applies the effects (reclaimed owners, the waiters' grants, this
+        // grant), since a waiter of the same token re-granting a path would otherwise leave
+        // another fence on it.
+        let cleared = self.locks.clear_way(now, request.token, request.items);
+        self.lapse(now, cleared);
+        let acquired = self.locks.acquire_with(now, request, false);
+        self.lapse(now, acquired.lapsed);
+        acquired.fence
+    }
+
+    /// The bounded share of expiry a change does before it runs: the locks of `token` when its
+    /// lease lapsed (a lease that lapsed is gone before its owner renews or releases it), and at
+    /// most `others` more lapsed owners, earliest first. The rest is left to the expiry cycle,
+    /// or to the requests it gets in the way of. See [`Project::take_lapsed`].
+    pub fn reclaim_lazily(&mut self, now: u64, token: Option<&Token>, others: usize) {
+        let describe = self.queue().is_some();
+        if let Some(token) = token {
+            let freed = self.locks.reclaim_expired_of(now, token, describe);
+            self.lapse(now, freed);
+        }
+        if others > 0 && self.locks.next_deadline().is_some_and(|due| due <= now) {
+            let freed = self.locks.reclaim_some_expired(now, others, describe);
+            self.lapse(now, freed);
+        }
+    }
+
+    /// Takes what lazy expiry reclaimed since it was last taken. Whoever changes a project
+    /// through it takes this after the change, to replicate the reclaimed owners (`EXPIRE now
+    /// token...`) ahead of the change's own effects and to answer the waiters granted.
+    pub fn take_lapsed(&mut self) -> Lapsed {
+        let Some(side) = self.side.as_mut() else {
+            return Lapsed::default();
+        };
+        let lapsed = std::mem::take(&mut side.lapsed);
+        self.trim_side();
+        lapsed
+    }
+
+    /// Whether lazy expiry reclaimed anything not yet taken: a look before `take_lapsed`,
+    /// which every change calls and which nearly always finds nothing.
+    pub fn has_lapsed(&self) -> bool {
+        self.side
+            .as_ref()
+            .is_some_and(|side| !side.lapsed.is_empty())
+    }
+
+    /// Records what was reclaimed at `now` and grants the waiters it lets in.
+    fn lapse(&mut self, now: u64, freed: Freed) {
+        let probes = record_lapsed(&mut self.side, now, freed);
+        let grants = self.wake_probes(now, &probes);
+        if !grants.is_empty() {
+            let side = self.side.get_or_insert_with(Box::default);
+            side.lapsed.grants.extend(grants);
+        }
+    }
+
+    /// Frees `token`'s live locks (see [`LockTable::release`]) and grants the waiters that
+    /// were waiting for them. A lapsed lease frees nothing and is reclaimed as lapsed. Returns
+    /// how many locks it freed, and the grants.
+    pub fn release(
+        &mut self,
+        now: u64,
+        token: &Token,
+        paths: Option<&[Path]>,
+    ) -> (usize, Vec<Grant>) {
+        // The freed locks are described only for the waiters they may let in.
+        let describe = self.queue().is_some();
+        let released = self.locks.release(now, token, paths, describe);
+        if released.lapsed.tokens.is_empty() {
+            let grants = self.wake_probes(now, &released.freed.probes);
+            return (released.count, grants);
+        }
+        // A lapsed lease: its grants are replicated after the release, as for `renew`, since a
+        // waiter of this token may be among them.
+        let probes = record_lapsed(&mut self.side, now, released.lapsed);
+        (released.count, self.wake_probes(now, &probes))
+    }
+
+    /// Moves the lease of `token`'s locks to `deadline` (see [`LockTable::renew`]); a lapsed
+    /// lease is reclaimed instead, so it is not brought back. Returns how many locks it renewed,
+    /// and the waiters that the reclaimed locks let in. Those are granted after the renewal and
+    /// must be replicated after it: a waiter of this very token may be among them (let in once
+    /// another owner's lapsed locks in its way went too), and a replica renewing after granting
+    /// it would move its lease.
+    pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Vec<Grant>) {
+        let (renewed, lapsed) = self.locks.renew(now, token, deadline);
+        let probes = record_lapsed(&mut self.side, now, lapsed);
+        (renewed, self.wake_probes(now, &probes))
+    }
+
+    /// Reclaims every owner whose lease lapsed by `now`, however many, and grants the waiters
+    /// that were waiting for them. Its cost is the whole expiry: commands use
+    /// [`Project::reclaim_lazily`], the expiry cycle [`Project::expire_some`].
+    pub fn reclaim_expired(&mut self, now: u64) -> (Freed, Vec<Grant>) {
+        let freed = self.locks.reclaim_expired(now, self.queue().is_some());
+        let grants = self.wake_probes(now, &freed.probes);
+        (freed, grants)
+    }
+
+    /// One bounded step of expiry: at most `max_owners` lapsed owners, earliest first, and the
+    /// waiters they let in. The tokens name the step exactly for a replica.
+    pub fn expire_some(&mut self, now: u64, max_owners: usize) -> (Freed, Vec<Grant>) {
+        let freed = self
+            .locks
+            .reclaim_some_expired(now, max_owners, self.queue().is_some());
+        let grants = self.wake_probes(now, &freed.probes);
+        (freed, grants)
+    }
+
+    fn wake_probes(&mut self, now: u64, probes: &[(Mode, Path)]) -> Vec<Grant> {
+        self.wake_near(now, probes.iter().map(|(mode, path)| (*mode, path)), 0)
+    }
+
+    /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
+    /// keep a waiter's id when it is queued again elsewhere so that it keeps its place.
+    pub fn enqueue(&mut self, id: u64, waiter: Waiter) {
+        let queue = &mut self.side.get_or_insert_with(Box::default).queue;
+        if let Some(old) = queue.waiters.get(&id).cloned() {
+            // The same id twice would be two entries in the index for one waiter.
+            queue.forget_waiter(id, &old);
+        }
+        distinct(&waiter.items, |mode, path| {
+            queue.index.insert(id, mode, path)
+        });
+        match queue.by_token.get_mut(&waiter.token) {
+            None => {
+                queue
+                    .by_token
+                    .insert(waiter.token.clone(), TokenWaiters::One(id));
+            }
+            Some(TokenWaiters::One(first)) => {
+                // The token's second waiter: both are shared from now on.
+                queue.shared.extend([*first, id]);
+                let ids = BTreeSet::from([*first, id]);
+                queue
+                    .by_token
+                    .insert(waiter.token.clone(), TokenWaiters::Many(ids));
+            }
+            Some(TokenWaiters::Many(ids)) => {
+                ids.insert(id);
+                queue.shared.insert(id);
+            }
+        }
+        queue.waiters.insert(id, waiter);
+    }
+
+    /// Removes a waiter that gave up (timed out, disconnected), and grants the later waiters it
+    /// alone was holding up.
+    pub fn cancel(&mut self, now: u64, id: u64) -> (Option<Waiter>, Vec<Grant>) {
+        let removed = self.side.as_mut().and_then(|s| s.queue.remove_waiter(id));
+        let Some(waiter) = removed else {
+            return (None, Vec::new());
+        };
+        // Only later waiters can have been behind it.
+        let grants = self.wake_near(now, waiter.items.iter().map(|(m, p)| (*m, p)), id);
+        self.trim_side();
+        (Some(waiter), grants)
+    }
+
+    /// Retries, in arrival order, the waiters related to `freed` (paths whose locks went), and
+    /// grants each one that no lock and no earlier waiter of another owner blocks any more.
+    pub fn wake(&mut self, now: u64, freed: &[Path]) -> Vec<Grant> {
+        self.wake_near(now, freed.iter().map(|p| (Mode::Write, p)), 0)
+    }
+
+    /// Grants, in arrival order, the waiters with an id above `after` that something conflicting
+    /// with `probes` was holding up and that nothing holds up any more. Only the waiters at the
+    /// front of the queue near the probes are looked at.
+    fn wake_near<'a>(
+        &mut self,
+        now: u64,
+        probes: impl Iterator<Item = (Mode, &'a Path)>,
+        after: u64,
+    ) -> Vec<Grant> {
+        let Some(queue) = self.queue() else {
+            return Vec::new();
+        };
+        let mut candidates = Vec::new();
+        for (mode, path) in probes {
+            queue.index.fronts_near(mode, path, after, &mut candidates);
+        }
+        let mut grants = Vec::new();
+        let mut after = after;
+        // A waiter whose way only expired locks bar has them reclaimed, as a request's are;
+        // what they free may let in waiters that these probes did not reach, so those paths
+        // are probed in turn (from the front of the queue). Every further round reclaims
+        // locks, so the rounds end.
+        while let Some(queue) = self.queue() {
+            if candidates.is_empty() && queue.shared.is_empty() {
+                break;
+            }
+            candidates.extend(queue.shared.range(after.saturating_add(1)..).copied());
+            candidates.sort_unstable();
+            candidates.dedup();
+            let mut freed = Vec::new();
+            for id in std::mem::take(&mut candidates) {
+                if let Some(grant) = self.try_waiter(now, id, &mut freed) {
+                    grants.push(grant);
+                }
+            }
+            if freed.is_empty() {
+                break;
+            }
+            after = 0;
+            if let Some(queue) = self.queue() {
+                for (mode, path) in &freed {
+                    queue.index.fronts_near(*mode, path, after, &mut candidates);
+                }
+            }
+        }
+        self.trim_side();
+        grants
+    }
+
+    /// Grants waiter `id` when no live lock and no earlier waiter of another owner blocks it.
+    /// The lapsed owners in its way, and its own, are reclaimed (recorded as lapsed) and their
+    /// paths added to `freed`; its own go before it is granted, so that nothing reclaimed later
+    /// in this change is its, and the reclaimed owners can replicate ahead of the grants.
+    fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<(Mode, Path)>) -> Option<Grant> {
+        let queue = &mut self.side.as_mut()?.queue;
+        let waiter = queue.waiters.get(&id)?;
+        if queue.behind_a_waiter(&waiter.token, &waiter.items, id) {
+            return None;
+        }
+        // Out of the map for the moment the table needs it, and back if it is still blocked.
+        let waiter = queue.waiters.remove(&id)?;
+        let request = Request {
+            token: &waiter.token,
+            generated: false,
+            ttl: waiter.ttl,
+            items: &waiter.items,
+            note: waiter.note.as_ref(),
+        };
+        let acquired = self.locks.acquire_with(now, &request, true);
+        freed.extend(record_lapsed(&mut self.side, now, acquired.lapsed));
+        let queue = &mut self.side.as_mut()?.queue;
+        let Some(fence) = acquired.fence else {
+            queue.waiters.insert(id, waiter);
+            return None;
+        };
+        queue.forget_waiter(id, &waiter);
+        Some(Grant {
+            waiter: id,
+            deadline: now.saturating_add(waiter.ttl),
+            fence,
+            token: waiter.token,
+            items: waiter.items,
+            note: waiter.note,
+        })
+    }
+
+    /// Takes every waiter out, oldest first: the key they waited on was deleted or moved, so
+    /// they must be retried against whatever the key name holds now.
+    pub fn take_waiters(&mut self) -> Vec<(u64, Waiter)> {
+        let Some(side) = self.side.as_mut() else {
+            return Vec::new();
+        };
+        let queue = std::mem::take(&mut side.queue);
+        self.trim_side();
+        queue.waiters.into_iter().collect()
     }
 }

@@ -105,8 +105,10 @@ pub struct WaitIndex {
 }
 
 impl WaitIndex {
-    pub fn new() -> WaitIndex {
-        WaitIndex::default()
+    pub const fn new() -> WaitIndex {
+        WaitIndex {
+            nodes: BTreeMap::new(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -85,10 +85,19 @@ enum Op {
     Background(usize),
 }
 
-/// The most locks a small owner holds: 2 and 3 make most owners here big (and small again),
-/// the default keeps them small.
-fn small() -> impl Strategy<Value = usize> {
-    prop_oneof![Just(2usize), Just(3), Just(64)]
+/// The limits a table runs a history with: the most locks a small owner holds (2 and 3 make
+/// most owners here big, and small again; 64, the default, keeps them small) and the most the
+/// compact form holds (0 keeps the table a tree; 1 to 4 make it turn into a tree and back within
+/// a history; 8 is the default).
+fn limits() -> impl Strategy<Value = (usize, usize)> {
+    (
+        prop_oneof![Just(2usize), Just(3), Just(64)],
+        prop_oneof![Just(0usize), Just(1), Just(2), Just(4), Just(8)],
+    )
+}
+
+fn table((small, compact): (usize, usize)) -> LockTable {
+    LockTable::with_limits(small, compact)
 }
 
 fn mode() -> impl Strategy<Value = Mode> {
@@ -135,15 +144,17 @@ fn assert_no_conflicting_grants(live: &[LockInfo]) {
 #[derive(Clone)]
 struct Twin {
     table: LockTable,
+    limits: (usize, usize),
     model: Reference,
     now: u64,
     last_fence: u64,
 }
 
 impl Twin {
-    fn new(small: usize) -> Twin {
+    fn new(limits: (usize, usize)) -> Twin {
         Twin {
-            table: LockTable::with_small_owners_up_to(small),
+            table: table(limits),
+            limits,
             model: Reference::new(),
             now: 1_000,
             last_fence: 0,
@@ -158,6 +169,7 @@ impl Twin {
             model,
             now,
             last_fence,
+            ..
         } = self;
         // The Redis layer reclaims before every change; do the same to both sides.
         let reclaimed = table.reclaim_expired(*now, true);
@@ -284,10 +296,16 @@ impl Twin {
         while self.table.free_some(1000) > 0 {}
         prop_assert_eq!(self.table.node_count(), 0);
         prop_assert!(self.table.is_empty());
-        prop_assert_eq!(
-            self.table.memory_estimate(),
-            LockTable::new().memory_estimate()
-        );
+        // An emptied table is compact again, unless it is kept a tree, and then costs what a new
+        // one does; a tree keeps the capacity its first chunks and free-slot maps grew to, a
+        // few hundred bytes in these histories, and nothing more.
+        let fresh = table(self.limits).memory_estimate();
+        prop_assert_eq!(self.table.is_compact(), self.limits.1 > 0);
+        if self.table.is_compact() {
+            prop_assert_eq!(self.table.memory_estimate(), fresh);
+        } else {
+            prop_assert!(self.table.memory_estimate() <= fresh + 2048);
+        }
         Ok(())
     }
 }
@@ -296,8 +314,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_the_reference(ops in prop::collection::vec(op(), 1..60), small in small()) {
-        let mut twin = Twin::new(small);
+    fn engine_matches_the_reference(ops in prop::collection::vec(op(), 1..60), limits in limits()) {
+        let mut twin = Twin::new(limits);
         for op in &ops {
             twin.step(op)?;
         }
@@ -313,9 +331,9 @@ proptest! {
         before in prop::collection::vec(op(), 0..40),
         left in prop::collection::vec(op(), 1..40),
         right in prop::collection::vec(op(), 1..40),
-        small in small(),
+        limits in limits(),
     ) {
-        let mut original = Twin::new(small);
+        let mut original = Twin::new(limits);
         for op in &before {
             original.step(op)?;
         }
@@ -337,18 +355,18 @@ proptest! {
     fn lazy_expiry_leaves_lapsed_leases_free_and_replicas_follow(
         ops in prop::collection::vec(op(), 1..80),
         others in prop::collection::vec(0..3usize, 80),
-        small in small(),
-        replica_small in small(),
+        limits in limits(),
+        replica_limits in limits(),
     ) {
         // Expired locks linger here: only what a command needs is reclaimed (its own token, the
         // lapsed leases in its way, and 0 to 2 more owners), never everything that is due. The
         // reference forgets expired locks at once, so every answer must match one that holds
         // only live locks. A replica applies the effects the Redis layer would replicate and
         // must end with the same stored locks, expired ones included.
-        // The replica keeps its big owners by its own limit: how an owner is kept is the
-        // server's own business, and both reach the same locks.
-        let mut project = Project::from_locks(LockTable::with_small_owners_up_to(small));
-        let mut replica = LockTable::with_small_owners_up_to(replica_small);
+        // The replica keeps its big owners, and its compact form, by its own limits: how an
+        // owner or a table is kept is the server's own business, and both reach the same locks.
+        let mut project = Project::from_locks(table(limits));
+        let mut replica = table(replica_limits);
         let mut model = Reference::new();
         let mut now = 1_000u64;
         let mut last_fence = 0;
@@ -456,11 +474,11 @@ proptest! {
         ops in prop::collection::vec(op(), 1..40),
         per_step in 1..4usize,
         later in 0..80u64,
-        small in small(),
+        limits in limits(),
     ) {
         // Build a table with the same random history as above, then reclaim what is due at a
         // later time in steps of a few owners, with a replica applying each step by its tokens.
-        let mut table = LockTable::with_small_owners_up_to(small);
+        let mut table = table(limits);
         let mut now = 1_000u64;
         for op in &ops {
             table.reclaim_expired(now, false);

@@ -658,3 +658,57 @@ fn dense_payloads_that_no_encoder_writes_are_refused_with_their_reason() {
         Token::new(b"abababab-abab-abab-abab-abababababab").ok()
     );
 }
+
+/// Either form writes the payload of its locks (owners of one lease may come in another
+/// order), and a load builds the form a table of that size takes: a small project (at most the
+/// compact form's 8 locks) comes back compact, whichever form wrote it, and a larger one as a
+/// tree; from the first load on, the payload is the same.
+#[test]
+fn both_forms_write_their_locks_and_a_load_builds_the_form_that_fits() {
+    let t = |s: &str| Token::new(s.as_bytes()).expect("a token");
+    let note = Note::from(&b"moving"[..]);
+    let fill = |table: &mut LockTable, n: u64| {
+        for i in 0..n {
+            let noted = (i % 2 == 0).then_some(&note);
+            let mode = if i % 3 == 0 { Mode::Read } else { Mode::Write };
+            let items = [(mode, path(&format!("/d{}/f{i}", i % 3)))];
+            table.grant_noted(
+                &t(&format!("o{}", i % 4)),
+                1_000 + i % 2,
+                1 + i,
+                &items,
+                noted,
+            );
+        }
+    };
+    let payload = |table: &LockTable| {
+        let mut sink = ByteSink::default();
+        encode(table, &mut sink);
+        sink.bytes
+    };
+    let load = |bytes: &[u8]| {
+        let table = decode(&mut ByteSource::new(bytes), u64::MAX).expect("its own payload");
+        table.check_integrity().expect("consistent");
+        table
+    };
+    for n in [1, 5, 8, 9, 40] {
+        let mut compact = LockTable::new();
+        fill(&mut compact, n);
+        assert_eq!(compact.is_compact(), n <= 8, "{n} locks");
+        let mut tree = LockTable::with_limits(64, 0);
+        fill(&mut tree, n);
+        assert!(!tree.is_compact());
+        for written in [payload(&compact), payload(&tree)] {
+            let again = load(&written);
+            assert_eq!(again.is_compact(), n <= 8, "{n} locks loaded");
+            assert_eq!(
+                again.iter().collect::<Vec<_>>(),
+                tree.iter().collect::<Vec<_>>()
+            );
+            assert_eq!(again.locks(0, &path("/d0/f0"))[0].note, Some(note.clone()));
+            assert_eq!(again.next_fence(), tree.next_fence());
+            let stable = payload(&again);
+            assert_eq!(payload(&load(&stable)), stable, "{n} locks: written again");
+        }
+    }
+}

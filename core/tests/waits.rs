@@ -164,10 +164,21 @@ fn granted(grants: &[Grant]) -> Vec<(u64, u64)> {
     grants.iter().map(|g| (g.waiter, g.fence)).collect()
 }
 
-/// Runs `ops` against the engine and the reference; returns the longest the queue grew.
-fn run(ops: &[Op]) -> Result<usize, TestCaseError> {
+/// The most locks a table keeps in the compact form: 0 keeps it a tree, 2 turns it into a tree
+/// and back within a history, 8 is the default.
+fn compact() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(0usize), Just(2), Just(8)]
+}
+
+fn project(compact: usize) -> Project {
+    Project::from_locks(LockTable::with_limits(64, compact))
+}
+
+/// Runs `ops` against the engine and the reference, the engine's table keeping up to `compact`
+/// locks in the compact form; returns the longest the queue grew.
+fn run(ops: &[Op], compact: usize) -> Result<usize, TestCaseError> {
     let mut longest = 0;
-    let mut project = Project::new();
+    let mut project = project(compact);
     let mut model = Model::default();
     let mut now = 1_000;
     let mut next_id = 1;
@@ -263,8 +274,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
     #[test]
-    fn waiters_are_served_like_the_reference(ops in prop::collection::vec(op(5, 0.7, 8), 1..50)) {
-        run(&ops)?;
+    fn waiters_are_served_like_the_reference(
+        ops in prop::collection::vec(op(5, 0.7, 8), 1..50),
+        compact in compact(),
+    ) {
+        run(&ops, compact)?;
     }
 }
 
@@ -276,8 +290,9 @@ proptest! {
     #[test]
     fn long_queues_are_served_like_the_reference(
         ops in prop::collection::vec(op(40, 0.95, 64), 100..400),
+        compact in compact(),
     ) {
-        run(&ops)?;
+        run(&ops, compact)?;
     }
 }
 
@@ -289,8 +304,9 @@ proptest! {
     #[test]
     fn queues_of_hundreds_are_served_like_the_reference(
         ops in prop::collection::vec(op(300, 0.98, 400), 800..1200),
+        compact in compact(),
     ) {
-        let longest = run(&ops)?;
+        let longest = run(&ops, compact)?;
         prop_assert!(longest >= 150, "the queue grew to {} waiters only", longest);
     }
 }
@@ -324,9 +340,14 @@ type LazyStep = (Op, usize, Option<(usize, u64)>);
 /// 0 to 2 more owners), and a replica that applies the effects in the order the Redis layer
 /// replicates them (reclaimed owners and their grants after each step, the change's own
 /// effect, then its grants) holds exactly the master's locks, lapsed ones included.
-fn run_lazy(steps: &[LazyStep]) -> Result<(), TestCaseError> {
-    let mut project = Project::new();
-    let mut replica = LockTable::new();
+/// The master and the replica keep their compact forms by limits of their own.
+fn run_lazy(
+    steps: &[LazyStep],
+    compact: usize,
+    replica_compact: usize,
+) -> Result<(), TestCaseError> {
+    let mut project = project(compact);
+    let mut replica = LockTable::with_limits(64, replica_compact);
     let mut now = 1_000;
     let mut next_id = 1;
     for (op, others, renew) in steps {
@@ -427,8 +448,10 @@ proptest! {
             (op(3, 0.7, 8), 0..3usize, prop::option::weighted(0.15, (0..3usize, 1..80u64))),
             1..80,
         ),
+        compact in compact(),
+        replica_compact in compact(),
     ) {
-        run_lazy(&steps)?;
+        run_lazy(&steps, compact, replica_compact)?;
     }
 }
 

@@ -5,7 +5,7 @@ use pathlock_core::{Request, Token, Waiter};
 use redis_module::{RedisError, RedisResult, RedisValue};
 
 use super::Call;
-use crate::change::change;
+use crate::change::change_or_create;
 use crate::errors::ERR_FENCES_EXHAUSTED;
 use crate::{args, eviction, fences, grants, stats};
 
@@ -26,7 +26,7 @@ pub fn acquire(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     let token = request.token.unwrap_or_else(Token::generate);
     let now = call.now_ms();
     let wait = if call.may_block() { request.wait } else { 0 };
-    let outcome = change(call, true, |project| {
+    let outcome = change_or_create(call, |project| {
         if project.locks().next_fence() >= fences::LIMIT {
             return Outcome::Exhausted;
         }
@@ -57,8 +57,7 @@ pub fn acquire(call: &impl Call, words: &[&[u8]]) -> RedisResult {
             }
             None => Outcome::Refused,
         }
-    })?
-    .unwrap_or(Outcome::Refused);
+    })?;
     let fence = match outcome {
         Outcome::Granted(fence) => fence,
         Outcome::Waiting => return Ok(RedisValue::NoReply),
@@ -70,6 +69,6 @@ pub fn acquire(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     };
     let reply = call.reply_grant(&token, fence);
     let deadline = now.saturating_add(request.ttl);
-    grants::granted(call, token, deadline, fence, request.items, request.note);
+    grants::publish_immediate(call, token, deadline, fence, request.items, request.note);
     Ok(reply)
 }

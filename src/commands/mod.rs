@@ -2,18 +2,20 @@
 //!
 //! [`COMMANDS`] holds each command's name, handler, flags, arity, key positions and key spec, ACL
 //! categories and `COMMAND DOCS`, and everything else is derived from it: the registration
-//! (`register`), what the server is told of each (`describe`, through `docs`), the arity every
-//! call is held to before its handler runs, and the fuzz harness's commands.
+//! (`register`), what the server is told of each (`describe`, through `command_docs`), the
+//! arity every call is held to before its handler runs, and the fuzz harness's commands.
 //!
-//! Level 7: imports `args`, `change`, `clock`, `context`, `docs`, `effects`, `errors`, `eviction`,
-//! `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`. Registered by `lib.rs`;
-//! run by Redis through `dispatch`, and by the harness through `run_in_memory`.
+//! Level 7: imports `args`, `change`, `clock`, `command_docs`, `contain`, `context`, `effects`,
+//! `errors`, `eviction`, `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`.
+//! Registered by `lib.rs`; run by Redis through `dispatch`, and by the harness through
+//! `run_in_memory`.
 //!
 //! Each handler (one file each) parses its arguments (`args`), calls the engine
-//! (`pathlock_core`) through `change` (writes) or the store's `read`, replies, and replicates
-//! and announces what changed. Nothing is decided here. A handler is generic over [`Call`], the
+//! (`pathlock_core`) through `change::change_existing` or `change_or_create` (writes) or the
+//! store's `read`, replies, and replicates
+//! counts and notifies what changed. Nothing is decided here. A handler is generic over [`Call`], the
 //! storage seam (`store::Store`) plus what only a client's command does (reply, block, pass
-//! itself on): Redis runs it on `store::Redis`, the harness on `store::Memory`.
+//! itself on): Redis runs it on `store::ServerKey`, the harness on `store::MemoryKey`.
 //!
 //! To add a command: write its handler in a file of its own, add a row at the end of
 //! [`COMMANDS`] (the fuzz corpus names commands by their row) and an entry point at the end of
@@ -29,20 +31,20 @@ mod waiters;
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 use pathlock_core::{Project, Token, Waiter};
 use redis_module::{raw, Context, RedisError, RedisResult, RedisString, RedisValue, Status};
 
-use crate::context::{may_block, remembering_flags};
-use crate::docs::{
+use crate::command_docs::{
     arg, Arg, Docs, Keys, BLOCK, INTEGER, KEY, ONEOF, PURE_TOKEN, RO_ACCESS, RW_DELETE, RW_UPDATE,
     STRING,
 };
-use crate::errors::ERR_PANIC;
-use crate::store::{Redis, Store};
-use crate::{docs, effects, reply, waits};
+use crate::contain::contained;
+use crate::context::{may_block, remembering_flags};
+use crate::errors::{for_redis_module, ERR_PANIC};
+use crate::store::{ServerKey, Store};
+use crate::{command_docs, effects, reply, waits};
 
 /// One command, declared once.
 pub struct Command {
@@ -64,9 +66,9 @@ pub struct Command {
 
 /// A handler, as Redis runs it and as the harness runs it: the same generic function.
 pub struct Handler {
-    pub redis: fn(&Redis, &[&[u8]]) -> RedisResult,
+    pub redis: fn(&ServerKey, &[&[u8]]) -> RedisResult,
     #[cfg(any(test, feature = "system-alloc"))]
-    pub memory: fn(&crate::store::Memory, &[&[u8]]) -> RedisResult,
+    pub memory: fn(&crate::store::MemoryKey, &[&[u8]]) -> RedisResult,
 }
 
 /// The [`Handler`] of a generic handler function. A handler sees every argument as bytes, the
@@ -236,6 +238,14 @@ pub const COMMANDS: [Command; 7] = [
 ];
 
 impl Command {
+    /// Where a panic of its handler is said to have happened, in the server's log: its name.
+    pub const fn place(&self) -> &'static str {
+        match self.name.to_str() {
+            Ok(name) => name,
+            Err(_) => "a command",
+        }
+    }
+
     /// The argument counts the command accepts, its name included, as `(least, most)`: Redis's
     /// arity, and at most what its arguments add up to when none of them repeats.
     pub const fn accepted(&self) -> (usize, usize) {
@@ -243,7 +253,7 @@ impl Command {
         if self.arity >= 0 {
             return (least, least);
         }
-        match docs::most_words(self.docs.args) {
+        match command_docs::most_words(self.docs.args) {
             Some(most) => (least, most + 1),
             None => (least, usize::MAX),
         }
@@ -263,7 +273,7 @@ pub trait Call: Store {
     fn replicate_verbatim(&self);
 }
 
-impl Call for Redis<'_> {
+impl Call for ServerKey<'_> {
     #[inline]
     fn may_block(&self) -> bool {
         may_block(self.ctx)
@@ -286,7 +296,7 @@ impl Call for Redis<'_> {
 /// Nobody waits without a server: the harness's commands never block, and a grant is the
 /// reply's value.
 #[cfg(any(test, feature = "system-alloc"))]
-impl Call for crate::store::Memory<'_> {
+impl Call for crate::store::MemoryKey<'_> {
     fn may_block(&self) -> bool {
         false
     }
@@ -317,6 +327,7 @@ extern "C" fn entry_point<const I: usize>(
         argv,
         argc,
         const { COMMANDS[I].accepted() },
+        const { COMMANDS[I].place() },
         const { COMMANDS[I].handler.redis },
     )
 }
@@ -360,9 +371,9 @@ pub fn register(ctx: &Context) -> Status {
 /// Puts the commands in their ACL categories, then sets their docs, arity and key spec, where
 /// the server supports each.
 pub fn describe(ctx: &Context) {
-    docs::categorize(ctx, COMMANDS.iter().map(|c| (c.name, c.acl)));
+    command_docs::categorize(ctx, COMMANDS.iter().map(|c| (c.name, c.acl)));
     for c in &COMMANDS {
-        docs::describe(ctx, c.name, c.arity, c.keys, c.key_access, &c.docs);
+        command_docs::describe(ctx, c.name, c.arity, c.keys, c.key_access, &c.docs);
     }
 }
 
@@ -372,17 +383,17 @@ fn accepts((least, most): (usize, usize), argc: usize) -> bool {
 }
 
 /// Runs a handler for Redis. The arguments are read in place: redis-module's own dispatch
-/// copies them into a vector of retained strings, which cost a twentieth of an `ACQUIRE`. A
-/// panic becomes an error reply (unwinding out of the `extern "C"` function that Redis calls
-/// would abort the whole server), and whatever the handler answers is made safe for
-/// redis-module to write (`reply::safe`).
+/// copies them into a vector of retained strings, which cost a twentieth of an `ACQUIRE`. The
+/// handler runs through [`handled`], and whatever it answers is made safe for redis-module to
+/// write (`errors::for_redis_module`).
 #[inline(always)]
 fn dispatch(
     raw_ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     accepted: (usize, usize),
-    handler: fn(&Redis, &[&[u8]]) -> RedisResult,
+    place: &'static str,
+    handler: fn(&ServerKey, &[&[u8]]) -> RedisResult,
 ) -> c_int {
     let ctx = Context::new(raw_ctx);
     let count = usize::try_from(argc).unwrap_or(0);
@@ -396,23 +407,31 @@ fn dispatch(
         Some(&key) if accepts(accepted, argv.len()) => {
             let key = RedisString::new(NonNull::new(raw_ctx), key);
             remembering_flags(&ctx, || {
-                catch_unwind(AssertUnwindSafe(|| {
-                    with_words(argv, |words| handler(&Redis::new(&ctx, &key), words))
-                }))
-                .unwrap_or_else(|_| Err(RedisError::Str(ERR_PANIC)))
+                handled(place, || {
+                    with_words(argv, |words| handler(&ServerKey::new(&ctx, &key), words))
+                })
             })
         }
         _ => Err(RedisError::WrongArity),
     };
-    ctx.reply(reply::safe(result)) as c_int
+    ctx.reply(for_redis_module(result)) as c_int
+}
+
+/// Runs a handler through `contain`: a panic becomes the error reply `ERR_PANIC` and one warning
+/// in the server's log naming the command, since unwinding out of the `extern "C"` function
+/// that Redis calls would abort the whole server.
+#[inline(always)]
+fn handled(place: &'static str, handler: impl FnOnce() -> RedisResult) -> RedisResult {
+    contained(place, Err(RedisError::Str(ERR_PANIC)), handler)
 }
 
 /// Runs a command on projects in memory, as [`dispatch`] runs it for Redis: its arity, its
-/// handler, and the reply made safe for redis-module to write. For the fuzz harness.
+/// handler, and the reply made safe for redis-module to write. For the fuzz harness, which
+/// must see a handler's panic, so it is not contained here.
 #[cfg(any(test, feature = "system-alloc"))]
 pub fn run_in_memory(
     command: &Command,
-    memory: &crate::store::Memory,
+    memory: &crate::store::MemoryKey,
     words: &[&[u8]],
 ) -> RedisResult {
     let result = if accepts(command.accepted(), words.len()) {
@@ -420,10 +439,13 @@ pub fn run_in_memory(
     } else {
         Err(RedisError::WrongArity)
     };
-    reply::safe(result)
+    for_redis_module(result)
 }
 
-/// The bytes of one argument.
+/// The bytes of one argument. Inlined: it runs once per argument of every command, and once
+/// dispatch went through `contain` the compiler made it a call of its own, which cost a RENEW
+/// some 24 instructions (callgrind).
+#[inline(always)]
 fn bytes<'a>(arg: *mut raw::RedisModuleString) -> &'a [u8] {
     let mut len = 0;
     // SAFETY: `arg` is one of the command's arguments, alive for the whole call; the bytes are
@@ -461,7 +483,28 @@ fn with_words<R>(argv: &[*mut raw::RedisModuleString], parse: impl FnOnce(&[&[u8
 
 #[cfg(test)]
 mod tests {
-    use super::COMMANDS;
+    use redis_module::RedisError;
+
+    use super::{handled, COMMANDS};
+    use crate::contain::take_warnings;
+    use crate::errors::ERR_PANIC;
+
+    /// What `dispatch` makes of a handler that panics: the client is answered `ERR_PANIC` and the
+    /// server's log has one warning naming the command.
+    #[test]
+    fn a_handler_that_panics_is_answered_an_internal_error_and_logged_once() {
+        take_warnings();
+        let acquire = &COMMANDS[0];
+        let reply = handled(acquire.place(), || panic!("a handler's bug"));
+        assert!(
+            matches!(reply, Err(RedisError::Str(message)) if message == ERR_PANIC),
+            "{reply:?}"
+        );
+        assert_eq!(
+            take_warnings(),
+            ["pathlock: internal error contained in PATHLOCK.ACQUIRE; see the panic message on stderr"]
+        );
+    }
 
     /// What each command accepts, from its arity and its arguments: what the handlers checked
     /// one by one before the table.

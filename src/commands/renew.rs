@@ -3,7 +3,7 @@
 use redis_module::{RedisResult, RedisValue};
 
 use super::Call;
-use crate::change::change;
+use crate::change::change_existing;
 use crate::effects::{Effect, Kind};
 use crate::{args, grants};
 
@@ -14,10 +14,10 @@ pub fn renew(call: &impl Call, words: &[&[u8]]) -> RedisResult {
     let now = call.now_ms();
     let deadline = now.saturating_add(ttl);
     let (renewed, grants) =
-        change(call, false, |project| project.renew(now, &token, deadline))?.unwrap_or_default();
+        change_existing(call, |project| project.renew(now, &token, deadline))?.unwrap_or_default();
     if renewed > 0 {
         call.replicate(&Effect::Renew { token, deadline });
-        call.announce(Kind::Renew, renewed);
+        call.count_and_notify(Kind::Renew, renewed);
     }
     // The waiters that the caller's own lapsed locks let in, after the renewal.
     grants::deliver(call, grants);

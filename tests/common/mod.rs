@@ -24,12 +24,19 @@ mod payload;
 #[allow(unused_imports)]
 pub use payload::*;
 
-/// The built module: `PATHLOCK_MODULE`, or the release build in this checkout.
+/// The built module: `PATHLOCK_MODULE`, or the release build in this checkout. The clients'
+/// tests include this harness too (`clients/rust/tests/common/`), so the checkout is found from
+/// the crate's folder upwards: the first folder with the workspace's `Cargo.lock`.
 pub fn module_path() -> PathBuf {
     let path = std::env::var_os("PATHLOCK_MODULE")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libpathlock.so")
+            let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            let workspace = crate_dir
+                .ancestors()
+                .find(|dir| dir.join("Cargo.lock").exists())
+                .unwrap_or(&crate_dir);
+            workspace.join("target/release/libpathlock.so")
         });
     assert!(
         path.exists(),
@@ -140,6 +147,12 @@ impl Server {
     pub fn restart_with(&mut self, extra: &[&str]) {
         self.args = extra.iter().map(|s| s.to_string()).collect();
         self.crash_and_restart();
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and leaves it stopped.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The server's log, for assertion messages.

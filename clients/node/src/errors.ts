@@ -5,8 +5,9 @@ import type { Blocker, LockRequest } from "./types";
 /**
  * The locks were busy: another owner holds a conflicting lock, or an earlier waiter is queued for
  * one (the server serves waiters first come, first served). `blockers` are the live locks that
- * `PATHLOCK.CHECK` reported right after the refusal, with their notes; it is empty when only a
- * queued waiter stood in the way or the holder let go in between.
+ * `PATHLOCK.CHECK` reported right after the refusal, with their notes. It is empty when nothing
+ * holds the paths any more (the holders let go in between, or only an earlier waiting request was
+ * in the way): the message then says so, and trying again is the answer.
  */
 export class BusyError extends Error {
   override readonly name = "BusyError";
@@ -20,15 +21,35 @@ export class BusyError extends Error {
   }
 }
 
+/**
+ * A key in double quotes for a message, as every client shows it (the contract's rule): `"` and
+ * `\\` escaped with a backslash, control characters as `\\xHH`.
+ */
+export function quoted(key: string): string {
+  let out = "";
+  for (const char of key) {
+    const code = char.codePointAt(0) as number;
+    if (char === '"' || char === "\\") {
+      out += `\\${char}`;
+    } else if (code < 0x20 || code === 0x7f) {
+      out += `\\x${code.toString(16).padStart(2, "0")}`;
+    } else {
+      out += char;
+    }
+  }
+  return `"${out}"`;
+}
+
+// The texts are the contract's (clients/contract/contract.json), the same in every client.
 function busyMessage(key: string, locks: LockRequest[], blockers: Blocker[]): string {
   const wanted = locks.map((l) => `${l.mode} ${l.path}`).join(", ");
   if (blockers.length === 0) {
-    return `busy: ${wanted} in ${key} (an earlier request is waiting for it)`;
+    return `busy: ${wanted} in ${quoted(key)}: nothing holds these paths now: the holders let go in between, or an earlier waiting request goes first; try again`;
   }
   const held = blockers
-    .map((b) => `${b.path} (${b.mode}, owner ${b.token}${b.note === null ? "" : `: ${b.note}`})`)
-    .join(", ");
-  return `busy: ${wanted} in ${key} is blocked by ${held}`;
+    .map((b) => `${b.mode} ${b.path} held by ${b.token}${b.note === null ? "" : ` (${b.note})`} for ${b.ttlMs} ms more`)
+    .join("; ");
+  return `busy: ${wanted} in ${quoted(key)}: ${held}`;
 }
 
 /** Why a lease was lost. */
@@ -53,15 +74,15 @@ export class LeaseLostError extends Error {
   }
 }
 
+/** What each reason means, in the loss's message. */
+export const LOST_REASONS: Record<LostReason, string> = {
+  gone: "a renewal answered 0, or fewer locks than the lease held: its locks expired, were released with its token, or the key was deleted",
+  expired: "no renewal succeeded before its deadline, counted on the client's own clock",
+  replaced: "the key now holds another type of value, and the locks went with the old one",
+};
+
 function lostMessage(key: string, token: string, reason: LostReason): string {
-  switch (reason) {
-    case "gone":
-      return `lease ${token} on ${key} is lost: a renewal answered 0, or fewer locks than the lease held (its locks expired, were released with its token, or the key was deleted)`;
-    case "expired":
-      return `lease ${token} on ${key} is lost: no renewal succeeded before its deadline`;
-    case "replaced":
-      return `lease ${token} on ${key} is lost: the key now holds another type of value`;
-  }
+  return `lease ${token} on ${quoted(key)} is lost: ${LOST_REASONS[reason]}`;
 }
 
 /**
@@ -87,6 +108,6 @@ export class WrongTypeError extends Error {
   override readonly name = "WrongTypeError";
 
   constructor(readonly key: string) {
-    super(`key '${key}' is not a pathlock project: it holds another type of value (check the key name)`);
+    super(`key ${quoted(key)} is not a pathlock project: it holds another type of value (check the key name)`);
   }
 }

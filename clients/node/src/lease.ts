@@ -111,7 +111,11 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     return this.isReleased;
   }
 
-  /** Aborts, with a `LeaseLostError` as its reason, when the lease is lost; pass it to work under the lease. */
+  /**
+   * Aborts when the lease ends: with a `LeaseLostError` as its reason when it is lost, with an
+   * `AbortError` once it is released, so that nothing waits on it for ever. Pass it to work under
+   * the lease.
+   */
   get signal(): AbortSignal {
     return this.controller.signal;
   }
@@ -209,6 +213,11 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     const wasLost = this.isLost;
     this.isReleased = true;
     this.stop();
+    if (!wasLost) {
+      // Whatever waits on the signal for a loss ends with the lease: it aborts, with a reason
+      // that is not a LeaseLostError (the lease is not lost: `lost` stays false).
+      this.controller.abort(new DOMException(`lease ${this.token} was released`, "AbortError"));
+    }
     if (wasLost) {
       // The server may still hold locks the client gave up on by its own clock; free them when
       // the server can be reached, without making the caller wait for a server that may be down.

@@ -24,13 +24,58 @@ export function named(path: string, what = "path"): string {
   return path;
 }
 
-/** Where `path` lands when it is moved or copied into `folder`: `folder/<last segment of path>`. */
-export function into(folder: string, path: string): string {
+/**
+ * The segments of a path that an operation compares with another, `..` refused: the server refuses
+ * it too, and it would make `/A/../A/C` look unrelated to `/A`.
+ */
+function normalised(path: string, what: string): string[] {
+  const parts = segments(path);
+  if (parts.includes("..")) {
+    throw new TypeError(`${what} ${JSON.stringify(path)} has a '..' segment, which pathlock refuses`);
+  }
+  return parts;
+}
+
+/**
+ * Where `path` lands when it is moved or copied into `folder`: `folder/<last segment of path>`.
+ * Refused when that is `path` itself or inside it (a folder into itself), or when `folder` is the
+ * folder `path` is already in (the target would be the source).
+ */
+export function into(folder: string, path: string, operation: "move" | "copy"): string {
   if (typeof folder !== "string" || folder === "") {
     throw new TypeError(`intoFolder must name a folder ("/" for the project root), not ${JSON.stringify(folder)}`);
   }
-  const last = segments(named(path)).pop() as string;
-  return folder.endsWith("/") ? `${folder}${last}` : `${folder}/${last}`;
+  const source = normalised(named(path), "path");
+  const target = normalised(folder, "intoFolder");
+  if (source.every((segment, i) => target[i] === segment)) {
+    throw new TypeError(
+      `cannot ${operation} ${path} into ${folder}: a folder cannot go into itself or its own subtree`,
+    );
+  }
+  if (target.length === source.length - 1 && target.every((segment, i) => source[i] === segment)) {
+    throw new TypeError(
+      `cannot ${operation} ${path} into ${folder}: it is already in that folder (the target would be the source itself)`,
+    );
+  }
+  return `/${[...target, source[source.length - 1]].join("/")}`;
+}
+
+/**
+ * Where `path` goes when it is renamed to `newName`: the same folder, the new name. Anything but
+ * one new name is refused: rename takes a name, and `move` changes folders.
+ */
+export function sibling(path: string, newName: string): string {
+  const source = normalised(named(path), "path");
+  if (
+    typeof newName !== "string" ||
+    ["", ".", "..", source[source.length - 1]].includes(newName) ||
+    newName.includes("/")
+  ) {
+    throw new TypeError(
+      `rename takes a name for ${path} in the same folder, not ${JSON.stringify(newName)}: a name has no '/' and is not '', '.', '..' or the current name; to change folders, use move`,
+    );
+  }
+  return `/${[...source.slice(0, -1), newName].join("/")}`;
 }
 
 /** Validates requests given as objects or `[mode, path]` pairs and returns them as objects. */

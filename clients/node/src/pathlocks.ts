@@ -4,7 +4,7 @@ import { randomUUID } from "node:crypto";
 import { type Arg, type Client, isReplyError, isWrongType, send, sleep, waitForReplicas } from "./connection";
 import { BusyError, LeaseLostError, NotReplicatedError, WrongTypeError } from "./errors";
 import { Lease, now } from "./lease";
-import { defaultNote, described, into, named, normaliseRequests, read, write } from "./operations";
+import { defaultNote, described, into, named, normaliseRequests, read, sibling, write } from "./operations";
 import { BlockingPool } from "./pool";
 import type {
   AcquireOptions,
@@ -36,11 +36,11 @@ const DEFAULTS: Settings = {
 
 /** Each number an acquire takes: its least value and its unit, for the message that refuses it. */
 const LIMITS: Record<Exclude<keyof Settings, "note">, [number, string]> = {
-  ttlMs: [1, "a whole number of milliseconds"],
-  waitMs: [0, "a whole number of milliseconds (0: do not wait)"],
+  ttlMs: [1, "a number of milliseconds"],
+  waitMs: [0, "a number of milliseconds (0: do not wait)"],
   replicas: [0, "a whole number of replicas"],
   // WAIT with a timeout of 0 would block forever.
-  replicasTimeoutMs: [1, "a whole number of milliseconds"],
+  replicasTimeoutMs: [1, "a number of milliseconds"],
 };
 
 /**
@@ -82,21 +82,27 @@ export class PathLocks implements AsyncDisposable {
     return this.operation([read(named(path))], `read ${path}`, options);
   }
 
-  /** Renaming: `WRITE path`, `WRITE newPath`. */
-  async rename(path: string, newPath: string, options?: AcquireOptions): Promise<Lease> {
-    const locks = [write(named(path)), write(named(newPath, "newPath"))];
-    return this.operation(locks, `rename ${path} -> ${newPath}`, options);
+  /**
+   * Renaming: `WRITE path`, `WRITE <its folder>/newName`: a new name in the same folder (`move`
+   * changes folders). A `newName` with a `/`, empty, `.`, `..` or the current name is refused.
+   */
+  async rename(path: string, newName: string, options?: AcquireOptions): Promise<Lease> {
+    const target = sibling(path, newName);
+    return this.operation([write(path), write(target)], `rename ${path} -> ${target}`, options);
   }
 
-  /** Moving `path` into `intoFolder`: `WRITE path`, `WRITE intoFolder/<last segment of path>`. */
+  /**
+   * Moving `path` into `intoFolder`: `WRITE path`, `WRITE intoFolder/<last segment of path>`.
+   * Refused when `intoFolder` is `path`, inside it, or the folder `path` is already in.
+   */
   async move(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
-    const locks = [write(path), write(into(intoFolder, path))];
+    const locks = [write(path), write(into(intoFolder, path, "move"))];
     return this.operation(locks, `move ${path} -> ${intoFolder}`, options);
   }
 
-  /** Copying `path` into `intoFolder`: `READ path`, `WRITE intoFolder/<last segment of path>`. */
+  /** Copying `path` into `intoFolder`: `READ path`, `WRITE intoFolder/<last segment of path>`, refused as `move` is. */
   async copy(path: string, intoFolder: string, options?: AcquireOptions): Promise<Lease> {
-    const locks = [read(path), write(into(intoFolder, path))];
+    const locks = [read(path), write(into(intoFolder, path, "copy"))];
     return this.operation(locks, `copy ${path} -> ${intoFolder}`, options);
   }
 
@@ -349,10 +355,12 @@ function resolve(base: Settings, overrides: PathLocksOptions): Settings {
       continue;
     }
     const [least, unit] = LIMITS[name];
-    if (!Number.isInteger(value) || value < least) {
+    const whole = name === "replicas" ? Number.isInteger(value) : Number.isFinite(value);
+    if (typeof value !== "number" || !whole || value < least) {
       throw new RangeError(`${name} must be ${unit}, at least ${least}; got ${value}`);
     }
-    merged[name] = value;
+    // A fraction of a millisecond is rounded up, as in every client: never shorter than asked.
+    merged[name] = Math.ceil(value);
   }
   if (overrides.note !== undefined) {
     if (typeof overrides.note !== "string") {

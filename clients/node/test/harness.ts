@@ -6,6 +6,7 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
+import { after, before } from "node:test";
 import { Cluster, Redis, type RedisOptions } from "ioredis";
 
 export const MODULE =
@@ -117,6 +118,22 @@ export class Server {
     }
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * One server for the tests of the enclosing file or `describe`, started before them and stopped
+ * (with the clients they made) after them; the answer gives it to the tests.
+ */
+export function oneServer(): () => Server {
+  let server: Server | undefined;
+  before(async () => {
+    server = await Server.start();
+  });
+  after(async () => {
+    closeClients();
+    await server?.stop();
+  });
+  return () => server as Server;
 }
 
 /** A master with one replica that is connected and in sync. */

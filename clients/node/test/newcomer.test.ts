@@ -2,21 +2,14 @@
 // waiting upload into a folder being moved, more locks under the move, who holds what, an empty
 // path and a wrong TTL.
 import assert from "node:assert/strict";
-import { after, before, it } from "node:test";
+import { it } from "node:test";
 import { BusyError, PathLocks, WrongTypeError } from "../dist/index.js";
-import { Server, closeClients, sleep } from "./harness";
+import { oneServer, sleep } from "./harness";
 
-let server: Server;
-before(async () => {
-  server = await Server.start();
-});
-after(async () => {
-  closeClients();
-  await server.stop();
-});
+const server = oneServer();
 
 it("works the way the README says", async () => {
-  const client = server.client(); // one client for the whole application
+  const client = server().client(); // one client for the whole application
   const locks = new PathLocks(client, "proj:newcomer", { ttlMs: 3000 });
   const said: string[] = [];
 
@@ -58,10 +51,12 @@ it("works the way the README says", async () => {
   // Mistakes a newcomer makes are told what to do instead.
   await assert.rejects(locks.upload(""), /lock\(\[\["WRITE", "\/"\]\]\)/);
   // Half a millisecond? The TTL counts whole milliseconds.
-  await assert.rejects(locks.upload("/A", { ttlMs: 0.5 }), /whole number of milliseconds/);
+  await assert.rejects(locks.upload("/A", { ttlMs: 0.5 }), /milliseconds, at least 1; got 0.5/);
+  // A whole path as the new name, as 0.1 took it, is refused: rename takes a name.
+  await assert.rejects(locks.rename("/A/C", "/A/C2"), /rename takes a name/);
   await client.set("settings", "{}");
   await assert.rejects(new PathLocks(client, "settings").upload("/A"), (error: Error) => {
-    return error instanceof WrongTypeError && /'settings' is not a pathlock project/.test(error.message);
+    return error instanceof WrongTypeError && /"settings" is not a pathlock project/.test(error.message);
   });
   locks.close();
 });

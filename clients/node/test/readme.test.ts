@@ -1,18 +1,11 @@
 // The README's example, run as written against a real server.
 import assert from "node:assert/strict";
-import { after, before, it } from "node:test";
+import { it } from "node:test";
 import type { Redis } from "ioredis";
 import { BusyError, PathLocks } from "../dist/index.js";
-import { Server, closeClients } from "./harness";
+import { oneServer } from "./harness";
 
-let server: Server;
-before(async () => {
-  server = await Server.start();
-});
-after(async () => {
-  closeClients();
-  await server.stop();
-});
+const server = oneServer();
 
 it("runs the README's example, and its busy branch", async () => {
   const printed: string[] = [];
@@ -32,9 +25,10 @@ it("runs the README's example, and its busy branch", async () => {
     } catch (error) {
       if (!(error instanceof BusyError)) throw error;
       for (const b of error.blockers) console.log(`${b.path} is locked (${b.mode}) by ${b.note ?? b.token}`);
+      if (error.blockers.length === 0) console.log("the folders were busy a moment ago; try again");
     }
   };
-  const client = server.client();
+  const client = server().client();
   await example(client);
   assert.match(printed[0], /^\/A\/C -> \/B\/C @\d+$/);
   const listed = JSON.parse(printed[1]) as { path: string; note: string }[];
@@ -47,9 +41,27 @@ it("runs the README's example, and its busy branch", async () => {
   );
   const locks = new PathLocks(client, "proj:42");
   assert.deepEqual(await locks.locks(), []);
-  const bob = await locks.rename("/A/C", "/A/D", { note: "bob: rename /A/C to /A/D" });
+  const bob = await locks.rename("/A/C", "D", { note: "bob: rename /A/C to /A/D" });
   printed.length = 0;
   await example(client);
   assert.deepEqual(printed, ["/A/C is locked (WRITE) by bob: rename /A/C to /A/D"]);
+  // Nothing holds /B/C, but a request waiting for /A and /B goes first: the busy branch says to
+  // try again instead of naming nobody.
+  const waiting = locks.lock([["WRITE", "/A"], ["WRITE", "/B"]], { waitMs: 10000 });
+  while ((await locks.waiters()).length === 0) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  const onlyB = new PathLocks(client, "proj:42");
+  printed.length = 0;
+  try {
+    await onlyB.upload("/B/C");
+  } catch (error) {
+    if (!(error instanceof BusyError)) throw error;
+    for (const b of error.blockers) console.log(`${b.path} is locked (${b.mode}) by ${b.note ?? b.token}`);
+    if (error.blockers.length === 0) console.log("the folders were busy a moment ago; try again");
+  }
+  assert.deepEqual(printed, ["the folders were busy a moment ago; try again"]);
   await bob.release();
+  await (await waiting).release();
+  locks.close();
 });

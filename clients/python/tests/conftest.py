@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Iterator
 
 import pytest
 import redis
-from redis.cluster import RedisCluster
 
-from servers import Server, cluster
+from servers import Server
 
 
 @pytest.fixture(scope="session")
@@ -34,22 +33,5 @@ def own_server() -> Iterator[Server]:
 @pytest.fixture
 def client(server: Server) -> Iterator["redis.Redis"]:
     c = server.client()
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="session")
-def cluster_nodes() -> Iterator[List[Server]]:
-    nodes = cluster(3)
-    yield nodes
-    for node in nodes:
-        node.close()
-
-
-@pytest.fixture
-def cluster_client(cluster_nodes: List[Server]) -> Iterator[RedisCluster]:
-    c = RedisCluster(host="127.0.0.1", port=cluster_nodes[0].port)
-    for key in ("proj:a", "proj:b", "proj:c", "proj:d"):
-        c.delete(key)
     yield c
     c.close()

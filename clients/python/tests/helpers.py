@@ -1,6 +1,9 @@
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+import asyncio
+from typing import Any, Awaitable, Callable, List, Tuple
+
+import redis.asyncio
 
 KEY = "proj:test"
 
@@ -15,6 +18,19 @@ def held(client: Any, key: str = KEY) -> List[Tuple[str, str, str]]:
         (text(m), text(p), text(t))
         for p, m, t, _ttl, _fence, *_ in client.execute_command("PATHLOCK.LOCKS", key)
     ]
+
+
+def run_async(port: int, body: Callable[[Any], Awaitable[None]], **kwargs: Any) -> None:
+    """Runs an async test body with an asyncio client of the port's server, on a loop of its own."""
+
+    async def main() -> None:
+        client = redis.asyncio.Redis(host="127.0.0.1", port=port, **kwargs)
+        try:
+            await body(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
 
 
 def renew_calls(client: Any) -> int:

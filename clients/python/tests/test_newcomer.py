@@ -31,12 +31,23 @@ def test_the_readme_example_runs_as_written(server: Server, capsys: Any) -> None
     assert printed[0].startswith("copy with fence ") and printed[1].startswith("delete with ")
     assert "note='alice: move /A/C into /B'" in printed[2] and "/B/C/new.txt" in printed[2]
     # With the folder taken by someone else, the example's busy branch says by whom.
-    bob = PathLocks(server.client(), "proj:42").rename(
-        "/A/C", "/A/D", note="bob: rename /A/C to /A/D"
-    )
+    bob = PathLocks(server.client(), "proj:42").rename("/A/C", "D", note="bob: rename /A/C to /A/D")
     exec(compile(example, str(README), "exec"), {})
     assert capsys.readouterr().out == "/A/C is locked (WRITE) by bob: rename /A/C to /A/D\n"
+    # With nobody holding the folders but a request waiting for them first, it says to retry.
+    waiter = threading.Thread(
+        target=lambda: PathLocks(server.client(), "proj:42")
+        .lock([("WRITE", "/A"), ("WRITE", "/B")], wait_ms=10000)
+        .release()
+    )
+    waiter.start()
+    while not PathLocks(server.client(), "proj:42").waiters():
+        time.sleep(0.01)
+    example_holding_only_a = example.replace('locks.move("/A/C", "/B"', 'locks.upload("/B/C"')
+    exec(compile(example_holding_only_a, str(README), "exec"), {})
+    assert capsys.readouterr().out == "the folders were busy a moment ago; try again\n"
     bob.release()
+    waiter.join(10)
 
 
 def test_what_a_newcomer_writes(server: Server) -> None:
@@ -83,8 +94,10 @@ def test_what_a_newcomer_writes(server: Server) -> None:
         locks.upload("")
     assert 'lock([("WRITE", "/")])' in str(empty.value)
     with pytest.raises(ValueError) as ttl:
-        locks.upload("/A", ttl_ms=0.5)  # half a millisecond? The TTL counts whole milliseconds.
-    assert "whole number of milliseconds" in str(ttl.value)
+        locks.upload("/A", ttl_ms=0.5)  # half a millisecond? A TTL is at least one.
+    assert "milliseconds, at least 1; got 0.5" in str(ttl.value)
+    with pytest.raises(ValueError, match="rename takes a name"):
+        locks.rename("/A/C", "/A/C2")  # a whole path, as 0.1 took it
     client.set("settings", "{}")
-    with pytest.raises(pathlock.WrongType, match="'settings' is not a pathlock project"):
+    with pytest.raises(pathlock.WrongType, match='"settings" is not a pathlock project'):
         PathLocks(client, "settings").upload("/A")

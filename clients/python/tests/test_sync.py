@@ -1,11 +1,11 @@
-"""The blocking client against a real standalone server (and a real replica)."""
+"""The blocking client beyond the shared contract (`test_contract.py`): `on_lost`, retries
+through a proxy that drops replies, the renewal/release race, and scopes."""
 
 from __future__ import annotations
 
 import random
 import threading
 import time
-import uuid
 from typing import Any, List
 
 import pytest
@@ -15,91 +15,13 @@ from redis.retry import Retry
 
 from helpers import KEY, held, renew_calls
 from proxy import DroppingProxy
-from servers import Server, replica_of, wait_until
+from servers import Server, wait_until
 
-from pathlock import Blocker, Busy, Lease, LeaseLost, NotReplicated, PathLocks
+from pathlock import Lease, LeaseLost, PathLocks
 
 # Loss must be reported within one renewal period after the lease ends; this much more is
 # allowed for a loaded test machine.
 SLACK = 0.25
-
-
-def test_each_operation_asks_for_the_locks_of_the_table(client: redis.Redis) -> None:
-    locks = PathLocks(client, KEY)
-    cases = [
-        (lambda: locks.upload("/D/f"), [("WRITE", "/D/f")]),
-        (lambda: locks.create("/D/N"), [("WRITE", "/D/N")]),
-        (lambda: locks.read("/D/f"), [("READ", "/D/f")]),
-        (lambda: locks.rename("/D/f", "/D/g"), [("WRITE", "/D/f"), ("WRITE", "/D/g")]),
-        (lambda: locks.move("/A/C", "/B"), [("WRITE", "/A/C"), ("WRITE", "/B/C")]),
-        (lambda: locks.move("/A/C", "/"), [("WRITE", "/A/C"), ("WRITE", "/C")]),
-        (lambda: locks.copy("/A/a.txt", "/B"), [("READ", "/A/a.txt"), ("WRITE", "/B/a.txt")]),
-        (lambda: locks.delete("/A"), [("WRITE", "/A")]),
-        (lambda: locks.purge("/bin/1", "/bin/2"), [("WRITE", "/bin/1"), ("WRITE", "/bin/2")]),
-        (
-            lambda: locks.lock([("read", "/X"), ("WRITE", "/X/y")]),
-            [("READ", "/X"), ("WRITE", "/X/y")],
-        ),
-    ]
-    for acquire, expected in cases:
-        with acquire() as lease:
-            assert isinstance(lease, Lease)
-            assert (
-                str(uuid.UUID(lease.token)) == lease.token and uuid.UUID(lease.token).version == 4
-            )
-            assert sorted(held(client)) == sorted((m, p, lease.token) for m, p in expected)
-            assert list(lease.locks) == expected
-        assert held(client) == []
-    with pytest.raises(ValueError):
-        locks.move("/", "/B")
-    with pytest.raises(ValueError):
-        locks.lock([("SHARED", "/A")])
-
-
-def test_watchdog_keeps_a_300ms_lease_for_3s(client: redis.Redis) -> None:
-    locks = PathLocks(client, KEY, ttl_ms=300)
-    with locks.move("/A/C", "/B") as lease:
-        time.sleep(3.0)
-        assert not lease.lost.is_set()
-        assert sorted(held(client)) == [
-            ("WRITE", "/A/C", lease.token),
-            ("WRITE", "/B/C", lease.token),
-        ]
-        with pytest.raises(Busy):
-            PathLocks(client, KEY).upload("/A/C/x")
-    assert held(client) == []
-    assert not lease.lost.is_set()
-
-
-def test_second_owner_is_busy_with_blockers_then_granted(client: redis.Redis) -> None:
-    alice, bob = PathLocks(client, KEY), PathLocks(client, KEY)
-    moving = alice.move("/A/C", "/B", ttl_ms=60000)
-    with pytest.raises(Busy) as refused:
-        bob.upload("/A/C/D/new.txt")
-    [blocker] = refused.value.blockers
-    assert isinstance(blocker, Blocker)
-    assert (blocker.path, blocker.mode, blocker.token, blocker.fence) == (
-        "/A/C",
-        "WRITE",
-        moving.token,
-        moving.fence,
-    )
-    assert 50000 < blocker.ttl_ms <= 60000
-    assert refused.value.locks == (("WRITE", "/A/C/D/new.txt"),)
-    # Beside the folder being moved, work goes on.
-    with bob.upload("/A/CD/notes.txt") as beside:
-        assert beside.fence == moving.fence + 1
-    moving.release()
-    with bob.upload("/A/C/D/new.txt") as upload:
-        assert held(client) == [("WRITE", "/A/C/D/new.txt", upload.token)]
-
-    # With wait_ms, the second owner waits for the release instead.
-    moving = alice.move("/A/C", "/B")
-    threading.Timer(0.2, moving.release).start()
-    started = time.monotonic()
-    with bob.upload("/A/C/D/new.txt", wait_ms=5000):
-        assert 0.15 < time.monotonic() - started < 4
-
 
 def lost_within(lease: Lease, since: float, limit: float) -> float:
     assert lease.lost.wait(limit + 2), "the lease was never reported lost"
@@ -108,7 +30,7 @@ def lost_within(lease: Lease, since: float, limit: float) -> float:
     return took
 
 
-def test_lost_when_the_token_is_released_elsewhere(client: redis.Redis) -> None:
+def test_on_lost_is_called_once_on_a_worker_thread(client: redis.Redis) -> None:
     called: List[Lease] = []
     locks = PathLocks(client, KEY, ttl_ms=900, on_lost=called.append)
     lease = locks.upload("/A/f")
@@ -122,41 +44,6 @@ def test_lost_when_the_token_is_released_elsewhere(client: redis.Redis) -> None:
     lease.release()
     lease.release()
     assert called == [lease]
-
-
-def test_lost_when_the_key_is_deleted(client: redis.Redis) -> None:
-    with PathLocks(client, KEY, ttl_ms=900).upload("/A/f") as lease:
-        lease.check()
-        client.delete(KEY)
-        lost_within(lease, time.monotonic(), 0.3 + SLACK)
-        with pytest.raises(LeaseLost):
-            lease.check()
-
-
-def test_lost_when_the_server_is_paused_past_the_deadline(own_server: Server) -> None:
-    client = own_server.client()
-    lease = PathLocks(client, KEY, ttl_ms=900).upload("/A/f")
-    time.sleep(0.5)
-    paused = time.monotonic()
-    client.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
-    # The last renewal that got through was sent about one period before the pause at most: the
-    # loss waits for the deadline, it is not reported at the first renewal that hangs.
-    took = lost_within(lease, paused, 0.9 + 0.3 + SLACK)
-    assert took >= 0.9 - 0.3 - 0.15
-    assert lease.lost_reason == "expired"
-    client.execute_command("CLIENT", "UNPAUSE")
-    lease.release()
-    wait_until(lambda: held(client) == [], what="the lost lease to be released")
-
-
-def test_lost_when_the_server_is_stopped_past_the_deadline(own_server: Server) -> None:
-    lease = PathLocks(own_server.client(), KEY, ttl_ms=900).upload("/A/f")
-    time.sleep(0.5)
-    stopped = time.monotonic()
-    own_server.stop()
-    lost_within(lease, stopped, 0.9 + 0.3 + SLACK)
-    lease.release()  # the server is gone: not an error
-
 
 def no_retry_client(port: int) -> redis.Redis:
     """redis-py retries on its own by default; without that, the client's own retry is tested."""
@@ -200,27 +87,6 @@ def test_an_acquire_that_keeps_failing_releases_its_token(
         wait_until(lambda: held(client) == [], timeout=5, what="the orphaned grant to be released")
     finally:
         proxy.close()
-
-
-def test_replicas_with_a_real_replica_and_not_replicated_without(own_server: Server) -> None:
-    replica = replica_of(own_server)
-    client = own_server.client()
-    try:
-        locks = PathLocks(client, KEY, replicas=1, replicas_timeout_ms=2000)
-        with locks.upload("/A/f") as lease:
-            # WAIT answered, so the replica has the lock already.
-            assert held(replica.client()) == [("WRITE", "/A/f", lease.token)]
-        replica.stop()
-        with pytest.raises(NotReplicated) as refused:
-            PathLocks(client, KEY, replicas=1, replicas_timeout_ms=300).upload("/A/g")
-        assert (refused.value.acknowledged, refused.value.wanted) == (0, 1)
-        assert held(client) == []
-        # Without replicas asked for, the same request is granted.
-        with locks.upload("/A/g", replicas=0):
-            pass
-    finally:
-        replica.close()
-
 
 class GatedRedis(redis.Redis):
     """A real client whose renewals can be held back before they are sent or after they are

@@ -26,11 +26,15 @@ pub async fn example(url: &str) -> Result<(), Failure> {
         .note("alice: move /A/C into /B");
     let mut moving = match moving.await {
         Ok(lease) => lease,
-        Err(Error::Busy { blockers }) => {
+        Err(Error::Busy { blockers, .. }) => {
             for b in &blockers {
                 // "/A/C is locked (WRITE) by bob: rename /A/C to /A/D"
                 let by = b.note.as_deref().unwrap_or(&b.token);
                 println!("{} is locked ({}) by {by}", b.path, b.mode);
+            }
+            if blockers.is_empty() {
+                // Nobody holds them now: they let go in between, or a waiting request goes first.
+                println!("the folders were busy a moment ago; try again");
             }
             return Ok(());
         }
@@ -39,8 +43,10 @@ pub async fn example(url: &str) -> Result<(), Failure> {
     // More locks under the move's own token: renewed and released with it.
     moving.lock([LockRequest::write("/B/C/new.txt")]).await?;
     tokio::select! {
+        // The storage keeps the highest fence it has seen for each path it writes, and refuses
+        // a write to that path with a lower one (a fence per path, never one global).
         done = move_folder("/A/C", "/B/C", moving.fence()) => done?,
-        reason = moving.lost() => return Err(format!("the move stopped: {reason}").into()),
+        Some(reason) = moving.lost() => return Err(format!("the move stopped: {reason}").into()),
     }
     // Who holds what under /B, with their notes.
     for lock in locks.locks(Some("/B"), None).await? {

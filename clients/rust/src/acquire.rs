@@ -90,6 +90,8 @@ pub(crate) async fn grant(ask: Ask) -> Result<Granted, Error> {
                         attempt.may_hold = attempt.unsure && attempt.ask.fresh;
                         return Err(Error::Busy {
                             blockers: attempt.blockers().await?,
+                            key: attempt.ask.key.clone(),
+                            locks: attempt.ask.requests.clone(),
                         });
                     }
                 }
@@ -138,6 +140,8 @@ pub(crate) async fn grant(ask: Ask) -> Result<Granted, Error> {
         if attempt.renew().await? == 0 {
             attempt.may_hold = false;
             return Err(Error::Lost {
+                key: attempt.ask.key.clone(),
+                token: attempt.ask.token.clone(),
                 reason: LostReason::Gone,
             });
         }

@@ -1,12 +1,13 @@
 //! The errors of the client, and why a lease can be lost.
 //!
-//! Level 2: builds on `info`.
+//! Level 2: builds on `info` and `request`.
 
 use std::fmt;
 
 use redis::RedisError;
 
 use crate::info::Blocker;
+use crate::request::LockRequest;
 
 /// Why a lease was lost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,16 +22,39 @@ pub enum LostReason {
     Replaced,
 }
 
+/// The texts are the contract's (`clients/contract/contract.json`), the same in every client.
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             LostReason::Gone => {
-                "a renewal answered 0, or fewer locks than the lease held (its locks expired, \
-                 were released with its token, or the key was deleted)"
+                "a renewal answered 0, or fewer locks than the lease held: its locks expired, \
+                 were released with its token, or the key was deleted"
             }
-            LostReason::Expired => "no renewal succeeded before its deadline",
-            LostReason::Replaced => "the key now holds another type of value",
+            LostReason::Expired => {
+                "no renewal succeeded before its deadline, counted on the client's own clock"
+            }
+            LostReason::Replaced => {
+                "the key now holds another type of value, and the locks went with the old one"
+            }
         })
+    }
+}
+
+/// A key in double quotes for a message, as every client shows it: `"` and `\\` escaped with a
+/// backslash, control characters as `\\xHH`.
+pub(crate) struct Quoted<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"")?;
+        for c in self.0.chars() {
+            match c {
+                '"' | '\\' => write!(f, "\\{c}")?,
+                c if (c as u32) < 0x20 || c == '\u{7f}' => write!(f, "\\x{:02x}", c as u32)?,
+                c => write!(f, "{c}")?,
+            }
+        }
+        f.write_str("\"")
     }
 }
 
@@ -39,11 +63,20 @@ impl fmt::Display for LostReason {
 pub enum Error {
     /// The locks are held by someone else (or promised to an earlier waiter). `blockers` are the
     /// live locks in the way as `PATHLOCK.CHECK` saw them just after the refusal, with their
-    /// notes; it is empty when the request was refused only for an earlier waiter, or when the
-    /// blockers went away (or the server could not be asked) in between.
-    Busy { blockers: Vec<Blocker> },
-    /// The lease was lost, for `reason`; work under it must stop.
-    Lost { reason: LostReason },
+    /// notes. It is empty when nothing holds the paths any more: the blockers let go in between
+    /// (or the server could not be asked), or only an earlier waiting request was in the way;
+    /// the message then says so, and trying again is the answer.
+    Busy {
+        key: String,
+        locks: Vec<LockRequest>,
+        blockers: Vec<Blocker>,
+    },
+    /// The lease `token` on `key` was lost, for `reason`; work under it must stop.
+    Lost {
+        key: String,
+        token: String,
+        reason: LostReason,
+    },
     /// The grant reached fewer replicas than asked before `replicas_timeout`; the lease has been
     /// released.
     NotReplicated { acked: u32, wanted: u32 },
@@ -72,28 +105,42 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Busy { blockers } if blockers.is_empty() => {
-                f.write_str("busy (an earlier request is waiting for it)")
-            }
-            Error::Busy { blockers } => {
+            // The texts are the contract's (`clients/contract/contract.json`).
+            Error::Busy {
+                key,
+                locks,
+                blockers,
+            } => {
                 f.write_str("busy: ")?;
+                for (i, lock) in locks.iter().enumerate() {
+                    let comma = if i > 0 { ", " } else { "" };
+                    write!(f, "{comma}{} {}", lock.mode, lock.path)?;
+                }
+                write!(f, " in {}: ", Quoted(key))?;
+                if blockers.is_empty() {
+                    return f.write_str(
+                        "nothing holds these paths now: the holders let go in between, or an \
+                         earlier waiting request goes first; try again",
+                    );
+                }
                 for (i, blocker) in blockers.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("; ")?;
-                    }
-                    write!(f, "{blocker}")?;
+                    let semicolon = if i > 0 { "; " } else { "" };
+                    write!(f, "{semicolon}{blocker}")?;
                 }
                 Ok(())
             }
-            Error::Lost { reason } => write!(f, "the lease was lost: {reason}"),
+            Error::Lost { key, token, reason } => {
+                write!(f, "lease {token} on {} is lost: {reason}", Quoted(key))
+            }
             Error::NotReplicated { acked, wanted } => write!(
                 f,
                 "the grant reached {acked} of the {wanted} replicas asked for; released"
             ),
             Error::WrongType { key } => write!(
                 f,
-                "key '{key}' is not a pathlock project: it holds another type of value (check \
-                 the key name)"
+                "key {} is not a pathlock project: it holds another type of value (check the key \
+                 name)",
+                Quoted(key)
             ),
             Error::Invalid(why) => write!(f, "invalid request: {why}"),
             Error::Protocol(what) => write!(f, "unexpected reply from the server: {what}"),

@@ -17,7 +17,43 @@ use crate::error::Error;
 use crate::info::{Blocker, Waiter};
 use crate::lease::Lease;
 use crate::options::Options;
-use crate::request::{checked, default_note, described, into_folder, named, LockRequest};
+use crate::request::{checked, default_note, described, into_folder, named, sibling, LockRequest};
+
+/// The builder methods of a lease's settings ([`Options`]), the same on the handle (its
+/// defaults) and on an [`Acquire`] (one call's): written once here.
+macro_rules! settings {
+    ($whose:literal) => {
+        #[doc = concat!("The TTL of ", $whose, ": at least 1 ms, a fraction of a millisecond rounded up.")]
+        pub fn ttl(mut self, ttl: Duration) -> Self {
+            self.options.ttl = ttl;
+            self
+        }
+
+        #[doc = concat!("How long ", $whose, " waits on the server for busy locks (0: not at all).")]
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.options.wait = wait;
+            self
+        }
+
+        #[doc = concat!("How many replicas must acknowledge the grant of ", $whose, ".")]
+        pub fn replicas(mut self, replicas: u32) -> Self {
+            self.options.replicas = replicas;
+            self
+        }
+
+        #[doc = concat!("How long ", $whose, " waits for its replicas, at least 1 ms.")]
+        pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
+            self.options.replicas_timeout = timeout;
+            self
+        }
+
+        #[doc = concat!("The note of ", $whose, ", instead of the operation's own (`\"move /A/C -> /B\"`).")]
+        pub fn note(mut self, note: impl Into<String>) -> Self {
+            self.options.note = Some(note.into());
+            self
+        }
+    };
+}
 
 /// A redis-rs client bound to one project key, with the defaults of every lease it takes.
 ///
@@ -65,31 +101,7 @@ impl PathLocks {
         }
     }
 
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options.ttl = ttl;
-        self
-    }
-
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = wait;
-        self
-    }
-
-    pub fn replicas(mut self, replicas: u32) -> Self {
-        self.options.replicas = replicas;
-        self
-    }
-
-    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
-        self.options.replicas_timeout = timeout;
-        self
-    }
-
-    /// The note of every lease, instead of each operation's own (`"move /A/C -> /B"`).
-    pub fn note(mut self, note: impl Into<String>) -> Self {
-        self.options.note = Some(note.into());
-        self
-    }
+    settings!("every lease of the handle");
 
     /// Replaces every default at once.
     pub fn options(mut self, options: Options) -> Self {
@@ -119,28 +131,30 @@ impl PathLocks {
         self.operation(locks, format!("read {path}"))
     }
 
-    /// `WRITE path`, `WRITE new_path`.
-    pub fn rename(&self, path: &str, new_path: &str) -> Acquire {
-        let locks = named(path, "path").and_then(|path| {
-            let new_path = named(new_path, "new_path")?;
-            Ok(vec![LockRequest::write(path), LockRequest::write(new_path)])
-        });
-        self.operation(locks, format!("rename {path} -> {new_path}"))
+    /// `WRITE path`, `WRITE <its folder>/new_name`: a new name in the same folder
+    /// ([`PathLocks::move_into`] changes folders). A `new_name` with a `/`, empty, `.`, `..` or
+    /// the current name is refused with [`Error::Invalid`].
+    pub fn rename(&self, path: &str, new_name: &str) -> Acquire {
+        let target = sibling(path, new_name);
+        let name = format!("rename {path} -> {}", target.as_deref().unwrap_or(new_name));
+        let locks = target.map(|to| vec![LockRequest::write(path), LockRequest::write(to)]);
+        self.operation(locks, name)
     }
 
     /// Moving `path` into the folder `into_folder`: `WRITE path`,
     /// `WRITE into_folder/<last segment of path>`. (The contract's `move`, a keyword in Rust.)
+    /// Refused when `into_folder` is `path`, inside it, or the folder `path` is already in.
     pub fn move_into(&self, path: &str, into: &str) -> Acquire {
-        let locks = into_folder(path, into)
+        let locks = into_folder(path, into, "move")
             .map(|to| vec![LockRequest::write(path), LockRequest::write(to)]);
         self.operation(locks, format!("move {path} -> {into}"))
     }
 
     /// Copying `path` into the folder `into_folder`: `READ path`,
-    /// `WRITE into_folder/<last segment of path>`.
+    /// `WRITE into_folder/<last segment of path>`, refused as [`PathLocks::move_into`] is.
     pub fn copy(&self, path: &str, into: &str) -> Acquire {
-        let locks =
-            into_folder(path, into).map(|to| vec![LockRequest::read(path), LockRequest::write(to)]);
+        let locks = into_folder(path, into, "copy")
+            .map(|to| vec![LockRequest::read(path), LockRequest::write(to)]);
         self.operation(locks, format!("copy {path} -> {into}"))
     }
 
@@ -262,31 +276,7 @@ pub struct Acquire {
 }
 
 impl Acquire {
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options.ttl = ttl;
-        self
-    }
-
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = wait;
-        self
-    }
-
-    pub fn replicas(mut self, replicas: u32) -> Self {
-        self.options.replicas = replicas;
-        self
-    }
-
-    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
-        self.options.replicas_timeout = timeout;
-        self
-    }
-
-    /// The note of this lease, instead of the handle's or the operation's own.
-    pub fn note(mut self, note: impl Into<String>) -> Self {
-        self.options.note = Some(note.into());
-        self
-    }
+    settings!("this call's lease");
 
     /// The locks this call asks for (an error when the operation itself is invalid).
     pub fn requests(&self) -> Result<&[LockRequest], &Error> {

@@ -58,16 +58,12 @@ impl Blocker {
 
 impl fmt::Display for Blocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The contract's `blocker` text, as `Error::Busy` shows each.
         write!(f, "{} {} held by {}", self.mode, self.path, self.token)?;
         if let Some(note) = &self.note {
             write!(f, " ({note})")?;
         }
-        write!(
-            f,
-            " for {} ms more (fence {})",
-            self.ttl.as_millis(),
-            self.fence
-        )
+        write!(f, " for {} ms more", self.ttl.as_millis())
     }
 }
 

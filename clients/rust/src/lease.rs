@@ -102,9 +102,9 @@ impl Lease {
         &self.locks
     }
 
-    /// The TTL each renewal sets.
+    /// The TTL each renewal sets: whole milliseconds, a fraction of one rounded up.
     pub fn ttl(&self) -> Duration {
-        self.options.ttl
+        Duration::from_millis(millis(self.options.ttl))
     }
 
     /// The note sent with the grant, shown with the locks to whoever they block.
@@ -126,29 +126,35 @@ impl Lease {
         }
     }
 
-    /// `Err(Error::Lost { reason })` once the lease is lost, so work under it can stop with `?`.
+    /// `Err(Error::Lost { .. })` once the lease is lost, so work under it can stop with `?`.
     pub fn check(&self) -> Result<(), Error> {
         match self.lost_reason() {
-            Some(reason) => Err(Error::Lost { reason }),
+            Some(reason) => Err(Error::Lost {
+                key: self.key.clone(),
+                token: self.token.clone(),
+                reason,
+            }),
             None => Ok(()),
         }
     }
 
-    /// A future that resolves with the reason when the lease is lost, at once if it already is.
-    /// It never resolves for a lease that is released first. It owns what it needs, so it can be
-    /// raced against the work in `tokio::select!`, or spawned with a callback of your own:
-    /// `tokio::spawn({ let lost = lease.lost(); async move { on_lost(lost.await) } })`.
-    pub fn lost(&self) -> impl Future<Output = LostReason> + Send + 'static {
+    /// A future that resolves with `Some(reason)` when the lease is lost, and with `None` once it
+    /// is released (or dropped) without a loss, at once if either has happened: nothing waits
+    /// for the loss of a lease that is gone, as a `oneshot` receiver ends when its sender does.
+    /// It owns what it needs, so it can be raced against the work in `tokio::select!`, or
+    /// spawned with a callback of your own:
+    /// `tokio::spawn({ let lost = lease.lost(); async move { if let Some(r) = lost.await { on_lost(r) } } })`.
+    pub fn lost(&self) -> impl Future<Output = Option<LostReason>> + Send + 'static {
         let mut status = self.status.subscribe();
         async move {
-            let lost = status
-                .wait_for(|s| matches!(s, Status::Lost(_)))
+            let ended = status
+                .wait_for(|s| *s != Status::Held)
                 .await
                 .map(|status| *status);
-            match lost {
-                Ok(Status::Lost(reason)) => reason,
-                // The lease and its watchdog are gone without a loss: it was released.
-                _ => std::future::pending().await,
+            match ended {
+                Ok(Status::Lost(reason)) => Some(reason),
+                // Released, or the lease and its watchdog are gone without a loss.
+                _ => None,
             }
         }
     }
@@ -181,6 +187,8 @@ impl Lease {
         self.check()?;
         let Some(conn) = self.conn.as_mut() else {
             return Err(Error::Lost {
+                key: self.key.clone(),
+                token: self.token.clone(),
                 reason: LostReason::Gone,
             });
         };

@@ -10,11 +10,11 @@ use crate::error::Error;
 /// What every lease of a handle gets unless the call says otherwise.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// The lease's time to live, in whole milliseconds (at least 1 ms); the watchdog renews it
-    /// every `ttl / 3`. Default 30 s.
+    /// The lease's time to live, at least 1 ms (a fraction of a millisecond is rounded up); the
+    /// watchdog renews it every `ttl / 3`. Default 30 s.
     pub ttl: Duration,
     /// How long an acquire waits (on the server, first come first served) for busy locks.
-    /// Default 0: fail at once with [`Error::Busy`]. Otherwise at least 1 ms.
+    /// Default 0: fail at once with [`Error::Busy`]. A fraction of a millisecond is rounded up.
     pub wait: Duration,
     /// How many replicas must acknowledge a grant (`WAIT`) before the lease is returned.
     /// Default 0.
@@ -40,19 +40,19 @@ impl Default for Options {
 }
 
 impl Options {
-    /// `Err(Error::Invalid)` for a duration the server cannot take: the commands count whole
-    /// milliseconds, so a TTL (or a non-zero wait, or a replicas' timeout) under one would be
-    /// sent as 0, which the server refuses or reads as "do not wait".
+    /// `Err(Error::Invalid)` for a duration the server cannot take: a TTL, or a replicas'
+    /// timeout, under one millisecond (the server refuses a TTL of 0, and reads a `WAIT` timeout
+    /// of 0 as "for ever"). Any wait is fine: a fraction of a millisecond rounds up to one.
     pub(crate) fn check(&self) -> Result<(), Error> {
         let at_least_a_millisecond = [
             ("ttl", self.ttl, true),
-            ("wait", self.wait, !self.wait.is_zero()),
             ("replicas_timeout", self.replicas_timeout, self.replicas > 0),
         ];
         for (name, duration, checked) in at_least_a_millisecond {
             if checked && duration < Duration::from_millis(1) {
                 return Err(Error::Invalid(format!(
-                    "{name} must be at least 1 ms (the server counts whole milliseconds), not {duration:?}"
+                    "{name} must be at least 1 millisecond (the commands count whole \
+                     milliseconds, a fraction rounded up), not {duration:?}"
                 )));
             }
         }
@@ -60,7 +60,8 @@ impl Options {
     }
 }
 
-/// A duration as the whole milliseconds the commands take, saturating.
+/// A duration as the whole milliseconds the commands take: a fraction of a millisecond rounds up,
+/// as in every client, so that nothing is shorter than asked; saturating.
 pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+    u64::try_from(duration.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }

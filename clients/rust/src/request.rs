@@ -90,18 +90,66 @@ pub(crate) fn named<'a>(path: &'a str, what: &str) -> Result<&'a str, String> {
     Ok(path)
 }
 
+/// The segments of a path that an operation compares with another, `..` refused: the server
+/// refuses it too, and it would make `/A/../A/C` look unrelated to `/A`.
+fn normalised<'a>(path: &'a str, what: &str) -> Result<Vec<&'a str>, String> {
+    let parts: Vec<&str> = segments(path).collect();
+    if parts.contains(&"..") {
+        return Err(format!(
+            "{what} {path:?} has a '..' segment, which pathlock refuses"
+        ));
+    }
+    Ok(parts)
+}
+
 /// The path that `path` gets inside `folder` when it is moved or copied there:
 /// `folder/<last segment of path>`. Segments are split as the server splits them (empty ones and
-/// `.` dropped), so `/A/C/` and `/A/./C` both end in `C`; the server normalises the joined result.
-/// The project root cannot be moved or copied, and an empty folder is refused (the root is `/`).
-pub(crate) fn into_folder(path: &str, folder: &str) -> Result<String, String> {
+/// `.` dropped), so `/A/C/` and `/A/./C` both end in `C`. Refused: the project root (it cannot
+/// be moved or copied), an empty folder (the root is `/`), a folder that is `path` or inside it
+/// (a folder into itself), and the folder `path` is already in (the target would be the source).
+pub(crate) fn into_folder(path: &str, folder: &str, operation: &str) -> Result<String, String> {
     if folder.is_empty() {
         return Err("into_folder is empty: name a folder (\"/\" for the project root)".into());
     }
-    let last = segments(named(path, "path")?)
-        .next_back()
-        .unwrap_or_default();
-    Ok(format!("{}/{}", folder.trim_end_matches('/'), last))
+    let source = normalised(named(path, "path")?, "path")?;
+    let target = normalised(folder, "into_folder")?;
+    if target.starts_with(&source) {
+        return Err(format!(
+            "cannot {operation} {path} into {folder}: a folder cannot go into itself or its own \
+             subtree"
+        ));
+    }
+    if target == source[..source.len() - 1] {
+        return Err(format!(
+            "cannot {operation} {path} into {folder}: it is already in that folder (the target \
+             would be the source itself)"
+        ));
+    }
+    let last = source[source.len() - 1];
+    Ok(format!(
+        "/{}",
+        [target.as_slice(), &[last]].concat().join("/")
+    ))
+}
+
+/// Where `path` goes when it is renamed to `new_name`: the same folder, the new name. Anything
+/// but one new name is refused: rename takes a name, and `move_into` changes folders.
+pub(crate) fn sibling(path: &str, new_name: &str) -> Result<String, String> {
+    let source = normalised(named(path, "path")?, "path")?;
+    let current = source[source.len() - 1];
+    if ["", ".", "..", current].contains(&new_name) || new_name.contains('/') {
+        return Err(format!(
+            "rename takes a name for {path} in the same folder, not {new_name:?}: a name has no \
+             '/' and is not '', '.', '..' or the current name; to change folders, use move \
+             (move_into)"
+        ));
+    }
+    Ok(format!(
+        "/{}",
+        [&source[..source.len() - 1], &[new_name]]
+            .concat()
+            .join("/")
+    ))
 }
 
 /// Checks the requests of `lock()`: at least one, and no empty path (the root is written `/`).
@@ -147,14 +195,10 @@ mod tests {
 
     #[test]
     fn a_path_moved_into_a_folder_keeps_its_last_segment() {
-        assert_eq!(into_folder("/A/C", "/B").as_deref(), Ok("/B/C"));
-        assert_eq!(into_folder("/A/C/", "/B/").as_deref(), Ok("/B/C"));
-        assert_eq!(into_folder("A/./C/.", "/").as_deref(), Ok("/C"));
-        assert!(into_folder("/a.txt", "").is_err());
-        assert!(into_folder("/", "/B")
-            .unwrap_err()
-            .contains("whole project"));
-        assert!(into_folder("", "/B").unwrap_err().contains("whole project"));
+        assert_eq!(into_folder("/A/C", "/B", "move").as_deref(), Ok("/B/C"));
+        assert_eq!(into_folder("/A/C/", "/B/", "move").as_deref(), Ok("/B/C"));
+        assert_eq!(into_folder("A/./C/.", "/", "move").as_deref(), Ok("/C"));
+        assert!(into_folder("/a.txt", "", "move").is_err());
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! Acquiring against a real server: each operation asks for exactly its locks; a second owner
-//! gets `Busy` with the blockers while they are held and is granted after the release; an
-//! acquire whose reply is lost with its connection is retried as the same owner (one lock, not
-//! two), and when the retry cannot get through, the token is released once the server is back.
+//! Acquiring through a proxy that cuts or refuses connections, beyond the shared contract
+//! (`tests/contract.rs`): an acquire whose reply is lost with its connection is retried as the
+//! same owner (one lock, not two), and when the retry cannot get through, the token is released
+//! once the server is back; a cancelled acquire leaves no lock behind.
 
 mod common;
 
@@ -9,143 +9,10 @@ use std::future::IntoFuture;
 
 use common::proxy::{After, Behaviour, Proxy};
 use common::*;
-use pathlock_client::{Error, LockRequest, Mode, PathLocks};
+use pathlock_client::Error;
 
 fn lock(path: &str, mode: &str, token: &str, fence: u64) -> Lock {
     (path.to_string(), mode.to_string(), token.to_string(), fence)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_operation_asks_for_exactly_its_locks() {
-    let server = Server::start();
-    let mut admin = server.admin().await;
-    let locks = server.locks("proj").await;
-
-    let cases: Vec<(pathlock_client::Lease, Vec<(&str, &str)>)> = vec![
-        (
-            locks.upload("/up/a.txt").await.unwrap(),
-            vec![("/up/a.txt", "WRITE")],
-        ),
-        (locks.create("/new").await.unwrap(), vec![("/new", "WRITE")]),
-        (
-            locks.read("/docs/r.txt").await.unwrap(),
-            vec![("/docs/r.txt", "READ")],
-        ),
-        (
-            locks.rename("/ren/old", "/ren/new").await.unwrap(),
-            vec![("/ren/new", "WRITE"), ("/ren/old", "WRITE")],
-        ),
-        (
-            locks.move_into("/A/C", "/B/").await.unwrap(),
-            vec![("/A/C", "WRITE"), ("/B/C", "WRITE")],
-        ),
-        (
-            locks.copy("/docs/r.txt", "/copies").await.unwrap(),
-            vec![("/copies/r.txt", "WRITE"), ("/docs/r.txt", "READ")],
-        ),
-        (
-            locks.delete("/gone").await.unwrap(),
-            vec![("/gone", "WRITE")],
-        ),
-        (
-            locks.purge(["/bin/1", "/bin/2"]).await.unwrap(),
-            vec![("/bin/1", "WRITE"), ("/bin/2", "WRITE")],
-        ),
-        (
-            locks
-                .lock([(Mode::Read, "/six"), (Mode::Write, "/six/x")])
-                .await
-                .unwrap(),
-            vec![("/six", "READ"), ("/six/x", "WRITE")],
-        ),
-    ];
-    for (lease, expected) in cases {
-        let mut held: Vec<Lock> = locks_of(&mut admin, "proj")
-            .await
-            .into_iter()
-            .filter(|l| l.2 == lease.token())
-            .collect();
-        held.sort();
-        let mut expected: Vec<Lock> = expected
-            .into_iter()
-            .map(|(path, mode)| lock(path, mode, lease.token(), lease.fence()))
-            .collect();
-        expected.sort();
-        assert_eq!(held, expected, "{:?}", lease.locks());
-        // The token is the client's own UUID v4.
-        assert_eq!(lease.token().len(), 36);
-        assert_eq!(&lease.token()[14..15], "4");
-        lease.release().await.expect("released");
-    }
-    assert!(locks_of(&mut admin, "proj").await.is_empty());
-
-    // Requests that cannot be sent.
-    assert!(matches!(
-        locks.move_into("/", "/B").await,
-        Err(Error::Invalid(_))
-    ));
-    assert!(matches!(
-        locks.purge(Vec::<String>::new()).await,
-        Err(Error::Invalid(_))
-    ));
-    // The server's own errors come back as they are.
-    match locks.upload("/a/../b").await {
-        Err(Error::Redis(e)) => assert!(e.to_string().contains("..")),
-        other => panic!("expected the server's error, got {other:?}"),
-    }
-    let requests = locks.lock([LockRequest::write("/x")]);
-    assert_eq!(
-        requests.requests().ok(),
-        Some(&[LockRequest::write("/x")][..])
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_owner_is_busy_with_the_blockers_and_granted_after_the_release() {
-    let server = Server::start();
-    let locks = server.locks("proj").await;
-    // The second owner on a plain multiplexed connection, which works as well.
-    let other =
-        PathLocks::with_connection(client(server.port), server.admin().await, "proj").ttl(ms(5000));
-
-    let moving = locks.move_into("/A/C", "/B").await.expect("granted");
-    match other.upload("/A/C/d.txt").await {
-        Err(Error::Busy { blockers }) => {
-            assert_eq!(blockers.len(), 1, "{blockers:?}");
-            let blocker = &blockers[0];
-            assert_eq!(blocker.path, "/A/C");
-            assert_eq!(blocker.mode, Mode::Write);
-            assert_eq!(blocker.token, moving.token());
-            assert_eq!(blocker.fence, moving.fence());
-            assert!(blocker.ttl > ms(25_000) && blocker.ttl <= ms(30_000));
-        }
-        other => panic!("expected Busy, got {other:?}"),
-    }
-    // Both of the move's locks block, and the message names them.
-    match other.lock([(Mode::Read, "/")]).await {
-        Err(e @ Error::Busy { .. }) => {
-            let text = e.to_string();
-            assert!(text.contains("WRITE /A/C held by") && text.contains("WRITE /B/C held by"));
-        }
-        other => panic!("expected Busy, got {other:?}"),
-    }
-    moving.release().await.expect("released");
-    let uploading = other
-        .upload("/A/C/d.txt")
-        .await
-        .expect("granted after the release");
-    assert!(uploading.fence() > 1);
-
-    // A waiting acquire is granted when the holder lets go, by the server's fair queue.
-    let waiting = {
-        let locks = locks.clone();
-        tokio::spawn(async move { locks.delete("/A").wait(ms(3000)).await })
-    };
-    tokio::time::sleep(ms(100)).await;
-    assert!(!waiting.is_finished());
-    uploading.release().await.expect("released");
-    let deleting = waiting.await.expect("task").expect("granted once released");
-    assert_eq!(deleting.locks(), &[LockRequest::write("/A")]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,7 +21,7 @@ async fn an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner() {
     let mut admin = server.admin().await;
     let proxy = Proxy::start(server.port).await;
     let locks = locks_via(proxy.port, "proj").await.ttl(ms(600));
-    let grants_before = info_number(&mut admin, "pathlock_total_grants").await;
+    let grants_before = info_pathlock(&mut admin, "pathlock_total_grants").await;
 
     // The server grants the first attempt; its reply is lost with the connection.
     proxy.set(Behaviour::CutAfterAcquire {
@@ -162,7 +29,7 @@ async fn an_acquire_whose_reply_is_lost_is_retried_as_the_same_owner() {
     });
     let lease = locks.upload("/A").await.expect("granted on the retry");
     assert_eq!(
-        info_number(&mut admin, "pathlock_total_grants").await - grants_before,
+        info_pathlock(&mut admin, "pathlock_total_grants").await - grants_before,
         2,
         "the first attempt was granted too"
     );
@@ -194,7 +61,7 @@ async fn a_retry_refused_for_a_waiter_that_came_in_between_recovers_the_grant() 
         tokio::spawn(async move { locks.upload("/A").wait(ms(1000)).await })
     };
     let mut probe = admin.clone();
-    wait_until(ms(2000), "the first grant", || {
+    until(ms(2000), "the first grant", || {
         let mut probe = probe.clone();
         async move { locks_of(&mut probe, "proj").await.len() == 1 }
     })
@@ -214,9 +81,9 @@ async fn a_retry_refused_for_a_waiter_that_came_in_between_recovers_the_grant() 
         })
     };
     let mut probe = admin.clone();
-    wait_until(ms(2000), "the waiter", || {
+    until(ms(2000), "the waiter", || {
         let mut probe = probe.clone();
-        async move { info_number(&mut probe, "pathlock_clients_waiting").await == 1 }
+        async move { info_pathlock(&mut probe, "pathlock_clients_waiting").await == 1 }
     })
     .await;
     let _ = &mut probe;
@@ -256,7 +123,7 @@ async fn an_acquire_that_cannot_get_through_fails_and_its_token_is_released_late
     tokio::time::sleep(ms(200)).await;
     proxy.set(Behaviour::Forward);
     let mut probe = admin.clone();
-    wait_until(ms(3000), "the background release", || {
+    until(ms(3000), "the background release", || {
         let mut probe = probe.clone();
         async move { locks_of(&mut probe, "proj").await.is_empty() }
     })
@@ -278,9 +145,9 @@ async fn a_cancelled_acquire_leaves_no_lock_behind() {
         .await
         .is_err());
     let mut probe = admin.clone();
-    wait_until(ms(2000), "the server to forget the waiter", || {
+    until(ms(2000), "the server to forget the waiter", || {
         let mut probe = probe.clone();
-        async move { info_number(&mut probe, "pathlock_clients_waiting").await == 0 }
+        async move { info_pathlock(&mut probe, "pathlock_clients_waiting").await == 0 }
     })
     .await;
     let _ = &mut probe;
@@ -289,7 +156,7 @@ async fn a_cancelled_acquire_leaves_no_lock_behind() {
     holder.release().await.expect("released");
     assert!(locks_of(&mut admin, "proj").await.is_empty());
     assert_eq!(
-        info_number(&mut admin, "pathlock_total_waits_granted").await,
+        info_pathlock(&mut admin, "pathlock_total_waits_granted").await,
         0
     );
 }

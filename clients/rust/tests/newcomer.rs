@@ -25,7 +25,7 @@ async fn the_readme_example_runs() {
     let bob = server
         .locks("proj:42")
         .await
-        .rename("/A/C", "/A/D")
+        .rename("/A/C", "D")
         .note("bob: rename /A/C to /A/D")
         .await
         .expect("granted");
@@ -80,7 +80,7 @@ async fn what_a_newcomer_writes() {
     {
         said.push(format!("{}: {}", lock.path, lock.note.unwrap_or_default()));
     }
-    if let Err(Error::Busy { blockers }) = locks.upload("/B/C/new.txt").await {
+    if let Err(Error::Busy { blockers, .. }) = locks.upload("/B/C/new.txt").await {
         said.push(format!(
             "busy: {}",
             blockers[0].note.clone().unwrap_or_default()
@@ -113,13 +113,19 @@ async fn what_a_newcomer_writes() {
         empty.to_string().contains("lock([(Mode::Write, \"/\")])"),
         "{empty}"
     );
-    // Half a millisecond? The TTL counts whole milliseconds.
+    // Half a millisecond? A TTL is at least one.
     let ttl = locks
         .upload("/A")
         .ttl(Duration::from_micros(500))
         .await
         .expect_err("refused");
-    assert!(ttl.to_string().contains("at least 1 ms"), "{ttl}");
+    assert!(ttl.to_string().contains("at least 1 millisecond"), "{ttl}");
+    // A whole path as the new name, as 0.1 took it: rename takes a name.
+    let renamed = locks.rename("/A/C", "/A/C2").await.expect_err("refused");
+    assert!(
+        renamed.to_string().contains("rename takes a name"),
+        "{renamed}"
+    );
     let mut admin = server.admin().await;
     run(&mut admin, &["SET", "settings", "{}"]).await;
     let wrong = server
@@ -131,7 +137,7 @@ async fn what_a_newcomer_writes() {
     assert!(
         wrong
             .to_string()
-            .contains("'settings' is not a pathlock project"),
+            .contains("\"settings\" is not a pathlock project"),
         "{wrong}"
     );
 }

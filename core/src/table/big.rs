@@ -3,7 +3,7 @@
 //!
 //! A big owner's locks are a hash set (`BigOwner::locks`) rather than a list, so that releasing
 //! one of a million finds it in one step. Its locks are counted on every ancestor of each, per
-//! owner (`LockTable::big_marks`: for a node, the big owners with locks strictly beneath it and
+//! owner (`Tree::big_marks`: for a node, the big owners with locks strictly beneath it and
 //! how many of each mode), which answers the two questions a request asks about what lies
 //! beneath a path in a step per big owner there, not per lock:
 //!
@@ -13,7 +13,7 @@
 //! A big owner that is released whole, or whose lease lapses, is **buried**, as Redis's lazy free
 //! unlinks a key at once and frees its value in the background: it leaves the token index and the
 //! expiry index, its lease drops to zero, and its locks stop counting (`len`, listings, conflicts)
-//! at that instant; `LockTable::free_some` then removes them a bounded number at a time, on
+//! at that instant; `Tree::free_some` then removes them a bounded number at a time, on
 //! masters and replicas alike, since the logical state (the owner is gone) is already decided.
 //! Waiters behind it are retried around its locks' lowest common ancestor, which is kept as locks
 //! come (`BigOwner::lca`).
@@ -21,7 +21,7 @@
 use super::idmap;
 use super::ids::{NodeId, OwnerId, Tagged, BIG, NONE, ROOT, SPILLED};
 use super::rehash::LinearTable;
-use super::LockTable;
+use super::Tree;
 use crate::lock::Mode;
 use crate::path::Path;
 
@@ -46,7 +46,7 @@ fn lock_hash(lock: &Tagged) -> u64 {
     idmap::hash(lock.0)
 }
 
-impl LockTable {
+impl Tree {
     pub(super) fn is_buried(&self, id: OwnerId) -> bool {
         self.is_big(id) && self.bigs.get(id).is_some_and(|big| big.buried)
     }
@@ -138,9 +138,11 @@ impl LockTable {
             self.common_ancestor(lca, lock.id())
         };
         if let Some(big) = self.bigs.get_mut(id) {
+            let before = big.locks.heap_bytes();
             big.locks.insert_unique(lock_hash(&lock), lock, lock_hash);
             big.lca = lca;
             self.big_locks += 1;
+            self.inner_bytes = self.inner_bytes + big.locks.heap_bytes() - before;
         }
     }
 
@@ -150,6 +152,7 @@ impl LockTable {
         let Some(big) = self.bigs.get_mut(id) else {
             return;
         };
+        let before = big.locks.heap_bytes();
         if big
             .locks
             .remove(lock_hash(&lock), |&l| l == lock, lock_hash)
@@ -157,11 +160,14 @@ impl LockTable {
         {
             self.big_locks -= 1;
         }
+        self.inner_bytes = self.inner_bytes + big.locks.heap_bytes() - before;
         let (buried, left) = (big.buried, big.locks.len());
         if buried {
             self.buried_locks -= 1;
             if left == 0 {
-                self.bigs.remove(id);
+                if let Some(gone) = self.bigs.remove(id) {
+                    self.inner_bytes -= gone.locks.heap_bytes();
+                }
                 self.free_owner_slot(id);
             }
         } else {
@@ -190,6 +196,7 @@ impl LockTable {
             self.mark_crowd_big(lock.id(), Tagged::new(id, lock.mode()), true);
         }
         self.big_locks += big.locks.len();
+        self.inner_bytes += big.locks.heap_bytes();
         self.bigs.insert_new(id, big);
         self.owner_mut(id).lock = Tagged(BIG);
     }
@@ -200,6 +207,7 @@ impl LockTable {
         let Some(big) = self.bigs.remove(id) else {
             return;
         };
+        self.inner_bytes -= big.locks.heap_bytes();
         let list: Vec<Tagged> = big.locks.iter().copied().collect();
         self.big_locks -= list.len();
         let deadline = self.owner(id).deadline;

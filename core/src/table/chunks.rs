@@ -24,6 +24,8 @@
 use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 
+use crate::alloc::allocation;
+
 const CHUNK_BITS: u32 = 11;
 const CHUNK: usize = 1 << CHUNK_BITS;
 const SLOT_MASK: usize = CHUNK - 1;
@@ -145,6 +147,20 @@ impl<T: Clone> Chunks<T> {
 
     pub(super) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         self.chunks.iter().flat_map(|chunk| chunk.items().iter())
+    }
+
+    /// The bytes the vector takes on the heap, as the allocator rounds them, for the memory
+    /// estimate: its chunks, full or not (all but the first are a whole chunk), and the vector
+    /// of chunks. A chunk shared with a copy counts on both sides, as copies report their whole
+    /// size.
+    pub(super) fn heap_bytes(&self) -> usize {
+        let Some(first) = self.chunks.first() else {
+            return 0;
+        };
+        let size = std::mem::size_of::<T>();
+        allocation(first.items().capacity() * size)
+            + (self.chunks.len() - 1) * allocation(CHUNK * size)
+            + allocation(self.chunks.capacity() * std::mem::size_of::<Chunk<T>>())
     }
 
     /// The bytes the chunks reserve, full or not.

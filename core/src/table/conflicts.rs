@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 
 use super::ids::{NodeId, OwnerId, Tagged, ROOT};
 use super::tree::{push_segment, Held, Walk};
-use super::LockTable;
+use super::Tree;
 use crate::lock::{LockInfo, Mode, PackedToken, Token};
 use crate::path::Path;
 
@@ -53,7 +53,7 @@ pub(super) enum Verdict {
     Unsure,
 }
 
-impl LockTable {
+impl Tree {
     /// Whether a live lock of another owner blocks `token` from taking `mode` on `path` at
     /// `now`, changing nothing: the decision an acquire makes.
     pub fn is_blocked(&self, now: u64, token: &Token, mode: Mode, path: &Path) -> bool {
@@ -293,7 +293,7 @@ impl LockTable {
                 node,
                 &mut key,
                 &self.live_beneath(now),
-                &|table: &LockTable, node| table.may_be_live_here(node, now),
+                &|table: &Tree, node| table.may_be_live_here(node, now),
                 &mut |table, node, key, held| {
                     if table.is_live(held.owner(), now) {
                         out.push(table.info(node, key, held));
@@ -305,8 +305,8 @@ impl LockTable {
     }
 
     /// For the walks that list live locks: whether to descend beneath a node.
-    fn live_beneath(&self, now: u64) -> impl Fn(&LockTable, NodeId) -> bool {
-        move |table: &LockTable, node: NodeId| {
+    fn live_beneath(&self, now: u64) -> impl Fn(&Tree, NodeId) -> bool {
+        move |table: &Tree, node: NodeId| {
             table.may_be_live_beneath(node, now, Mode::Write, &|_| false)
         }
     }
@@ -363,7 +363,7 @@ impl LockTable {
 
     /// Every stored lock of an owner not being freed, lapsed, cut or not, in tree order: what
     /// the table holds, for tests that store conflicting locks on purpose (a replica's grants are
-    /// not decided), where [`LockTable::iter`] would leave cut ones out.
+    /// not decided), where [`Tree::iter`] would leave cut ones out.
     #[doc(hidden)]
     pub fn stored(&self) -> Vec<LockInfo> {
         let mut out = Vec::with_capacity(self.len);
@@ -375,7 +375,7 @@ impl LockTable {
         out
     }
 
-    /// Calls `visit` with each lock [`LockTable::iter`] lists, without building a list: what
+    /// Calls `visit` with each lock [`Tree::iter`] lists, without building a list: what
     /// persistence, AOF rewrites and digests walk.
     pub fn for_each_persisted(&self, visit: &mut dyn FnMut(LockInfo)) {
         self.visit_persisted(visit);

@@ -20,7 +20,7 @@ use super::idmap;
 use super::ids::{NodeId, OwnerId, Tagged, NONE, SPILLED};
 use super::rehash::LinearTable;
 use super::tree::Held;
-use super::LockTable;
+use super::Tree;
 use crate::lock::Mode;
 
 #[derive(Clone, Debug, Default)]
@@ -64,7 +64,7 @@ impl Crowd {
     }
 }
 
-impl LockTable {
+impl Tree {
     pub(super) fn crowd(&self, node: NodeId) -> Option<&Crowd> {
         if self.nodes[node as usize].lock.owner.0 != SPILLED {
             return None;
@@ -171,12 +171,14 @@ impl LockTable {
         let Some(crowd) = self.crowded.get_mut(node) else {
             return;
         };
+        let before = crowd.readers.heap_bytes();
         match held.mode() {
             Mode::Write => crowd.writers.insert(position, held),
             Mode::Read => crowd
                 .readers
                 .insert_unique(reader_hash(&held), held, reader_hash),
         }
+        self.inner_bytes = self.inner_bytes + crowd.readers.heap_bytes() - before;
         if big {
             crowd.bigs.push(held.owner);
         } else {
@@ -200,6 +202,7 @@ impl LockTable {
             }
         }
         let crowd = self.crowded.get_mut(node)?;
+        let before = crowd.readers.heap_bytes();
         let taken = match owner.mode() {
             Mode::Write => {
                 let at = crowd.writers.iter().position(|h| h.owner == owner)?;
@@ -214,6 +217,7 @@ impl LockTable {
         if let Some(at) = crowd.bigs.iter().position(|&b| b == owner) {
             crowd.bigs.swap_remove(at);
         }
+        self.inner_bytes = self.inner_bytes + crowd.readers.heap_bytes() - before;
         if crowd.len() == 1 {
             let only = crowd
                 .writers
@@ -221,7 +225,9 @@ impl LockTable {
                 .or_else(|| crowd.readers.any())
                 .copied();
             if let Some(only) = only {
-                self.crowded.remove(node);
+                if let Some(gone) = self.crowded.remove(node) {
+                    self.inner_bytes -= gone.readers.heap_bytes();
+                }
                 self.nodes[node as usize].lock = only;
             }
         }

@@ -22,7 +22,7 @@
 use super::conflicts::blocking_count;
 use super::ids::{NodeId, OwnerId, ROOT};
 use super::tree::{push_segment, Held};
-use super::LockTable;
+use super::Tree;
 use crate::lock::{LockInfo, Mode};
 
 /// What `walk_persisted` calls for each lock: the nodes from the root down to the lock's (the
@@ -58,7 +58,7 @@ fn cuts(cut: Cut, mode: Mode, held: &Held) -> bool {
     cut.fence > held.fence && mode.conflicts_with(held.mode()) && cut.owner != held.owner()
 }
 
-impl LockTable {
+impl Tree {
     /// Records the cuts of a new lock of `owner` in `mode` on `node`, taking `fence`, before it
     /// is added: where it passes over conflicting locks of other owners. O(depth); a crowd is
     /// looked at through `conflicting_here`, a step or two.

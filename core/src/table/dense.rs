@@ -29,7 +29,7 @@ use super::owners::{Owner, OwnerKeys};
 use super::rehash::{prefetch, LinearTable, Rehasher};
 use super::sorted::SortedRuns;
 use super::tree::{Fork, Held, Node, NodeKeys, Segment};
-use super::LockTable;
+use super::{LockTable, Tree};
 use crate::lock::{Mode, Note, PackedToken};
 
 /// One persisted lock as a step from the one before it in tree order.
@@ -39,14 +39,14 @@ pub(crate) struct Step<'a> {
     /// Segments to descend from there, as stored in trie keys (escaped, unterminated).
     pub(crate) down: &'a [&'a [u8]],
     pub(crate) mode: Mode,
-    /// The owner's number in [`LockTable::for_each_owner`]'s order.
+    /// The owner's number in [`Tree::for_each_owner`]'s order.
     pub(crate) owner: u32,
     pub(crate) fence: u64,
     pub(crate) note: Option<&'a Note>,
 }
 
-impl LockTable {
-    /// How many owners [`LockTable::for_each_owner`] visits: those not being freed.
+impl Tree {
+    /// How many owners [`Tree::for_each_owner`] visits: those not being freed.
     pub(crate) fn filed_owners(&self) -> usize {
         self.owners.len() - self.free_owners.len() - self.graveyard.len()
     }
@@ -64,7 +64,7 @@ impl LockTable {
         }
     }
 
-    /// Visits the locks [`LockTable::iter`] lists, in its order, each as a [`Step`] from the
+    /// Visits the locks [`Tree::iter`] lists, in its order, each as a [`Step`] from the
     /// previous one. It reads no clock and builds no path, token or list of the locks.
     pub(crate) fn for_each_step(&self, visit: &mut dyn FnMut(&Step)) {
         // Every filed owner's number, by its slot, in `for_each_owner`'s order.
@@ -171,7 +171,7 @@ pub(crate) enum Refused {
 /// what came before, so a payload that is out of order or holds conflicting locks is refused;
 /// the segments and tokens themselves are checked by the caller.
 pub(crate) struct Builder {
-    table: LockTable,
+    table: Tree,
     stack: Vec<Level>,
     /// Emptied children lists, kept for the next levels.
     spare: Vec<Vec<NodeId>>,
@@ -183,7 +183,7 @@ pub(crate) struct Builder {
 impl Builder {
     pub(crate) fn new() -> Builder {
         let mut builder = Builder {
-            table: LockTable::new(),
+            table: Tree::loaded(),
             stack: Vec::new(),
             spare: Vec::new(),
             lease: None,
@@ -318,6 +318,7 @@ impl Builder {
                 // Siblings come in strictly increasing order, so none repeats.
                 if let Ok(children) = LinearTable::build(hashed, |a, b| a == b, keys) {
                     fork.table = table.tables.len() as u32;
+                    table.inner_bytes += children.heap_bytes();
                     table.tables.push(children);
                 }
             }
@@ -351,6 +352,7 @@ impl Builder {
         });
         table.live_nodes += 1;
         table.segment_bytes += segment.len();
+        table.segment_heap += table.nodes[id as usize].segment.heap_allocation();
         self.push_level(id);
         Ok(())
     }
@@ -410,9 +412,17 @@ impl Builder {
             table.mark_ancestors(node, owner, mode, 1);
         }
         let lock = Tagged::new(owner, mode);
+        // As a grant does (`Tree::grant_to`): an owner's first lock gives the owner its note,
+        // which its locks then carry without an entry each; a lock with another note, or none
+        // under an owner's note, keeps an entry of its own.
+        if let Some(note) = note {
+            if table.lock_count(owner) == 0 && !table.notes.has_owner_note(owner) {
+                table.notes.set_owner(owner, note);
+            }
+        }
         table.add_holder(node, Held { fence, owner: lock });
         table.add_owner_lock(owner, Tagged::new(node, mode));
-        if let Some(note) = note {
+        if !table.notes.is_owners(owner, note) {
             table.notes.set(node, lock, note);
         }
         Ok(())
@@ -460,6 +470,6 @@ impl Builder {
             table.free_owner_slot(id);
         }
         table.raise_next_fence(next_fence);
-        Ok(self.table)
+        Ok(LockTable::from_tree(Box::new(self.table)))
     }
 }

@@ -6,11 +6,11 @@
 //! are freed in the background (`big`).
 
 use super::ids::{OwnerId, NONE};
-use super::LockTable;
+use super::Tree;
+use crate::lock::Freed;
 use crate::lock::{Mode, PackedToken, Token};
-use crate::Freed;
 
-impl LockTable {
+impl Tree {
     /// The earliest lease of any owner, lapsed or not.
     pub fn next_deadline(&self) -> Option<u64> {
         self.expiry.first_key_value().map(|(&deadline, _)| deadline)
@@ -29,7 +29,7 @@ impl LockTable {
 
     /// Reclaims at most `max_owners` owners whose lease lapsed by `now`, earliest first, so that
     /// a mass expiry can be spread over many calls. The tokens it returns name the work exactly
-    /// for a replica ([`LockTable::reclaim_expired_of`]).
+    /// for a replica ([`Tree::reclaim_expired_of`]).
     pub fn reclaim_some_expired(&mut self, now: u64, max_owners: usize, describe: bool) -> Freed {
         let mut freed = Freed::default();
         for _ in 0..max_owners {

@@ -5,13 +5,15 @@
 //! arena: after a quarter of a million locks come and go, the arena keeps its full length, a
 //! chunk of it for every few live entries, and `used_memory` does not come back. Handing out
 //! the lowest free slot instead fills the arena from its start, so the slots at its end are the
-//! last taken and the first to fall free together; `LockTable::trim_some` then pops them off the
+//! last taken and the first to fall free together; `Tree::trim_some` then pops them off the
 //! end, a bounded number per call, and the arena's chunks go back to the allocator.
 //!
 //! The set is a bitmap with a summary word per 64 words: finding the lowest free slot looks at
 //! the summary from a hint (every summary word below the hint is zero), so it costs a few words
 //! whatever the arena's size. Both vectors grow by a word at a time, a copy of 1.25 MB at ten
 //! million slots at most.
+
+use crate::alloc::allocation;
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct FreeSlots {
@@ -27,6 +29,12 @@ pub(super) struct FreeSlots {
 impl FreeSlots {
     pub(super) fn len(&self) -> usize {
         self.len
+    }
+
+    /// The bytes the bitmaps take on the heap, for the memory estimate.
+    pub(super) fn heap_bytes(&self) -> usize {
+        let words = self.bits.capacity() + self.summary.capacity();
+        allocation(words * std::mem::size_of::<u64>())
     }
 
     pub(super) fn contains(&self, id: u32) -> bool {

@@ -63,6 +63,11 @@ impl<V: Clone> IdMap<V> {
             .map(|entry| entry.1)
     }
 
+    /// The bytes the map takes on the heap (see `LinearTable::heap_bytes`).
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.entries.heap_bytes()
+    }
+
     pub(super) fn keys(&self) -> impl Iterator<Item = u32> + '_ {
         self.entries.iter().map(|entry| entry.0)
     }

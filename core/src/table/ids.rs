@@ -14,7 +14,7 @@ const READ_BIT: u32 = 1 << 31;
 pub(super) const NONE: u32 = u32::MAX;
 /// A slot whose entries outgrew it and live in a side map of the table.
 pub(super) const SPILLED: u32 = u32::MAX - 1;
-/// An owner's lock slot when the owner is big: its locks are in `LockTable::bigs` (see `big`).
+/// An owner's lock slot when the owner is big: its locks are in `Tree::bigs` (see `big`).
 pub(super) const BIG: u32 = u32::MAX - 2;
 /// Ids stay below the sentinels and the mode bit. Reaching it would take 2^31 nodes or owners,
 /// over 100 GiB, but the check keeps a tagged id from ever being misread.

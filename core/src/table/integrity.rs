@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ids::{NodeId, OwnerId, Tagged, BIG, NONE, ROOT, SPILLED};
-use super::LockTable;
+use super::Tree;
 use crate::lock::{Mode, PackedToken};
 
-impl LockTable {
+impl Tree {
     /// Recomputes every derived structure from the locks themselves and reports the first
     /// disagreement: intention marks, `latest` bounds, big owners' marks and sets, owners'
     /// lists, the expiry index, the graveyard, the counts, the canonical order, the tree's links,
@@ -16,7 +16,7 @@ impl LockTable {
     pub fn check_integrity(&self) -> Result<(), String> {
         let mut owned: BTreeMap<OwnerId, BTreeSet<Tagged>> = BTreeMap::new();
         let mut parents: Vec<(NodeId, NodeId)> = Vec::new();
-        let (mut live, mut segment_bytes) = (0, 0);
+        let (mut live, mut segment_bytes, mut segment_heap, mut inner) = (0, 0, 0, 0);
         let mut order = Vec::new();
         let mut forks = BTreeSet::new();
         let mut stack = vec![ROOT];
@@ -29,6 +29,7 @@ impl LockTable {
             if id != ROOT {
                 live += 1;
                 segment_bytes += node.segment.len();
+                segment_heap += node.segment.heap_allocation();
                 if node.is_unused() {
                     return Err(format!("unused node {id}"));
                 }
@@ -50,6 +51,10 @@ impl LockTable {
             {
                 return Err(format!("node {id}'s fork is free or another node's"));
             }
+            if table != NONE {
+                inner += self.tables[table as usize].heap_bytes();
+            }
+            inner += self.crowd(id).map_or(0, |crowd| crowd.readers.heap_bytes());
             let spilled = node.lock.owner.0 == SPILLED;
             if spilled != self.crowded.contains_key(id) || (spilled && self.holder_count(id) < 2) {
                 return Err(format!("the locks of node {id} are spilled wrongly"));
@@ -94,8 +99,23 @@ impl LockTable {
                 }
             }
         }
-        if live != self.live_nodes || segment_bytes != self.segment_bytes {
+        if live != self.live_nodes
+            || segment_bytes != self.segment_bytes
+            || segment_heap != self.segment_heap
+        {
             return Err("the node counts disagree with the tree".into());
+        }
+        inner += self
+            .bigs
+            .keys()
+            .filter_map(|owner| self.bigs.get(owner))
+            .map(|big| big.locks.heap_bytes())
+            .sum::<usize>();
+        if inner != self.inner_bytes {
+            return Err(format!(
+                "the inner tables take {inner} bytes, not {}",
+                self.inner_bytes
+            ));
         }
         if self.free_nodes.len() + live + 1 != self.nodes.len() {
             return Err("free node slots disagree with the tree".into());
@@ -111,21 +131,24 @@ impl LockTable {
         }) {
             return Err("a spilled lock list belongs to no node".into());
         }
-        for (node, owner, note) in self.notes.iter() {
+        for (node, owner, note) in self.notes.locks() {
             let held = self
                 .nodes
                 .get(node as usize)
                 .is_some_and(|n| !n.is_unused())
                 && self.holder(node, owner).is_some();
-            if !held || note.is_empty() {
+            if !held || self.notes.is_owners(owner.id(), note) {
                 return Err(format!(
-                    "a note at node {node} belongs to no lock, or is empty"
+                    "a note at node {node} belongs to no lock, or is its owner's"
                 ));
             }
         }
-        if self.notes.recount() != self.notes.bytes() {
-            return Err("the notes' byte count disagrees with the notes".into());
+        for (owner, _) in self.notes.owners() {
+            if self.owners.get(owner as usize).is_none_or(Option::is_none) {
+                return Err(format!("owner {owner}'s note belongs to no owner"));
+            }
         }
+        self.notes.recount()?;
         self.check_owners(owned)
     }
 

@@ -21,7 +21,7 @@ use super::chunks::Chunks;
 use super::ids::{NodeId, OwnerId, Tagged, BIG, MAX_ID, NONE, SPILLED};
 use super::rehash::{prefetch, Rehasher};
 use super::tree::reserve_for_one;
-use super::LockTable;
+use super::Tree;
 use crate::lock::PackedToken;
 
 /// The most locks a small owner holds; one more and it is big.
@@ -38,14 +38,14 @@ pub(super) struct Owner {
     pub(super) prev: OwnerId,
     pub(super) next: OwnerId,
     /// The owner's only lock (`Tagged(node, mode)`), `NONE` before its first, `SPILLED` when it
-    /// holds several, listed in `LockTable::owner_locks`, or `BIG` (see `big`).
+    /// holds several, listed in `Tree::owner_locks`, or `BIG` (see `big`).
     pub(super) lock: Tagged,
     pub(super) filed: bool,
 }
 
 const _: () = assert!(std::mem::size_of::<Option<Owner>>() == 48);
 
-impl LockTable {
+impl Tree {
     pub(super) fn owner(&self, id: OwnerId) -> &Owner {
         // Ids come from the table's own structures, which only hold live owners.
         self.owners[id as usize].as_ref().expect("a live owner id")
@@ -136,6 +136,7 @@ impl LockTable {
     pub(super) fn free_owner_slot(&mut self, id: OwnerId) {
         if let Some(owner) = self.owners[id as usize].take() {
             self.token_bytes -= owner.token.heap_bytes();
+            self.notes.forget_owner(id);
             self.free_owners.insert(id);
         }
     }

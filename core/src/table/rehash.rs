@@ -36,6 +36,8 @@ use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use crate::alloc::allocation;
+
 /// The average entries per segment above which a segment splits.
 const SEGMENT_LOAD: usize = 1024;
 /// The average below which the last split is undone: far enough below `SEGMENT_LOAD` that a
@@ -51,6 +53,10 @@ pub(super) struct LinearTable<T> {
     /// `2^level` on, use one more bit of the hash.
     split: u32,
     len: u32,
+    /// The bytes the segments' slots and control bytes take, by their capacities, kept as they
+    /// change so that the memory estimate reads it in one step (`heap_bytes`). In the padding
+    /// after the counts, so the table is no larger for it; no table reaches 4 GB.
+    slots: u32,
 }
 
 impl<T> Default for LinearTable<T> {
@@ -60,8 +66,15 @@ impl<T> Default for LinearTable<T> {
             level: 0,
             split: 0,
             len: 0,
+            slots: 0,
         }
     }
+}
+
+/// The bytes a segment's slots and control bytes take, as the allocator rounds them: what
+/// hashbrown allocated for them, in one block.
+fn slot_bytes<T>(segment: &HashTable<T>) -> u32 {
+    allocation(segment.allocation_size()) as u32
 }
 
 /// How a table finds the hash of an entry it holds, to re-hash it when a segment grows, splits
@@ -173,6 +186,7 @@ impl<T: Clone> LinearTable<T> {
                 built.insert_unique(hash, value, |v| rehasher.hash(v));
             }
             return Ok(LinearTable {
+                slots: slot_bytes(&built),
                 segments: vec![Arc::new(built)],
                 level: 0,
                 split: 0,
@@ -188,6 +202,7 @@ impl<T: Clone> LinearTable<T> {
             level,
             split: 0,
             len: 0,
+            slots: 0,
         };
         // The entries sorted by segment in place (a counting sort that swaps each entry to its
         // segment's next free place), then each segment built in turn.
@@ -222,6 +237,7 @@ impl<T: Clone> LinearTable<T> {
                 // Sized for every entry of the segment, so nothing is re-hashed.
                 built.insert_unique(hash, value, |v| rehasher.hash(v));
             }
+            table.slots += slot_bytes(&built);
             table.segments.push(Arc::new(built));
         }
         table.len = len as u32;
@@ -235,11 +251,13 @@ impl<T: Clone> LinearTable<T> {
         }
         let at = self.segment_of(hash);
         let segment = Arc::make_mut(&mut self.segments[at]);
+        let before = slot_bytes(segment);
         if segment.len() == segment.capacity() {
             // This insertion grows the segment, which re-hashes all it holds.
             prefetch_all(segment, &rehasher);
         }
         segment.insert_unique(hash, value, |v| rehasher.hash(v));
+        self.slots = self.slots - before + slot_bytes(segment);
         self.len += 1;
         if self.len as usize > self.segments.len() * SEGMENT_LOAD {
             self.split_one(&rehasher);
@@ -270,6 +288,22 @@ impl<T: Clone> LinearTable<T> {
         Some(removed)
     }
 
+    /// The bytes the table takes on the heap, as the allocator rounds them, for the memory
+    /// estimates: its segments' slots, their shared allocations and the vector of segments.
+    /// The vector is taken at the power of two it grows to: a copy's is exactly as long as it
+    /// needs, and a copy made to write to a shared piece must not change what the original
+    /// table is counted at.
+    pub(super) fn heap_bytes(&self) -> usize {
+        if self.segments.is_empty() {
+            return 0;
+        }
+        let shared = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<HashTable<T>>();
+        let vector = self.segments.len().next_power_of_two().max(4);
+        self.slots as usize
+            + self.segments.len() * allocation(shared)
+            + allocation(vector * std::mem::size_of::<usize>())
+    }
+
     /// Undoes the last split: the last segment's entries go back to the segment they came from.
     fn merge_one(&mut self, rehasher: &impl Rehasher<T>) {
         if self.split == 0 {
@@ -280,7 +314,9 @@ impl<T: Clone> LinearTable<T> {
         let Some(last) = self.segments.pop() else {
             return;
         };
+        self.slots -= slot_bytes(&last);
         let into = Arc::make_mut(&mut self.segments[self.split as usize]);
+        let before = slot_bytes(into);
         prefetch_all(&last, rehasher);
         if into.capacity() < into.len() + last.len() {
             prefetch_all(into, rehasher);
@@ -290,6 +326,7 @@ impl<T: Clone> LinearTable<T> {
         for value in Arc::unwrap_or_clone(last) {
             into.insert_unique(rehasher.hash(&value), value, |v| rehasher.hash(v));
         }
+        self.slots = self.slots - before + slot_bytes(into);
     }
 
     /// Splits the next segment in turn: the entries with the next hash bit set move to a new
@@ -305,6 +342,7 @@ impl<T: Clone> LinearTable<T> {
         for value in source.extract_if(|v| segment_bits(rehasher.hash(v)) & bit != 0) {
             moved.insert_unique(rehasher.hash(&value), value, |v| rehasher.hash(v));
         }
+        self.slots += slot_bytes(&moved);
         self.segments.push(Arc::new(moved));
         self.split += 1;
         if self.split as usize == bit {
@@ -339,6 +377,12 @@ mod tests {
         }
         assert!(table.segments.len() > 64);
         assert_eq!(table.len(), model.len());
+        let slots = |t: &LinearTable<u64>| t.segments.iter().map(|s| slot_bytes(s)).sum::<u32>();
+        assert_eq!(
+            table.slots,
+            slots(&table),
+            "the slots counted as they changed"
+        );
         let mut listed: Vec<u64> = table.iter().copied().collect();
         listed.sort_unstable();
         assert!(listed.iter().eq(model.iter()));
@@ -350,6 +394,7 @@ mod tests {
         }
         assert!(table.is_empty());
         assert!(table.segments.is_empty());
+        assert_eq!((table.slots, table.heap_bytes()), (0, 0));
     }
 
     #[test]

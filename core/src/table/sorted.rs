@@ -17,6 +17,8 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::alloc::allocation;
+
 /// The most entries a run holds. 16-byte entries make a run 4 KB, a page.
 const RUN: usize = 256;
 
@@ -68,6 +70,19 @@ impl<K: Ord + Copy, V: Copy> SortedRuns<K, V> {
             runs.push(Arc::new(run));
         }
         SortedRuns { runs }
+    }
+
+    /// The bytes the runs take on the heap, as the allocator rounds them, for the memory
+    /// estimate: a read of each run's capacity, one per hundred entries or more.
+    pub(super) fn heap_bytes(&self) -> usize {
+        let shared = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<VecDeque<(K, V)>>();
+        self.runs
+            .iter()
+            .map(|run| {
+                allocation(shared) + allocation(run.capacity() * std::mem::size_of::<(K, V)>())
+            })
+            .sum::<usize>()
+            + allocation(self.runs.capacity() * std::mem::size_of::<usize>())
     }
 
     pub(super) fn first_key_value(&self) -> Option<(&K, &V)> {

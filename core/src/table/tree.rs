@@ -8,7 +8,7 @@ use hashbrown::DefaultHashBuilder;
 use super::chunks::Chunks;
 use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT};
 use super::rehash::{prefetch, LinearTable, Rehasher};
-use super::LockTable;
+use super::Tree;
 use crate::bytes::ShortBytes;
 use crate::lock::{LockInfo, Mode};
 use crate::path::Path;
@@ -53,20 +53,20 @@ pub(super) struct Node {
     /// root and for free slots.
     pub(super) segment: Segment,
     /// The lock on this exact path when there is one. Its owner is `NONE` when there is none,
-    /// and `SPILLED` when several share the path; they are then in `LockTable::crowded` (see
+    /// and `SPILLED` when several share the path; they are then in `Tree::crowded` (see
     /// `crowd`).
     pub(super) lock: Held,
     pub(super) parent: NodeId,
     /// The only child, when there is exactly one and no table: chains of folders with one
     /// locked file cost no allocation.
     pub(super) child: NodeId,
-    /// The index in `LockTable::forks` of the node's fork, `NONE` for a node without children.
+    /// The index in `Tree::forks` of the node's fork, `NONE` for a node without children.
     pub(super) fork: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<Node>() == 40);
 
-/// What a node with children keeps beside it, in `LockTable::forks`. A node has a fork exactly
+/// What a node with children keeps beside it, in `Tree::forks`. A node has a fork exactly
 /// when it has children, which is when locks lie beneath it.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, packed(4))]
@@ -80,7 +80,7 @@ pub(super) struct Fork {
     /// `conflicts`). Big owners' locks are not in it: their leases move in one step, and their
     /// liveness is read from their marks (`big`).
     pub(super) latest: u64,
-    /// The index in `LockTable::tables` of the children's table, or `NONE`.
+    /// The index in `Tree::tables` of the children's table, or `NONE`.
     pub(super) table: u32,
 }
 
@@ -141,7 +141,7 @@ impl Rehasher<NodeId> for NodeKeys<'_> {
     }
 }
 
-impl LockTable {
+impl Tree {
     /// The intention marks of `node`: locks of each mode strictly beneath it.
     pub(super) fn below(&self, node: NodeId) -> [u32; 2] {
         match self.nodes[node as usize].fork {
@@ -263,6 +263,7 @@ impl LockTable {
         };
         self.live_nodes += 1;
         self.segment_bytes += segment.len();
+        self.segment_heap += self.nodes[id as usize].segment.heap_allocation();
         self.add_child(node, id);
         id
     }
@@ -309,9 +310,11 @@ impl LockTable {
             nodes: &self.nodes,
             hasher: &self.hasher,
         };
+        let before = self.tables[slot].heap_bytes();
         for c in moved.into_iter().chain([child]) {
             self.tables[slot].insert_unique(keys.hash(&c), c, keys);
         }
+        self.inner_bytes = self.inner_bytes + self.tables[slot].heap_bytes() - before;
     }
 
     /// Takes `child` off `parent`'s children; a parent left without any gives its fork back
@@ -333,7 +336,9 @@ impl LockTable {
                 hasher: &self.hasher,
             };
             let table = &mut self.tables[slot as usize];
+            let before = table.heap_bytes();
             table.remove(keys.hash(&child), |&c| c == child, keys);
+            self.inner_bytes = self.inner_bytes + table.heap_bytes() - before;
             // A table lives until its node has no child left; converting back at one child
             // would allocate and free a table each time a second child comes and goes.
             if table.is_empty() {
@@ -455,6 +460,7 @@ impl LockTable {
         self.drop_cuts(id);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
+        self.segment_heap -= node.segment.heap_allocation();
         self.free_nodes.insert(id);
     }
 
@@ -561,7 +567,7 @@ impl LockTable {
 }
 
 /// What `walk` calls for each lock: the table, the lock's node, the node's trie key, the lock.
-pub(super) type Visit<'a> = dyn FnMut(&LockTable, NodeId, &[u8], &Held) + 'a;
+pub(super) type Visit<'a> = dyn FnMut(&Tree, NodeId, &[u8], &Held) + 'a;
 
 pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
     key.extend_from_slice(escaped);

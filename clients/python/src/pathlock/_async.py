@@ -1,6 +1,6 @@
 """The asyncio client: `AsyncPathLocks` on `redis.asyncio.Redis` or `redis.asyncio.RedisCluster`.
 
-Level 3: builds on `_operations`, `_requests`, `_errors`, `_types` and `_timers`.
+Level 3: builds on `_lease`, `_operations`, `_requests`, `_errors`, `_types` and `_timers`.
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import math
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import (
@@ -32,11 +31,12 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from ._errors import Busy, LeaseLost, NotReplicated, PathLockError, WrongType
+from ._errors import Busy, LeaseLost, NotReplicated, WrongType
+from ._lease import LeaseState
 from ._operations import Operations
 from ._requests import (
     CONNECTION_ERRORS,
-    RETRY_FRACTION,
+    Attempts,
     Note,
     Options,
     acquire_args,
@@ -84,22 +84,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
     connection of its own for as long as it blocks.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        key: Key,
-        *,
-        ttl_ms: int = 30000,
-        wait_ms: int = 0,
-        replicas: int = 0,
-        replicas_timeout_ms: int = 1000,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[["AsyncLease"], Any]] = None,
-    ) -> None:
-        self.client = client
-        self.key = key
-        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, note, on_lost)
-        self._timers: Optional[LoopTimers] = None
+    _timers: Optional[LoopTimers] = None
 
     def _timers_of_loop(self) -> LoopTimers:
         loop = asyncio.get_running_loop()
@@ -153,7 +138,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
             if int(await self._run("PATHLOCK.RENEW", self.key, token, options.ttl_ms)) == 0:
                 raise LeaseLost(self.key, token, "gone")
         lease = AsyncLease(self, token, fence, locks, options, sent)
-        lease._start()
+        lease._schedule()
         return lease
 
     async def _ready(self) -> None:
@@ -205,28 +190,27 @@ class AsyncPathLocks(Operations["Acquiring"]):
         """
         # The event loop's clock, which the watchdog's timers run on.
         loop = asyncio.get_running_loop()
-        budget_end = loop.time() + options.wait_ms / 1000.0
-        attempt = 0
+        attempts = Attempts(options.wait_ms, loop.time())
         while True:
             sent = loop.time()
-            wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if attempt else options.wait_ms
+            wait_ms = attempts.wait_now(sent)
             try:
                 reply = await run(*acquire_args(self.key, token, options, wait_ms, locks))
                 break
             except CONNECTION_ERRORS:
-                attempt += 1
-                if attempt > 1 and loop.time() >= budget_end:
+                pause = attempts.pause_after_failure(loop.time())
+                if pause is None:
                     if fresh:
                         # A grant may have happened that no reply reported: free it once possible.
                         self._release_later(token, options)
                     raise
-                await asyncio.sleep(min(0.01 * 2**attempt, 0.2))
+                await asyncio.sleep(pause)
             except ResponseError as error:
                 if is_wrong_type(error):
                     raise WrongType(self.key) from error
                 raise
         if reply is None:
-            if fresh and attempt:
+            if fresh and attempts.failed:
                 # An earlier attempt may have been granted before its reply was lost, and a
                 # waiter that queued since refused the retry: do not leave that grant behind.
                 self._release_later(token, options)
@@ -234,7 +218,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
                 blockers = await self.check(locks, token=token)
             except CONNECTION_ERRORS:
                 blockers = []
-            raise Busy(locks, blockers)
+            raise Busy(self.key, locks, blockers)
         return sent, fence_of(reply)
 
     async def _release_token(self, token: str, options: Options) -> None:
@@ -275,6 +259,31 @@ class AsyncPathLocks(Operations["Acquiring"]):
             await connection.disconnect()
 
 
+class AsyncLostSignal:
+    """A lease's loss, as a flag and a wait: `is_set()` once the lease is lost (never after a
+    normal release); `await wait()` returns True when it is lost, and False once it is released,
+    so that nothing waits for the loss of a released lease."""
+
+    def __init__(self) -> None:
+        self._lost = asyncio.Event()
+        # Set by a loss or by the release, whichever comes first.
+        self._ended = asyncio.Event()
+
+    def is_set(self) -> bool:
+        return self._lost.is_set()
+
+    async def wait(self) -> bool:
+        await self._ended.wait()
+        return self._lost.is_set()
+
+    def _set(self) -> None:
+        self._lost.set()
+        self._ended.set()
+
+    def __repr__(self) -> str:
+        return f"<AsyncLostSignal {'set' if self.is_set() else 'unset'}>"
+
+
 class Acquiring:
     """An acquire not yet sent: `await` it for the lease, or `async with` it to hold the lease
     for the block."""
@@ -300,13 +309,15 @@ class Acquiring:
             await self._lease.release()
 
 
-class AsyncLease:
+class AsyncLease(LeaseState):
     """Locks held by one owner, renewed in the background until released.
 
     Also an async context manager that releases them when the block ends. `lost` (an
-    `asyncio.Event`) is set when the lease is lost; `check()` then raises `LeaseLost`, and
+    `AsyncLostSignal`) is set when the lease is lost; `check()` then raises `LeaseLost`, and
     `run(awaitable)` cancels the work it runs. `await lock(requests)` takes more locks under the
-    same token, which the watchdog renews and `release()` frees.
+    same token, which the watchdog renews and `release()` frees. The watchdog's rules are
+    `LeaseState`'s; this class adds the loop: the handle's timer wakes the lease, and each
+    renewal runs as a task of its own.
     """
 
     def __init__(
@@ -318,58 +329,19 @@ class AsyncLease:
         options: Options,
         sent: float,
     ) -> None:
-        self.key = owner.key
-        self.token = token
-        #: The fence of the grant: pass it to the storage the locks protect.
-        self.fence = fence
-        #: Every lock the lease holds: the operation's, then those `lock()` added.
-        self.locks: Tuple[LockRequest, ...] = tuple(locks)
-        self.ttl_ms = options.ttl_ms
-        #: The note sent with the grant, shown with the locks to whoever they block.
-        self.note = options.note
-        self.lost = asyncio.Event()
-        #: `"gone"`, `"expired"` or `"replaced"` once the lease is lost (see `LOST_REASONS`).
-        self.lost_reason: Optional[str] = None
+        super().__init__(owner.key, token, fence, locks, options, sent)
+        #: Set when the lease is lost; `await lost.wait()` also returns (False) once it is
+        #: released, so that nothing waits for the loss of a released lease.
+        self.lost = AsyncLostSignal()
         self._owner = owner
-        self._options = options
         self._client = owner.client
-        self._on_lost = options.on_lost
-        self._ttl = options.ttl_ms / 1000.0
-        self._period = options.period
-        self._released = False
-        # Known from the client's own clock only: when the last successful command was sent.
-        self._deadline = sent + self._ttl
-        self._next_renew = sent + self._period
-        self._renewing = False
-        self._wake_at = math.inf
         self._timers = owner._timers_of_loop()
-        # The most locks a renewal has found: the watchdog's renewals are one at a time, so the
-        # count they see only falls when locks of the lease are gone (released by someone with
-        # the token, or expired), even while `lock()` grants more.
-        self._most = 0
-
-    def __repr__(self) -> str:
-        state = "released" if self._released else "lost" if self.lost.is_set() else "held"
-        return f"<AsyncLease {self.token} fence={self.fence} {state} {list(self.locks)}>"
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    @property
-    def finished(self) -> bool:
-        return self._released or self.lost.is_set()
-
-    def check(self) -> None:
-        """Raises `LeaseLost` if the lease was lost; call it between steps of long work."""
-        if self.lost.is_set():
-            raise LeaseLost(self.key, self.token, self.lost_reason or "expired")
 
     async def lock(
         self,
         requests: Iterable[LockRequest],
         *,
-        wait_ms: Optional[int] = None,
+        wait_ms: Optional[float] = None,
         note: Optional[Note] = None,
     ) -> int:
         """Takes more locks under this lease's token, inside or beside what it holds, and
@@ -378,20 +350,15 @@ class AsyncLease:
         lease already holds is an idempotent re-acquire (a new fence; `note` replaces theirs).
         Raises `Busy` when another owner is in the way, `LeaseLost` once the lease is lost."""
         locks = checked(list(requests))
-        options = self._options.override(None, wait_ms, None, note, None)
+        options = self._options.override(wait_ms=wait_ms, note=note)
         await self._prove_held()
         _, fence = await self._owner._grant(self.token, locks, options, fresh=False)
         if self.finished:
             # The lease ended while the grant was on its way: nobody renews those locks now.
             await self._owner._release_token(self.token, options)
             self._usable()
-        self.locks += tuple(lock for lock in dict.fromkeys(locks) if lock not in self.locks)
+        self._add(locks)
         return fence
-
-    def _usable(self) -> None:
-        self.check()
-        if self._released:
-            raise PathLockError(f"lease {self.token} is released: it can take no more locks")
 
     async def _prove_held(self) -> None:
         """Renews the lease before it takes more locks: once its own locks are gone (its key
@@ -399,24 +366,23 @@ class AsyncLease:
         that keep answering its renewals, and the loss would go unseen."""
         self._usable()
         sent = self._timers.loop.time()
+        renewed, error = 0, None
         try:
             renewed = int(
-                await self._owner._run("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+                await self._client.execute_command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
             )
-        except WrongType:
-            self._lose("replaced")
-            renewed = 0
-        if renewed == 0:
-            self._lose("gone")
-        elif not self.finished:
-            self._deadline = max(self._deadline, sent + self._ttl)
+        except ResponseError as raised:
+            error = raised
+        lost = self._proved(sent, renewed, error)
+        if lost is not None:
+            self._lose(lost)
         self._usable()
 
     async def run(self, work: Awaitable[T]) -> T:
         """Awaits `work`; if the lease is lost first, cancels it and raises `LeaseLost`."""
         self.check()
         task = asyncio.ensure_future(work)
-        lost = asyncio.ensure_future(self.lost.wait())
+        lost = asyncio.ensure_future(self.lost._lost.wait())
         try:
             await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -440,6 +406,7 @@ class AsyncLease:
         if self._released:
             return
         self._released = True
+        self.lost._ended.set()
         try:
             await self._client.execute_command("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
@@ -461,74 +428,43 @@ class AsyncLease:
     ) -> None:
         await self.release()
 
-    # The watchdog: the handle's timer wakes the lease at each renewal (which then runs as a
-    # task of its own) and at its deadline.
-
-    def _start(self) -> None:
-        self._schedule()
+    # The watchdog.
 
     def _schedule(self) -> None:
-        if self.finished:
-            return
-        wake = self._deadline if self._renewing else min(self._next_renew, self._deadline)
-        # One pending wake-up is enough; an earlier one replaces a later one.
-        if wake < self._wake_at:
-            self._wake_at = wake
+        wake = self._wake()
+        if wake is not None:
             self._timers.at(wake, self)
 
     def fire(self, when: float) -> None:
-        if when == self._wake_at:
-            self._wake_at = math.inf
-        if self.finished:
-            return
         # The timer may run a moment before `when`; the lease goes by the time it asked for.
-        now = max(self._timers.loop.time(), when)
-        if now >= self._deadline:
+        due = self._due(when, max(self._timers.loop.time(), when))
+        if due == "expired":
             self._lose("expired")
             return
-        if not self._renewing and now >= self._next_renew:
-            self._renewing = True
+        if due == "renew":
             # Its own task, left to finish even if the lease is released meanwhile: after the
             # RELEASE it answers 0 and changes nothing, and its answer is no longer looked at.
             _keep(asyncio.ensure_future(self._renew(self._timers.loop.time())))
         self._schedule()
 
     async def _renew(self, sent: float) -> None:
-        lost: Optional[str] = None
         try:
-            renewed = int(
-                await self._client.execute_command(
-                    "PATHLOCK.RENEW", self.key, self.token, self.ttl_ms
-                )
+            answer: Any = await self._client.execute_command(
+                "PATHLOCK.RENEW", self.key, self.token, self.ttl_ms
             )
-            if renewed == 0:
-                lost = "gone"
         except Exception as error:  # retried while the deadline is ahead, whatever it was
             log.debug("pathlock: renewing %s failed: %r", self.token, error)
-            renewed = 0
-            if is_wrong_type(error):
-                lost = "replaced"
-        self._renewing = False
-        if self.finished:
-            return
-        if 0 < renewed < self._most:
-            lost = "gone"
+            answer = error
+        lost = self._renewed(sent, answer, self._timers.loop.time())
         if lost is not None:
             self._lose(lost)
             return
-        if renewed > 0:
-            self._most = renewed
-            self._deadline = max(self._deadline, sent + self._ttl)
-            self._next_renew = sent + self._period
-        else:
-            self._next_renew = self._timers.loop.time() + self._period * RETRY_FRACTION
         self._schedule()
 
     def _lose(self, reason: str) -> None:
-        if self.finished:
+        if not self._mark_lost(reason):
             return
-        self.lost_reason = reason
-        self.lost.set()
+        self.lost._set()
         log.warning("pathlock: %s", LeaseLost(self.key, self.token, reason))
         if self._on_lost is not None:
             try:

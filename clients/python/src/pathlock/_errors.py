@@ -12,6 +12,7 @@ from redis.exceptions import ResponseError
 from ._types import Blocker, Key, LockRequest
 
 #: Why a lease was lost (`LeaseLost.reason`, `lease.lost_reason`), with what each means.
+#: The texts are the contract's (`clients/contract/contract.json`), the same in every client.
 LOST_REASONS = {
     "gone": "a renewal answered 0, or fewer locks than the lease held: its locks expired, were "
     "released with its token, or the key was deleted",
@@ -21,8 +22,22 @@ LOST_REASONS = {
 
 
 def shown(key: Key) -> str:
-    """A key as text for a message, whether the caller gave it as str or bytes."""
-    return key.decode("utf-8", "backslashreplace") if isinstance(key, bytes) else key
+    """A key in double quotes for a message, as every client shows it: `"` and `\\` escaped
+    with a backslash, control characters and bytes that are not UTF-8 as `\\xHH`."""
+    raw = key if isinstance(key, bytes) else key.encode("utf-8", "surrogateescape")
+    text = raw.decode("utf-8", "surrogateescape")
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
 class PathLockError(Exception):
@@ -33,11 +48,13 @@ class Busy(PathLockError):
     """The locks an operation needs are held by someone else (or the wait for them timed out).
 
     `blockers` lists who holds them and why (their notes), so that an application can tell its
-    user "`/A/C` is being moved by Alice". It is empty when only an earlier waiter stood in the
-    way, or when the blockers went away between the refusal and the check.
+    user "`/A/C` is being moved by Alice". It is empty when nothing holds them any more: the
+    holders let go between the refusal and the check, or only an earlier waiting request stood
+    in the way. Then the message says so, and trying again is the answer.
     """
 
-    def __init__(self, locks: Sequence[LockRequest], blockers: Sequence[Blocker]) -> None:
+    def __init__(self, key: Key, locks: Sequence[LockRequest], blockers: Sequence[Blocker]) -> None:
+        self.key = key
         self.locks: Tuple[LockRequest, ...] = tuple(locks)
         self.blockers: Tuple[Blocker, ...] = tuple(blockers)
         wanted = ", ".join(f"{mode} {path}" for mode, path in self.locks)
@@ -48,9 +65,12 @@ class Busy(PathLockError):
                 + f" for {b.ttl_ms} ms more"
                 for b in self.blockers
             )
-            super().__init__(f"busy: {wanted} (blocked by {held})")
+            super().__init__(f"busy: {wanted} in {shown(key)}: {held}")
         else:
-            super().__init__(f"busy: {wanted} (an earlier request is waiting for it)")
+            super().__init__(
+                f"busy: {wanted} in {shown(key)}: nothing holds these paths now: the holders let "
+                "go in between, or an earlier waiting request goes first; try again"
+            )
 
 
 class LeaseLost(PathLockError):
@@ -64,7 +84,7 @@ class LeaseLost(PathLockError):
         self.token = token
         self.reason = reason
         super().__init__(
-            f"lease {token} on {shown(key)!r} is lost: {LOST_REASONS.get(reason, reason)}"
+            f"lease {token} on {shown(key)} is lost: {LOST_REASONS.get(reason, reason)}"
         )
 
 
@@ -86,6 +106,6 @@ class WrongType(PathLockError, ResponseError):
     def __init__(self, key: Key) -> None:
         self.key = key
         super().__init__(
-            f"key {shown(key)!r} is not a pathlock project: it holds another type of value "
+            f"key {shown(key)} is not a pathlock project: it holds another type of value "
             "(check the key name)"
         )

@@ -5,10 +5,25 @@ Level 2: builds on `_requests` and `_types`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
 
-from ._requests import Note, Options, checked, default_note, described, into, named
-from ._types import LockRequest
+from ._requests import Note, Options, checked, default_note, described, into, named, sibling
+from ._types import Key, LockRequest
+
+if TYPE_CHECKING:
+    # Only for type checkers (typing.Unpack is Python 3.11+); never imported at run time.
+    from typing_extensions import TypedDict, Unpack
+
+    class Overrides(TypedDict, total=False):
+        """What every operation takes to override the handle's defaults for one lease."""
+
+        ttl_ms: float
+        wait_ms: float
+        replicas: int
+        replicas_timeout_ms: float
+        note: Note
+        on_lost: Callable[[Any], Any]
+
 
 L = TypeVar("L")
 
@@ -16,164 +31,82 @@ L = TypeVar("L")
 class Operations(Generic[L]):
     """Every operation asks for its locks in one all-or-nothing `PATHLOCK.ACQUIRE`.
 
-    Each takes `ttl_ms`, `wait_ms`, `replicas`, `note` and `on_lost` overriding the handle's
-    defaults. The note sent is the call's, else the handle's, else one naming the operation
-    (`"move /A/C -> /B"`). The helpers refuse an empty path and the project root; `lock()` takes
-    the root when it is written out (`lock([("WRITE", "/")])`).
+    Each takes the keyword arguments `ttl_ms`, `wait_ms`, `replicas`, `replicas_timeout_ms`,
+    `note` and `on_lost`, overriding the handle's defaults. The note sent is the call's, else the
+    handle's, else one naming the operation (`"move /A/C -> /B"`). The helpers refuse an empty
+    path and the project root; `lock()` takes the root when it is written out
+    (`lock([("WRITE", "/")])`). Nothing is sent when an argument is refused (`ValueError`).
     """
 
-    options: Options
+    def __init__(
+        self,
+        client: Any,
+        key: Key,
+        *,
+        ttl_ms: float = 30000,
+        wait_ms: float = 0,
+        replicas: int = 0,
+        replicas_timeout_ms: float = 1000,
+        note: Optional[Note] = None,
+        on_lost: Optional[Callable[[Any], Any]] = None,
+    ) -> None:
+        #: The redis-py client (sync or asyncio, one server or a cluster) the leases go through.
+        self.client = client
+        self.key = key
+        #: The defaults of every lease, checked (a `ValueError` names what is wrong).
+        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, note, on_lost)
 
     def _acquire(self, locks: Sequence[LockRequest], options: Options) -> L:
         raise NotImplementedError
 
-    def _operation(
-        self,
-        locks: Sequence[LockRequest],
-        name: str,
-        ttl_ms: Optional[int],
-        wait_ms: Optional[int],
-        replicas: Optional[int],
-        note: Optional[Note],
-        on_lost: Optional[Callable[[Any], Any]],
-    ) -> L:
-        if note is None and self.options.note is None:
-            note = default_note(name)
-        return self._acquire(locks, self.options.override(ttl_ms, wait_ms, replicas, note, on_lost))
+    def _operation(self, locks: Sequence[LockRequest], name: str, overrides: Any) -> L:
+        options = self.options.override(**overrides)
+        if overrides.get("note") is None and self.options.note is None:
+            options = options.override(note=default_note(name))
+        return self._acquire(locks, options)
 
-    def lock(
-        self,
-        requests: Iterable[LockRequest],
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
+    def lock(self, requests: Iterable[LockRequest], **overrides: Unpack[Overrides]) -> L:
         """Any `(mode, path)` pairs, `mode` being `"READ"` or `"WRITE"`; `"/"` is the whole
         project."""
         locks = checked(list(requests))
-        return self._operation(locks, described(locks), ttl_ms, wait_ms, replicas, note, on_lost)
+        return self._operation(locks, described(locks), overrides)
 
-    def upload(
-        self,
-        path: str,
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
+    def upload(self, path: str, **overrides: Unpack[Overrides]) -> L:
         """`WRITE path`."""
-        return self._operation(
-            [("WRITE", named(path))], f"upload {path}", ttl_ms, wait_ms, replicas, note, on_lost
-        )
+        return self._operation([("WRITE", named(path))], f"upload {path}", overrides)
 
-    def create(
-        self,
-        path: str,
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
+    def create(self, path: str, **overrides: Unpack[Overrides]) -> L:
         """`WRITE path` (a new file or folder)."""
-        return self._operation(
-            [("WRITE", named(path))], f"create {path}", ttl_ms, wait_ms, replicas, note, on_lost
-        )
+        return self._operation([("WRITE", named(path))], f"create {path}", overrides)
 
-    def read(
-        self,
-        path: str,
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
+    def read(self, path: str, **overrides: Unpack[Overrides]) -> L:
         """`READ path`."""
-        return self._operation(
-            [("READ", named(path))], f"read {path}", ttl_ms, wait_ms, replicas, note, on_lost
-        )
+        return self._operation([("READ", named(path))], f"read {path}", overrides)
 
-    def rename(
-        self,
-        path: str,
-        new_path: str,
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
-        """`WRITE path`, `WRITE new_path`."""
-        locks = [("WRITE", named(path)), ("WRITE", named(new_path, "new_path"))]
-        name = f"rename {path} -> {new_path}"
-        return self._operation(locks, name, ttl_ms, wait_ms, replicas, note, on_lost)
+    def rename(self, path: str, new_name: str, **overrides: Unpack[Overrides]) -> L:
+        """`WRITE path`, `WRITE <its folder>/new_name`: a new name in the same folder (`move`
+        changes folders). A `new_name` with a `/`, empty, `.`, `..` or the current name is
+        refused."""
+        target = sibling(path, new_name)
+        locks = [("WRITE", path), ("WRITE", target)]
+        return self._operation(locks, f"rename {path} -> {target}", overrides)
 
-    def move(
-        self,
-        path: str,
-        into_folder: str,
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
-        """`WRITE path`, `WRITE into_folder/<last segment of path>`."""
-        locks = [("WRITE", path), ("WRITE", into(into_folder, path))]
-        name = f"move {path} -> {into_folder}"
-        return self._operation(locks, name, ttl_ms, wait_ms, replicas, note, on_lost)
+    def move(self, path: str, into_folder: str, **overrides: Unpack[Overrides]) -> L:
+        """`WRITE path`, `WRITE into_folder/<last segment of path>`. Refused when `into_folder`
+        is `path`, inside it, or the folder `path` is already in."""
+        locks = [("WRITE", path), ("WRITE", into(into_folder, path, "move"))]
+        return self._operation(locks, f"move {path} -> {into_folder}", overrides)
 
-    def copy(
-        self,
-        path: str,
-        into_folder: str,
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
-        """`READ path`, `WRITE into_folder/<last segment of path>`."""
-        locks = [("READ", path), ("WRITE", into(into_folder, path))]
-        name = f"copy {path} -> {into_folder}"
-        return self._operation(locks, name, ttl_ms, wait_ms, replicas, note, on_lost)
+    def copy(self, path: str, into_folder: str, **overrides: Unpack[Overrides]) -> L:
+        """`READ path`, `WRITE into_folder/<last segment of path>`, refused as `move` is."""
+        locks = [("READ", path), ("WRITE", into(into_folder, path, "copy"))]
+        return self._operation(locks, f"copy {path} -> {into_folder}", overrides)
 
-    def delete(
-        self,
-        path: str,
-        *,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
+    def delete(self, path: str, **overrides: Unpack[Overrides]) -> L:
         """`WRITE path`."""
-        return self._operation(
-            [("WRITE", named(path))], f"delete {path}", ttl_ms, wait_ms, replicas, note, on_lost
-        )
+        return self._operation([("WRITE", named(path))], f"delete {path}", overrides)
 
-    def purge(
-        self,
-        *paths: str,
-        ttl_ms: Optional[int] = None,
-        wait_ms: Optional[int] = None,
-        replicas: Optional[int] = None,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[[Any], Any]] = None,
-    ) -> L:
+    def purge(self, *paths: str, **overrides: Unpack[Overrides]) -> L:
         """`WRITE` each path: emptying the recycle bin."""
         locks = checked([("WRITE", named(path)) for path in paths])
-        name = "purge " + " ".join(paths)
-        return self._operation(locks, name, ttl_ms, wait_ms, replicas, note, on_lost)
+        return self._operation(locks, "purge " + " ".join(paths), overrides)

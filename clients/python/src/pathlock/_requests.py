@@ -6,6 +6,7 @@ Level 1: builds on `_types`.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
@@ -28,45 +29,90 @@ Note = Union[str, bytes]
 
 #: Each number an acquire takes: its least value and its unit, for the message that refuses it.
 LIMITS = {
-    "ttl_ms": (1, "a whole number of milliseconds"),
-    "wait_ms": (0, "a whole number of milliseconds (0: do not wait)"),
+    "ttl_ms": (1, "a number of milliseconds"),
+    "wait_ms": (0, "a number of milliseconds (0: do not wait)"),
     "replicas": (0, "a whole number of replicas"),
-    "replicas_timeout_ms": (1, "a whole number of milliseconds"),
+    "replicas_timeout_ms": (1, "a number of milliseconds"),
 }
+
+
+def whole(name: str, value: Any) -> int:
+    """`value` as the whole number the commands take, or ValueError naming its unit.
+
+    A fraction of a millisecond is rounded up to the next whole one, as every client does, so a
+    wait or a lease is never shorter than asked; a count of replicas is whole already.
+    """
+    low, unit = LIMITS[name]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and name == "replicas" and not isinstance(value, int):
+        number = False
+    if not number or not math.isfinite(value) or value < low:
+        raise ValueError(f"{name} must be {unit}, at least {low}; got {value!r}")
+    return math.ceil(value)
+
+
+class Attempts:
+    """The retry rule of an acquire, for both clients: after a connection error the grant may or
+    may not have happened, and sending the same token again is idempotent, so it is retried at
+    least once and while the wait budget lasts, each time asking the server to wait only for
+    what is left of it."""
+
+    def __init__(self, wait_ms: int, now: float) -> None:
+        self.wait_ms = wait_ms
+        self.budget_end = now + wait_ms / 1000.0
+        #: How many attempts failed with a connection error so far.
+        self.failed = 0
+
+    def wait_now(self, now: float) -> int:
+        """The WAIT of the attempt sent at `now`: all of it first, what is left after."""
+        if not self.failed:
+            return self.wait_ms
+        return max(0, math.ceil((self.budget_end - now) * 1000))
+
+    def pause_after_failure(self, now: float) -> Optional[float]:
+        """Seconds to sleep before the next attempt, or None to give up and raise."""
+        self.failed += 1
+        if self.failed > 1 and now >= self.budget_end:
+            return None
+        return min(0.01 * 2**self.failed, 0.2)
 
 
 @dataclass(frozen=True)
 class Options:
     """The settings of one acquire: the handle's defaults with the call's overrides applied."""
 
-    ttl_ms: int
-    wait_ms: int
+    # Whole numbers once checked; a fraction of a millisecond is given as a float.
+    ttl_ms: float
+    wait_ms: float
     replicas: int
-    replicas_timeout_ms: int
+    replicas_timeout_ms: float
     note: Optional[Note]
     on_lost: Optional[Callable[[Any], Any]]
 
     def __post_init__(self) -> None:
-        for name, (low, unit) in LIMITS.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be {unit}, at least {low}; got {value!r}")
+        for name in LIMITS:
+            # Frozen: the checked whole number replaces what was given.
+            object.__setattr__(self, name, whole(name, getattr(self, name)))
         if self.note is not None and not isinstance(self.note, (str, bytes)):
             raise ValueError(f"note must be a str or bytes, not {self.note!r}")
 
     def override(
         self,
-        ttl_ms: Optional[int],
-        wait_ms: Optional[int],
-        replicas: Optional[int],
-        note: Optional[Note],
-        on_lost: Optional[Callable[[Any], Any]],
+        ttl_ms: Optional[float] = None,
+        wait_ms: Optional[float] = None,
+        replicas: Optional[int] = None,
+        replicas_timeout_ms: Optional[float] = None,
+        note: Optional[Note] = None,
+        on_lost: Optional[Callable[[Any], Any]] = None,
     ) -> "Options":
+        """These settings with the given ones instead; None keeps the setting."""
         return Options(
             ttl_ms=self.ttl_ms if ttl_ms is None else ttl_ms,
             wait_ms=self.wait_ms if wait_ms is None else wait_ms,
             replicas=self.replicas if replicas is None else replicas,
-            replicas_timeout_ms=self.replicas_timeout_ms,
+            replicas_timeout_ms=(
+                self.replicas_timeout_ms if replicas_timeout_ms is None else replicas_timeout_ms
+            ),
             note=self.note if note is None else note,
             on_lost=self.on_lost if on_lost is None else on_lost,
         )
@@ -115,16 +161,52 @@ def named(path: str, what: str = "path") -> str:
     return path
 
 
-def folder(path: str) -> str:
-    """A destination folder: the project root is one (`/`), an empty string is refused."""
-    if not isinstance(path, str) or path == "":
-        raise ValueError(f"into_folder must name a folder ('/' for the project root), not {path!r}")
-    return path
+def normalised(path: str, what: str) -> List[str]:
+    """The segments of a path that an operation compares with another, `..` refused: the server
+    refuses it too, and it would make `/A/../A/C` look unrelated to `/A`."""
+    parts = segments(path)
+    if ".." in parts:
+        raise ValueError(f"{what} {path!r} has a '..' segment, which pathlock refuses")
+    return parts
 
 
-def into(into_folder: str, path: str) -> str:
-    """Where `path` lands when it is moved or copied into `into_folder`."""
-    return "/" + "/".join(segments(folder(into_folder)) + [segments(named(path))[-1]])
+def into(into_folder: str, path: str, operation: str) -> str:
+    """Where `path` lands when it is moved or copied into `into_folder`: refused when that is
+    `path` itself or inside it (a folder into itself), or when `into_folder` is the folder
+    `path` is already in (the target would be the source)."""
+    if not isinstance(into_folder, str) or into_folder == "":
+        raise ValueError(f"into_folder must name a folder ('/' for the project root), not {into_folder!r}")
+    source = normalised(named(path), "path")
+    folder = normalised(into_folder, "into_folder")
+    if folder[: len(source)] == source:
+        raise ValueError(
+            f"cannot {operation} {path} into {into_folder}: a folder cannot go into itself or "
+            "its own subtree"
+        )
+    if folder == source[:-1]:
+        raise ValueError(
+            f"cannot {operation} {path} into {into_folder}: it is already in that folder (the "
+            "target would be the source itself)"
+        )
+    return "/" + "/".join(folder + source[-1:])
+
+
+def sibling(path: str, new_name: str) -> str:
+    """Where `path` goes when it is renamed to `new_name`: the same folder, the new name.
+
+    Anything but one new name is refused: rename takes a name, and `move` changes folders.
+    """
+    source = normalised(named(path), "path")
+    if (
+        not isinstance(new_name, str)
+        or new_name in ("", ".", "..", source[-1])
+        or "/" in new_name
+    ):
+        raise ValueError(
+            f"rename takes a name for {path} in the same folder, not {new_name!r}: a name has "
+            "no '/' and is not '', '.', '..' or the current name; to change folders, use move"
+        )
+    return "/" + "/".join(source[:-1] + [new_name])
 
 
 def checked(locks: Sequence[LockRequest]) -> Tuple[LockRequest, ...]:

@@ -1,12 +1,11 @@
 """The blocking client: `PathLocks` on `redis.Redis` or `redis.RedisCluster`, and its `Lease`.
 
-Level 3: builds on `_operations`, `_requests`, `_errors`, `_types` and `_scheduler`.
+Level 3: builds on `_lease`, `_operations`, `_requests`, `_errors`, `_types` and `_scheduler`.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from contextlib import contextmanager
@@ -17,11 +16,12 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from ._errors import Busy, LeaseLost, NotReplicated, PathLockError, WrongType
+from ._errors import Busy, LeaseLost, NotReplicated, WrongType
+from ._lease import LeaseState
 from ._operations import Operations
 from ._requests import (
     CONNECTION_ERRORS,
-    RETRY_FRACTION,
+    Attempts,
     Note,
     Options,
     acquire_args,
@@ -56,23 +56,6 @@ class PathLocks(Operations["Lease"]):
     connection of the pool of its own for as long as it blocks.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        key: Key,
-        *,
-        ttl_ms: int = 30000,
-        wait_ms: int = 0,
-        replicas: int = 0,
-        replicas_timeout_ms: int = 1000,
-        note: Optional[Note] = None,
-        on_lost: Optional[Callable[["Lease"], Any]] = None,
-    ) -> None:
-        self.client = client
-        self.key = key
-        self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, note, on_lost)
-        self._execute: Run = client.execute_command
-
     # Inspecting.
 
     def check(
@@ -93,7 +76,7 @@ class PathLocks(Operations["Lease"]):
 
     def _run(self, *args: Any) -> Any:
         try:
-            return self._execute(*args)
+            return self.client.execute_command(*args)
         except ResponseError as error:
             if is_wrong_type(error):
                 raise WrongType(self.key) from error
@@ -123,7 +106,7 @@ class PathLocks(Operations["Lease"]):
         (`fresh` false) are never released that way, since that would free the lease too.
         """
         if not options.blocks:
-            return self._send_acquire(self._execute, token, locks, options, fresh)
+            return self._send_acquire(self.client.execute_command, token, locks, options, fresh)
         # A call that blocks on the server holds its connection up: it gets one of its own, so
         # that the renewals of other leases never queue behind it. WAIT also counts the writes
         # of its own connection, so it must follow the ACQUIRE on that connection.
@@ -151,28 +134,27 @@ class PathLocks(Operations["Lease"]):
         After a connection error the grant may or may not have happened; sending the same token
         again is then idempotent. It is retried at least once and while the wait budget lasts.
         """
-        budget_end = time.monotonic() + options.wait_ms / 1000.0
-        attempt = 0
+        attempts = Attempts(options.wait_ms, time.monotonic())
         while True:
             sent = time.monotonic()
-            wait_ms = max(0, math.ceil((budget_end - sent) * 1000)) if attempt else options.wait_ms
+            wait_ms = attempts.wait_now(sent)
             try:
                 reply = run(*acquire_args(self.key, token, options, wait_ms, locks))
                 break
             except CONNECTION_ERRORS:
-                attempt += 1
-                if attempt > 1 and time.monotonic() >= budget_end:
+                pause = attempts.pause_after_failure(time.monotonic())
+                if pause is None:
                     if fresh:
                         # A grant may have happened that no reply reported: free it once possible.
                         self._release_later(token, options)
                     raise
-                time.sleep(min(0.01 * 2**attempt, 0.2))
+                time.sleep(pause)
             except ResponseError as error:
                 if is_wrong_type(error):
                     raise WrongType(self.key) from error
                 raise
         if reply is None:
-            if fresh and attempt:
+            if fresh and attempts.failed:
                 # An earlier attempt may have been granted before its reply was lost, and a
                 # waiter that queued since refused the retry: do not leave that grant behind.
                 self._release_later(token, options)
@@ -180,7 +162,7 @@ class PathLocks(Operations["Lease"]):
                 blockers = self.check(locks, token=token)
             except CONNECTION_ERRORS:
                 blockers = []
-            raise Busy(locks, blockers)
+            raise Busy(self.key, locks, blockers)
         return sent, fence_of(reply)
 
     def _renew_now(self, token: str, options: Options) -> float:
@@ -191,13 +173,13 @@ class PathLocks(Operations["Lease"]):
 
     def _release_token(self, token: str, options: Options) -> None:
         try:
-            self._execute("PATHLOCK.RELEASE", self.key, token)
+            self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
         except CONNECTION_ERRORS:
             self._release_later(token, options)
 
     def _release_later(self, token: str, options: Options) -> None:
         until = time.monotonic() + (options.wait_ms + options.ttl_ms) / 1000.0
-        _ReleaseLater(self._execute, self.key, token, until)._start()
+        _ReleaseLater(self.client.execute_command, self.key, token, until)._start()
 
     @contextmanager
     def _pinned(self) -> Iterator[Run]:
@@ -213,12 +195,14 @@ class PathLocks(Operations["Lease"]):
             pinned.close()
 
 
-class Lease:
+class Lease(LeaseState):
     """Locks held by one owner, renewed in the background until released.
 
     Also a context manager that releases them when the block ends, also by an exception.
     `lost` is set when the lease is lost; `check()` then raises `LeaseLost`. `lock(requests)`
     takes more locks under the same token, which the watchdog renews and `release()` frees.
+    The watchdog's rules are `LeaseState`'s; this class adds threads: the state is changed
+    under `_mutex`, the timer thread calls `fire`, a worker thread `_renew`.
     """
 
     def __init__(
@@ -230,72 +214,34 @@ class Lease:
         options: Options,
         sent: float,
     ) -> None:
-        self.key = owner.key
-        self.token = token
-        #: The fence of the grant: pass it to the storage the locks protect.
-        self.fence = fence
-        #: Every lock the lease holds: the operation's, then those `lock()` added.
-        self.locks: Tuple[LockRequest, ...] = tuple(locks)
-        self.ttl_ms = options.ttl_ms
-        #: The note sent with the grant, shown with the locks to whoever they block.
-        self.note = options.note
-        #: `"gone"`, `"expired"` or `"replaced"` once the lease is lost (see `LOST_REASONS`).
-        self.lost_reason: Optional[str] = None
+        super().__init__(owner.key, token, fence, locks, options, sent)
         self._owner = owner
-        self._options = options
-        # `lost` is made on first use: most leases end without anyone waiting for their loss,
-        # and an Event (a Condition and its lock) is a noticeable part of an acquire's cost.
-        self._lost_event: Optional[threading.Event] = None
-        self._lost = False
-        self._execute = owner._execute
-        self._on_lost = options.on_lost
-        self._ttl = options.ttl_ms / 1000.0
-        self._period = options.period
+        self._execute = owner.client.execute_command
         self._mutex = threading.Lock()
-        self._released = False
-        self._renewing = False
-        # Known from the client's own clock only: when the last successful command was sent.
-        self._deadline = sent + self._ttl
-        self._next_renew = sent + self._period
-        self._wake_at = math.inf
-        # The most locks a renewal has found: the watchdog's renewals are one at a time, so the
-        # count they see only falls when locks of the lease are gone (released by someone with
-        # the token, or expired), even while `lock()` grants more.
-        self._most = 0
-
-    def __repr__(self) -> str:
-        state = "released" if self._released else "lost" if self._lost else "held"
-        return f"<Lease {self.token} fence={self.fence} {state} {list(self.locks)}>"
+        # Set once the lease is lost or released, for `lost.wait()`. Made on first use: most
+        # leases end without anyone waiting for their loss, and an Event (a Condition and its
+        # lock) is a noticeable part of an acquire's cost.
+        self._ended: Optional[threading.Event] = None
 
     @property
-    def lost(self) -> threading.Event:
-        """Set when the lease is lost: poll it, or wait on it from another thread."""
+    def lost(self) -> "LostSignal":
+        """Set when the lease is lost: poll it (`lost.is_set()`), or wait on it from another
+        thread (`lost.wait(timeout)`, which also returns, False, once the lease is released)."""
+        return LostSignal(self)
+
+    def _ended_event(self) -> threading.Event:
         with self._mutex:
-            if self._lost_event is None:
-                self._lost_event = threading.Event()
-                if self._lost:
-                    self._lost_event.set()
-            return self._lost_event
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    @property
-    def finished(self) -> bool:
-        """Nothing more for the watchdog to do: released or lost."""
-        return self._released or self._lost
-
-    def check(self) -> None:
-        """Raises `LeaseLost` if the lease was lost; call it between steps of long work."""
-        if self._lost:
-            raise LeaseLost(self.key, self.token, self.lost_reason or "expired")
+            if self._ended is None:
+                self._ended = threading.Event()
+                if self.finished:
+                    self._ended.set()
+            return self._ended
 
     def lock(
         self,
         requests: Iterable[LockRequest],
         *,
-        wait_ms: Optional[int] = None,
+        wait_ms: Optional[float] = None,
         note: Optional[Note] = None,
     ) -> int:
         """Takes more locks under this lease's token, inside or beside what it holds, and
@@ -304,23 +250,18 @@ class Lease:
         lease already holds is an idempotent re-acquire (a new fence; `note` replaces theirs).
         Raises `Busy` when another owner is in the way, `LeaseLost` once the lease is lost."""
         locks = checked(list(requests))
-        options = self._options.override(None, wait_ms, None, note, None)
+        options = self._options.override(wait_ms=wait_ms, note=note)
         self._prove_held()
         _, fence = self._owner._grant(self.token, locks, options, fresh=False)
         with self._mutex:
             ended = self.finished
             if not ended:
-                self.locks += tuple(lock for lock in dict.fromkeys(locks) if lock not in self.locks)
+                self._add(locks)
         if ended:
             # The lease ended while the grant was on its way: nobody renews those locks now.
             self._owner._release_token(self.token, options)
             self._usable()
         return fence
-
-    def _usable(self) -> None:
-        self.check()
-        if self._released:
-            raise PathLockError(f"lease {self.token} is released: it can take no more locks")
 
     def _prove_held(self) -> None:
         """Renews the lease before it takes more locks: once its own locks are gone (its key
@@ -328,16 +269,15 @@ class Lease:
         that keep answering its renewals, and the loss would go unseen."""
         self._usable()
         sent = time.monotonic()
+        renewed, error = 0, None
         try:
-            renewed = int(self._owner._run("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms))
-        except WrongType:
-            self._lose("replaced")
-            renewed = 0
-        if renewed == 0:
-            self._lose("gone")
-        else:
-            with self._mutex:
-                self._deadline = max(self._deadline, sent + self._ttl)
+            renewed = int(self._execute("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms))
+        except ResponseError as raised:
+            error = raised
+        with self._mutex:
+            lost = self._proved(sent, renewed, error)
+        if lost is not None:
+            self._lose(lost)
         self._usable()
 
     def release(self) -> None:
@@ -350,6 +290,8 @@ class Lease:
             if self._released:
                 return
             self._released = True
+            if self._ended is not None:
+                self._ended.set()
         try:
             self._execute("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
@@ -377,59 +319,29 @@ class Lease:
     def _schedule(self) -> None:
         """Asks the timer thread to wake this lease at its next renewal or deadline."""
         with self._mutex:
-            if self.finished:
-                return
-            wake = self._deadline if self._renewing else min(self._next_renew, self._deadline)
-            # One pending wake-up is enough; an earlier one replaces a later one.
-            if wake >= self._wake_at:
-                return
-            self._wake_at = wake
-        SCHEDULER.at(wake, self)
+            wake = self._wake()
+        if wake is not None:
+            SCHEDULER.at(wake, self)
 
     def fire(self, when: float) -> None:
-        now = time.monotonic()
-        renew = False
         with self._mutex:
-            if when == self._wake_at:
-                self._wake_at = math.inf
-            if self.finished:
-                return
-            expired = now >= self._deadline
-            if not expired and not self._renewing and now >= self._next_renew:
-                self._renewing = renew = True
-        if expired:
+            due = self._due(when, time.monotonic())
+        if due == "expired":
             self._lose("expired")
             return
-        if renew:
+        if due == "renew":
             SCHEDULER.submit(self._renew)
         self._schedule()
 
     def _renew(self) -> None:
         sent = time.monotonic()
-        lost: Optional[str] = None
         try:
-            renewed = int(self._execute("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms))
-            if renewed == 0:
-                lost = "gone"
+            answer: Any = self._execute("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
         except Exception as error:  # retried while the deadline is ahead, whatever it was
             log.debug("pathlock: renewing %s failed: %r", self.token, error)
-            renewed = 0
-            if is_wrong_type(error):
-                lost = "replaced"
+            answer = error
         with self._mutex:
-            self._renewing = False
-            # A renewal that was in flight when the lease was released answers 0 (or renews
-            # what the RELEASE then frees): either way it is not a loss.
-            if self.finished:
-                return
-            if 0 < renewed < self._most:
-                lost = "gone"
-            elif renewed > 0:
-                self._most = renewed
-                self._deadline = max(self._deadline, sent + self._ttl)
-                self._next_renew = sent + self._period
-            elif lost is None:
-                self._next_renew = time.monotonic() + self._period * RETRY_FRACTION
+            lost = self._renewed(sent, answer, time.monotonic())
         if lost is not None:
             self._lose(lost)
             return
@@ -437,12 +349,10 @@ class Lease:
 
     def _lose(self, reason: str) -> None:
         with self._mutex:
-            if self.finished:
+            if not self._mark_lost(reason):
                 return
-            self.lost_reason = reason
-            self._lost = True
-            if self._lost_event is not None:
-                self._lost_event.set()
+            if self._ended is not None:
+                self._ended.set()
         log.warning("pathlock: %s", LeaseLost(self.key, self.token, reason))
         if self._on_lost is not None:
             # On a worker thread: a callback that blocks must not hold up the timer thread,
@@ -456,6 +366,25 @@ class Lease:
             self._on_lost(self)
         except Exception:
             log.exception("pathlock: on_lost callback failed")
+
+
+class LostSignal:
+    """A lease's loss, as a flag and a wait: `is_set()` once the lease is lost (never after a
+    normal release); `wait(timeout=None)` returns True when it is lost, and False once it is
+    released or the timeout passed, so that nothing waits for the loss of a released lease."""
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        return self._lease._lost
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        self._lease._ended_event().wait(timeout)
+        return self._lease._lost
+
+    def __repr__(self) -> str:
+        return f"<LostSignal {'set' if self.is_set() else 'unset'}>"
 
 
 class _ReleaseLater:

@@ -1,178 +1,72 @@
-//! The harness of the client's tests: real `redis-server` processes with the module loaded, each
-//! on a free loopback port and in a directory of its own, killed when the test ends; and a TCP
-//! proxy in front of one to cut, refuse or delay the client's connections.
+//! The harness of the client's tests: the module's own (`tests/common/` at the repository's
+//! root: real `redis-server` processes with the module loaded, each on a free loopback port and in
+//! a directory of its own, killed when the test ends, on `REDIS_SERVER` if set), with what the
+//! client's async tests add to it: async admin connections, handles on a server or a proxy in
+//! front of it, and a TCP proxy to cut, refuse or delay the client's connections.
 
 #![allow(dead_code)]
 
+#[path = "../../../../tests/common/mod.rs"]
+mod module;
 pub mod proxy;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+pub use module::*;
+
 use std::time::{Duration, Instant};
 
 use pathlock_client::PathLocks;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::Value;
 
-/// The built module: `PATHLOCK_MODULE`, or the release build of this workspace.
-pub fn module_path() -> PathBuf {
-    let path = std::env::var_os("PATHLOCK_MODULE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/libpathlock.so")
-        });
-    assert!(
-        path.exists(),
-        "module not built at {}: run `cargo build --release` (make test does)",
-        path.display()
-    );
-    path
+/// What the client's tests ask of a server beyond the module's harness (used within the tests
+/// only, so the futures need not be `Send`).
+#[allow(async_fn_in_trait)]
+pub trait ClientSide {
+    fn url(&self) -> String;
+    /// A connection for the test's own commands, separate from the client's.
+    async fn admin(&self) -> MultiplexedConnection;
+    /// A handle whose leases share one reconnecting connection to this server.
+    async fn locks(&self, key: &str) -> PathLocks;
 }
 
-pub struct Server {
-    child: Option<Child>,
-    pub port: u16,
-    pub dir: PathBuf,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-fn fresh_dir() -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "pathlock-client-test-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("test directory");
-    dir
-}
-
-impl Server {
-    /// A server with the module and no persistence.
-    pub fn start() -> Server {
-        Server::start_with(&[])
-    }
-
-    /// A server with extra `redis-server` arguments.
-    pub fn start_with(extra: &[&str]) -> Server {
-        let dir = fresh_dir();
-        let module = module_path();
-        for _ in 0..10 {
-            let port = free_port();
-            let mut child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .arg("--dir")
-                .arg(&dir)
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--logfile", "redis.log"])
-                .args(["--repl-diskless-sync-delay", "0"])
-                .arg("--loadmodule")
-                .arg(&module)
-                .args(extra)
-                .current_dir(&dir)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server on PATH (make test installs it)");
-            let started = Instant::now();
-            while started.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break; // Exited: most likely the port was taken in the meantime.
-                }
-                let ready = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                    .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                    .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-                if ready.is_ok() {
-                    return Server {
-                        child: Some(child),
-                        port,
-                        dir,
-                    };
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
-        panic!("redis-server did not start; its log:\n{log}");
-    }
-
-    /// A replica of `master`, synced before it returns.
-    pub async fn replica_of(master: &Server) -> Server {
-        let port = master.port.to_string();
-        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
-        let mut admin = replica.admin().await;
-        let started = Instant::now();
-        loop {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut admin)
-                .await
-                .unwrap_or_default();
-            if info.contains("master_link_status:up") {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the replica did not sync"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        // After a diskless sync the master streams to the replica only once the replica has
-        // acknowledged, up to a second later; until then a WAIT after a write answers 0.
-        let mut on_master = master.admin().await;
-        loop {
-            run(&mut on_master, &["SET", "replica-probe", "1"]).await;
-            let acked: i64 = redis::cmd("WAIT")
-                .arg(1)
-                .arg(50)
-                .query_async(&mut on_master)
-                .await
-                .unwrap_or(0);
-            if acked >= 1 {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the replica did not ack"
-            );
-        }
-        replica
-    }
-
-    pub fn url(&self) -> String {
+impl ClientSide for Server {
+    fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    /// Kills the server with SIGKILL, as a crash would.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// A connection for the test's own commands, separate from the client's.
-    pub async fn admin(&self) -> MultiplexedConnection {
-        redis::Client::open(self.url())
-            .expect("url")
+    async fn admin(&self) -> MultiplexedConnection {
+        client(self.port)
             .get_multiplexed_async_connection()
             .await
             .expect("admin connection")
     }
 
-    /// A handle whose leases share one reconnecting connection to this server.
-    pub async fn locks(&self, key: &str) -> PathLocks {
+    async fn locks(&self, key: &str) -> PathLocks {
         locks_via(self.port, key).await
+    }
+}
+
+/// A replica of `master`, synced, and acknowledging writes before it returns: after a diskless
+/// sync the master streams to the replica only once the replica has acknowledged, up to a second
+/// later, and until then a `WAIT` after a write answers 0.
+pub async fn acknowledging_replica_of(master: &Server) -> Server {
+    let replica = Server::replica_of(master, &[]);
+    let mut on_master = master.admin().await;
+    let started = Instant::now();
+    loop {
+        run(&mut on_master, &["SET", "replica-probe", "1"]).await;
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(50)
+            .query_async(&mut on_master)
+            .await
+            .unwrap_or(0);
+        if acked >= 1 {
+            return replica;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the replica did not ack"
+        );
     }
 }
 
@@ -198,15 +92,8 @@ pub async fn manager(port: u16) -> ConnectionManager {
     .expect("connection manager")
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Polls `condition` every 10 ms until it holds, panicking with `what` after `limit`.
-pub async fn wait_until<F, Fut>(limit: Duration, what: &str, mut condition: F)
+pub async fn until<F, Fut>(limit: Duration, what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -256,7 +143,7 @@ pub async fn time_to<F: std::future::Future>(limit: Duration, what: &str, future
 }
 
 /// A numeric field of `INFO pathlock`.
-pub async fn info_number(con: &mut MultiplexedConnection, field: &str) -> i64 {
+pub async fn info_pathlock(con: &mut MultiplexedConnection, field: &str) -> i64 {
     let text: String = redis::cmd("INFO")
         .arg("pathlock")
         .query_async(con)

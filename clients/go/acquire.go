@@ -1,0 +1,361 @@
+package pathlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Granting: one PATHLOCK.ACQUIRE under a token, retried as the same owner after a connection
+// error, with the blockers of a refusal and the replicas' acknowledgement. A new owner's first
+// grant and a lease's further locks (Lease.Lock) both come through here.
+
+// ask is who asks for what. fresh is a new owner's first grant, whose token holds nothing else:
+// on a failure after which it may hold locks anyway, the token is released. A lease's further
+// locks (fresh false) are never released that way, since that would free the lease too.
+type ask struct {
+	token    string
+	requests []Request
+	s        settings
+	fresh    bool
+}
+
+// granted is a grant's fence, and when the request that got it was sent: the lease's clock
+// starts there, which is never later than the server's.
+type granted struct {
+	fence int64
+	sent  time.Time
+}
+
+// retryPause is the pause before an acquire's third and later attempts (the second goes out at
+// once), within what is left of its wait.
+const retryPause = 20 * time.Millisecond
+
+// maxRedirects bounds the MOVED and ASK answers a blocking call follows, as go-redis's own
+// MaxRedirects does for the others.
+const maxRedirects = 5
+
+func (l *Locks) grant(ctx context.Context, a ask) (granted, error) {
+	g := grantAttempt{l: l, a: a, budgetEnd: time.Now().Add(a.s.wait)}
+	result, err := g.run(ctx)
+	if err != nil && g.mayHold && a.fresh {
+		// A grant may have happened that no reply reported (or that failed its replicas): the
+		// token is freed once the server answers, before its TTL would free it.
+		releaseLater(l.client, l.key, a.token, g.lastSent.Add(a.s.wait+a.s.ttl))
+	}
+	return result, err
+}
+
+type grantAttempt struct {
+	l         *Locks
+	a         ask
+	budgetEnd time.Time
+	// pin is the connection of a blocking call while no request is pending on it.
+	pin *pinned
+	// unsure is set once an attempt failed without an answer: the server may have granted it.
+	unsure bool
+	// mayHold is set while the token may hold locks that no lease owns.
+	mayHold  bool
+	lastSent time.Time
+}
+
+func (g *grantAttempt) run(ctx context.Context) (granted, error) {
+	defer func() {
+		if g.pin != nil {
+			g.pin.close()
+		}
+	}()
+	var addr string
+	var askFirst bool
+	failures, redirects := 0, 0
+	for {
+		if err := ctx.Err(); err != nil {
+			g.mayHold = g.unsure && g.a.fresh
+			return granted{}, context.Cause(ctx)
+		}
+		if g.a.s.blocks() && g.pin == nil {
+			pin, err := g.l.pin(ctx, addr, g.a.s)
+			if err != nil {
+				failures++
+				if !transient(err) || (failures > 1 && !time.Now().Before(g.budgetEnd)) {
+					g.mayHold = g.unsure && g.a.fresh
+					return granted{}, err
+				}
+				g.pause(ctx)
+				continue
+			}
+			g.pin = pin
+		}
+		wait := g.a.s.wait
+		if failures > 0 || g.unsure || redirects > 0 {
+			wait = max(time.Until(g.budgetEnd), 0)
+		}
+		args := acquireArgs(g.l.key, g.a, wait)
+		sent := time.Now()
+		g.lastSent = sent
+		g.mayHold = g.a.fresh
+		var reply any
+		var err error
+		if g.pin != nil {
+			reply, err = g.pin.do(ctx, askFirst, args)
+			askFirst = false
+		} else {
+			reply, err = g.l.client.Do(ctx, args...).Result()
+		}
+		switch {
+		case err == nil:
+			fence, perr := parseGrant(reply, g.a.token)
+			if perr != nil {
+				return granted{}, perr
+			}
+			return g.granted(ctx, fence, sent)
+		case errors.Is(err, redis.Nil):
+			if cerr := ctx.Err(); cerr != nil {
+				// Our own CLIENT UNBLOCK, for the caller's context: the request left the queue.
+				g.mayHold = g.unsure && g.a.fresh
+				return granted{}, context.Cause(ctx)
+			}
+			if fence, ok := g.recoverEarlierGrant(ctx); ok {
+				return g.granted(ctx, fence, sent)
+			}
+			g.mayHold = g.unsure && g.a.fresh
+			blockers, berr := g.l.blockers(ctx, g.a.token, g.a.requests)
+			if berr != nil {
+				return granted{}, berr
+			}
+			return granted{}, &BusyError{Key: g.l.key, Requests: g.a.requests, Blockers: blockers}
+		}
+		if to, isAsk, ok := redirection(err); ok && g.pin != nil && redirects < maxRedirects {
+			// Only a blocking call's pinned connection sees these (go-redis follows them for Do):
+			// the slot moved, or is moving; the request goes to the node named.
+			redirects++
+			g.mayHold = g.unsure && g.a.fresh
+			if cluster := g.pin.pool.cluster; cluster != nil && !isAsk {
+				cluster.ReloadState(ctx)
+			}
+			g.pin.close()
+			g.pin = nil
+			addr, askFirst = to, isAsk
+			continue
+		}
+		if !transient(err) {
+			// The server refused the request itself; only an earlier attempt may hold.
+			g.mayHold = g.unsure && g.a.fresh
+			return granted{}, about(g.l.key, err)
+		}
+		// The request may have been granted with its reply lost: from here on, giving up
+		// releases the token. A connection of its own is not used again after a failure.
+		firstFailure := !g.unsure
+		g.unsure = true
+		failures++
+		if g.pin != nil {
+			g.pin.close()
+			g.pin = nil
+		}
+		if !firstFailure {
+			if !time.Now().Before(g.budgetEnd) {
+				return granted{}, err
+			}
+			g.pause(ctx)
+		}
+	}
+}
+
+// pause waits before the next attempt: retryPause, or what is left of the wait, or until ctx
+// ends.
+func (g *grantAttempt) pause(ctx context.Context) {
+	d := min(retryPause, max(time.Until(g.budgetEnd), 0))
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// granted finishes a grant: the replicas' WAIT, and a renewal when the grant waited so long on
+// the server that its deadline must be dated again.
+func (g *grantAttempt) granted(ctx context.Context, fence int64, sent time.Time) (granted, error) {
+	if g.a.s.replicas > 0 {
+		if err := g.awaitReplicas(ctx); err != nil {
+			return granted{}, err
+		}
+	}
+	if g.a.fresh && time.Since(sent) > g.a.s.ttl/3 {
+		// The grant waited on the server, and the client cannot tell when in that wait it was
+		// made: a renewal proves the lease alive and dates its deadline.
+		sent = time.Now()
+		n, err := g.l.client.Do(ctx, "PATHLOCK.RENEW", g.l.key, g.a.token, millis(g.a.s.ttl)).Int64()
+		if err != nil {
+			return granted{}, about(g.l.key, err)
+		}
+		if n <= 0 {
+			g.mayHold = false
+			return granted{}, &LeaseLostError{Key: g.l.key, Token: g.a.token, Reason: Gone}
+		}
+	}
+	g.mayHold = false
+	return granted{fence: fence, sent: sent}, nil
+}
+
+// awaitReplicas sends WAIT on the connection that made the grant (WAIT counts that
+// connection's writes); with fewer acknowledgements than asked, a new owner's grant is
+// released.
+func (g *grantAttempt) awaitReplicas(ctx context.Context) error {
+	wanted := g.a.s.replicas
+	acked, err := g.pin.conn.Do(ctx, "WAIT", wanted, millis(g.a.s.replicasTimeout)).Int64()
+	if err != nil {
+		return err
+	}
+	if acked >= int64(wanted) {
+		return nil
+	}
+	if g.a.fresh {
+		if _, rerr := g.l.client.Do(ctx, "PATHLOCK.RELEASE", g.l.key, g.a.token).Result(); rerr == nil {
+			g.mayHold = false
+		}
+	}
+	return &NotReplicatedError{Acknowledged: int(acked), Wanted: wanted}
+}
+
+// recoverEarlierGrant: after an attempt of a new owner went unanswered, a refusal of the retry
+// does not prove that the token holds nothing. The earlier attempt may have been granted, and
+// a request of another owner queued since (waiting for us) refuses our retry, since nobody
+// overtakes a waiter. A fresh token holds locks only if that grant happened, so a RENEW that
+// finds any tells (and refreshes them as the retry would have); the fence is the one LOCKS
+// reports for the token's lock on the first path.
+func (g *grantAttempt) recoverEarlierGrant(ctx context.Context) (int64, bool) {
+	if !g.unsure || !g.a.fresh {
+		return 0, false
+	}
+	n, err := g.l.client.Do(ctx, "PATHLOCK.RENEW", g.l.key, g.a.token, millis(g.a.s.ttl)).Int64()
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	reply, err := g.l.client.Do(ctx, "PATHLOCK.LOCKS", g.l.key, g.a.requests[0].Path, "TOKEN", g.a.token).Result()
+	if err != nil {
+		return 0, false
+	}
+	held, err := parseHeld("PATHLOCK.LOCKS", reply)
+	if err != nil || len(held) == 0 {
+		return 0, false
+	}
+	return held[0].Fence, true
+}
+
+// blockers are the live locks that refused a request, as PATHLOCK.CHECK reports them (none
+// when the server cannot be asked).
+func (l *Locks) blockers(ctx context.Context, token string, requests []Request) ([]HeldLock, error) {
+	held, err := l.check(ctx, requests, token)
+	if err != nil && transient(err) {
+		return nil, nil
+	}
+	return held, err
+}
+
+func acquireArgs(key string, a ask, wait time.Duration) []any {
+	args := make([]any, 0, 10+2*len(a.requests))
+	args = append(args, "PATHLOCK.ACQUIRE", key, "TOKEN", a.token, "TTL", millis(a.s.ttl))
+	if ms := millis(wait); ms > 0 {
+		args = append(args, "WAIT", ms)
+	}
+	if a.s.note != nil && *a.s.note != "" {
+		args = append(args, "NOTE", *a.s.note)
+	}
+	for _, r := range a.requests {
+		args = append(args, string(r.Mode), r.Path)
+	}
+	return args
+}
+
+// pinned is one connection of the blocking pool, held for the commands of one blocking call.
+type pinned struct {
+	pool *blockingPool
+	conn *redis.Conn
+	node *redis.Client
+	// id is the connection's CLIENT ID, known when the caller's context can be cancelled: a
+	// CLIENT UNBLOCK then takes a waiting request off the queue (go-redis does not interrupt a
+	// read when a context is cancelled, only when its deadline passes).
+	id int64
+}
+
+// pin takes a connection of the blocking pool to the key's server (or addr's, after a
+// redirection), with a read timeout that covers the call's waits.
+func (l *Locks) pin(ctx context.Context, addr string, s settings) (*pinned, error) {
+	pool := takePool(l.client)
+	node, err := pool.node(ctx, l.key, addr)
+	if err != nil {
+		pool.put()
+		return nil, err
+	}
+	timeout := pool.grace + s.wait + time.Millisecond
+	if s.replicas > 0 {
+		timeout += s.replicasTimeout
+	}
+	p := &pinned{pool: pool, conn: node.WithTimeout(timeout).Conn(), node: node}
+	if ctx.Done() != nil && s.wait > 0 {
+		if p.id, err = p.conn.ClientID(ctx).Result(); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// do sends a command on the pinned connection (after ASKING, for an ASK redirection), and
+// unblocks it if ctx is cancelled meanwhile.
+func (p *pinned) do(ctx context.Context, asking bool, args []any) (any, error) {
+	if asking {
+		if err := p.conn.Do(ctx, "ASKING").Err(); err != nil {
+			return nil, err
+		}
+	}
+	if p.id != 0 {
+		unblocked := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			defer close(unblocked)
+			unblock, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = p.node.Do(unblock, "CLIENT", "UNBLOCK", p.id).Err()
+		})
+		defer func() {
+			// An UNBLOCK on its way must land before the connection goes back to the pool,
+			// where it could end another call's wait.
+			if !stop() {
+				<-unblocked
+			}
+		}()
+	}
+	return p.conn.Do(ctx, args...).Result()
+}
+
+func (p *pinned) close() {
+	_ = p.conn.Close()
+	p.pool.put()
+}
+
+// newToken is a random UUID v4 in its canonical form, which the module stores compactly.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}

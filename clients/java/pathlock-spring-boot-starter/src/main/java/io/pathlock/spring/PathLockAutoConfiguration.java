@@ -1,0 +1,152 @@
+package io.pathlock.spring;
+
+import io.lettuce.core.AbstractRedisClient;
+import io.lettuce.core.RedisClient;
+import io.lettuce.core.cluster.RedisClusterClient;
+import io.pathlock.PathLockObserver;
+import io.pathlock.PathLocks;
+import java.util.List;
+import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.boot.autoconfigure.AutoConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnSingleCandidate;
+import org.springframework.boot.context.properties.EnableConfigurationProperties;
+import org.springframework.context.annotation.Bean;
+import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
+
+/**
+ * {@link EnableAutoConfiguration Auto-configuration} of pathlock on the application's Spring Data
+ * Redis setup: the {@link PathLocks} handle opens its connections on the Lettuce client of the
+ * application's {@link LettuceConnectionFactory} (its native {@code RedisClient} or {@code
+ * RedisClusterClient}, with its client resources), so whatever {@code spring.data.redis.*}
+ * configured (a standalone server, Sentinel, a cluster with its topology refresh, TLS, an ACL
+ * user, the database, timeouts) is pathlock's too. {@link PathLockTemplate} gives a handle per
+ * project with the key prefix applied.
+ *
+ * <p>Every bean steps back when the application defines its own. With Jedis instead of Lettuce
+ * there is no Lettuce client to reuse: the application then defines its own {@code PathLocks}
+ * bean (for example {@code PathLocks.of("redis://...", key)}), on which the template and the rest
+ * of the starter work as usual.
+ */
+@AutoConfiguration(afterName = {
+        // Spring Boot 4's, then Spring Boot 3's, auto-configuration of the connection factory.
+        "org.springframework.boot.data.redis.autoconfigure.DataRedisAutoConfiguration",
+        "org.springframework.boot.autoconfigure.data.redis.RedisAutoConfiguration" })
+@ConditionalOnClass({ PathLocks.class, LettuceConnectionFactory.class })
+@EnableConfigurationProperties(PathLockProperties.class)
+public class PathLockAutoConfiguration {
+    /** The placeholder key of the handle every project's handle is derived from. */
+    static final String BASE_KEY = "default";
+
+    /** Creates the auto-configuration; Spring does. */
+    public PathLockAutoConfiguration() {
+    }
+
+    /**
+     * The handle on the connection factory's Lettuce client, with the {@code pathlock.*} defaults,
+     * reporting to every {@link PathLockObserver} bean (the Micrometer meters among them). Its
+     * connections close with the application context, before the factory shuts its client down.
+     *
+     * @param factory    the application's connection factory
+     * @param properties the {@code pathlock.*} properties
+     * @param observers  the observers
+     * @return the handle
+     */
+    @Bean(destroyMethod = "close")
+    @ConditionalOnMissingBean
+    @ConditionalOnSingleCandidate(LettuceConnectionFactory.class)
+    public PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties,
+            ObjectProvider<PathLockObserver> observers) {
+        AbstractRedisClient client = nativeClient(factory);
+        PathLockObserver observer = CompositeObserver.of(observers.orderedStream().toList());
+        PathLocks.Builder builder;
+        if (client instanceof RedisClusterClient cluster) {
+            builder = PathLocks.builder(cluster);
+        } else if (client instanceof RedisClient standalone) {
+            builder = PathLocks.builder(standalone);
+        } else {
+            throw new IllegalStateException("pathlock needs a RedisClient or a RedisClusterClient, and the "
+                    + "LettuceConnectionFactory has " + client);
+        }
+        PathLocks locks = builder.maxWaitingConnections(properties.getMaxWaitingConnections()).observer(observer)
+                .build(properties.getKeyPrefix() + BASE_KEY);
+        return configure(locks, properties);
+    }
+
+    /**
+     * The application's defaults on a handle: the TTL, the wait, the replicas and their timeout,
+     * the note, and whether operations note themselves.
+     *
+     * @param locks      a handle
+     * @param properties the {@code pathlock.*} properties
+     * @return the handle with those defaults
+     */
+    static PathLocks configure(PathLocks locks, PathLockProperties properties) {
+        return locks.ttl(properties.getTtl())
+                .waitFor(properties.getWait())
+                .replicas(properties.getReplicas())
+                .replicasTimeout(properties.getReplicasTimeout())
+                .note(properties.getNote())
+                .operationNotes(properties.isOperationNotes());
+    }
+
+    /**
+     * The template the application's services take their projects' handles from.
+     *
+     * @param locks      the handle (the starter's, or the application's own)
+     * @param properties the {@code pathlock.*} properties
+     * @return the template
+     */
+    @Bean
+    @ConditionalOnMissingBean
+    @ConditionalOnSingleCandidate(PathLocks.class)
+    public PathLockTemplate pathLockTemplate(PathLocks locks, PathLockProperties properties) {
+        return new PathLockTemplate(locks, properties.getKeyPrefix());
+    }
+
+    /**
+     * The factory's Lettuce client. A factory created with early startup off makes its client only
+     * when it starts; it is started here then, as its first connection would.
+     */
+    static AbstractRedisClient nativeClient(LettuceConnectionFactory factory) {
+        AbstractRedisClient client = factory.getNativeClient();
+        if (client == null) {
+            factory.start();
+            client = factory.getRequiredNativeClient();
+        }
+        return client;
+    }
+
+    /** Several observers as one, each told in order. */
+    record CompositeObserver(List<PathLockObserver> observers) implements PathLockObserver {
+        static PathLockObserver of(List<PathLockObserver> observers) {
+            return switch (observers.size()) {
+                case 0 -> PathLockObserver.NONE;
+                case 1 -> observers.get(0);
+                default -> new CompositeObserver(List.copyOf(observers));
+            };
+        }
+
+        @Override
+        public void acquired(String key, String operation, Outcome outcome, java.time.Duration took) {
+            observers.forEach(o -> o.acquired(key, operation, outcome, took));
+        }
+
+        @Override
+        public void renewed(String key, boolean answered) {
+            observers.forEach(o -> o.renewed(key, answered));
+        }
+
+        @Override
+        public void leaseStarted(io.pathlock.Lease lease) {
+            observers.forEach(o -> o.leaseStarted(lease));
+        }
+
+        @Override
+        public void leaseEnded(io.pathlock.Lease lease, io.pathlock.LeaseLost lost) {
+            observers.forEach(o -> o.leaseEnded(lease, lost));
+        }
+    }
+}

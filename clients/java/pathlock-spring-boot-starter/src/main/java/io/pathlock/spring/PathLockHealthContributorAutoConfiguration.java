@@ -1,0 +1,69 @@
+package io.pathlock.spring;
+
+import io.pathlock.PathLocks;
+import java.time.Duration;
+import org.springframework.boot.autoconfigure.AutoConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnSingleCandidate;
+import org.springframework.boot.health.autoconfigure.contributor.ConditionalOnEnabledHealthIndicator;
+import org.springframework.boot.health.contributor.HealthIndicator;
+import org.springframework.context.annotation.Bean;
+import org.springframework.data.redis.connection.RedisStandaloneConfiguration;
+import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
+
+/**
+ * {@link EnableAutoConfiguration Auto-configuration} of {@link PathLockHealthIndicator} (Spring
+ * Boot 4's health API, with Actuator), named {@code pathlock} in the health endpoint; {@code
+ * management.health.pathlock.enabled=false} turns it off.
+ */
+@AutoConfiguration(after = PathLockAutoConfiguration.class)
+@ConditionalOnClass({ HealthIndicator.class, ConditionalOnEnabledHealthIndicator.class, PathLocks.class,
+        LettuceConnectionFactory.class })
+@ConditionalOnBean(PathLocks.class)
+@ConditionalOnEnabledHealthIndicator("pathlock")
+public class PathLockHealthContributorAutoConfiguration {
+    /** How long a health check waits for the servers' answers. */
+    static final Duration TIMEOUT = Duration.ofSeconds(5);
+
+    /** Creates the auto-configuration; Spring does. */
+    public PathLockHealthContributorAutoConfiguration() {
+    }
+
+    /**
+     * The check, on the connection factory's Lettuce client.
+     *
+     * @param factory the application's connection factory
+     * @return the check
+     */
+    @Bean(destroyMethod = "close")
+    @ConditionalOnMissingBean
+    @ConditionalOnSingleCandidate(LettuceConnectionFactory.class)
+    public ModuleCheck pathLockModuleCheck(LettuceConnectionFactory factory) {
+        return new ModuleCheck(PathLockAutoConfiguration.nativeClient(factory), describe(factory), TIMEOUT);
+    }
+
+    /**
+     * The indicator.
+     *
+     * @param check the module check
+     * @return the indicator
+     */
+    @Bean
+    @ConditionalOnBean(ModuleCheck.class)
+    @ConditionalOnMissingBean(name = "pathlockHealthIndicator")
+    public PathLockHealthIndicator pathlockHealthIndicator(ModuleCheck check) {
+        return new PathLockHealthIndicator(check);
+    }
+
+    /** The server of a standalone or Sentinel setup, as the health details name it. */
+    static String describe(LettuceConnectionFactory factory) {
+        if (factory.isRedisSentinelAware() && factory.getSentinelConfiguration() != null) {
+            return "sentinel master " + factory.getSentinelConfiguration().getMaster().getName();
+        }
+        RedisStandaloneConfiguration standalone = factory.getStandaloneConfiguration();
+        return standalone.getHostName() + ":" + standalone.getPort();
+    }
+}
