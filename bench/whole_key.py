@@ -5,8 +5,9 @@ A project of WHOLE_KEY_LOCKS locks (default 1,000,000; paths /d<i % 1000>/f<i>, 
 with as many fields (the same paths as fields, the tokens as values) go through the operations
 that take a whole key at once:
 
-  - DUMP: its server time (INFO commandstats) and the payload's size;
-  - RESTORE of that payload under a new name: its server time;
+  - DUMP: its time and the payload's size;
+  - RESTORE of that payload on a second server: its time; then a DEL of the restored key
+    (what MIGRATE does on the source once the target has it);
   - DEBUG RELOAD of a server holding only that key (a save and a load of its RDB), wall time;
   - MIGRATE to a second server, wall time of the command (dump, transfer, restore there, delete
     here);
@@ -14,7 +15,9 @@ that take a whole key at once:
     replica has loaded, polled every 5 ms;
   - fork: `latest_fork_usec` of a BGSAVE, beside the server's RSS.
 
-Each system runs on a fresh redis-server of its own, one after the other, WHOLE_KEY_ROUNDS
+Each time is given twice: the wall clock, and the CPU time the servers involved used (their
+threads and the children they reaped included), which a shared machine disturbs less. Each
+system runs on a fresh redis-server of its own, one after the other, WHOLE_KEY_ROUNDS
 times (default 3), and each figure is the median of its rounds. Markdown on stdout, and the rows
 to bench/whole_key.csv. Run it as `python3 bench/whole_key.py` after a release build;
 REDIS_SERVER picks the server binary, PATHLOCK_MODULE the module.
@@ -139,7 +142,9 @@ def one_round(system):
         with Timed(out, "RESTORE", b):
             b.c.call("RESTORE", KEY, 0, payload)
         assert digest(b, KEY) == before, "RESTORE changed the value"
-        b.c.call("DEL", KEY)
+        # Freeing the value, which MIGRATE does on the source after the transfer.
+        with Timed(out, "DEL", b):
+            b.c.call("DEL", KEY)
         del payload
         with Timed(out, "DEBUG RELOAD", a):
             a.c.call("DEBUG", "RELOAD")
