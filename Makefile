@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := $(CURDIR)/target/release/libpathlock.so
 export PATHLOCK_MODULE := $(MODULE)
 
-.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-instructions bench-java fuzz clean dist test-dist
+.PHONY: all build run test test-python test-cluster test-redis-suite lint bench bench-latency bench-waits bench-owners bench-projects bench-instructions bench-java fuzz clean dist test-dist
 
 # The servers of the compatibility table (docs/operations.md). `make test` runs the integration tests on each,
 # `make test REDIS_SERVER=/path/to/server` on that one alone. `make run SERVER=valkey` starts
@@ -145,6 +145,13 @@ bench: build
 bench-owners: build
 	@scripts/deps.sh bench
 	python3 bench/owners.py
+
+# Millions of projects holding a lock each, beside as many SET NX PX keys in the same run: filling
+# them, releasing them all (beside DEL) and their locks lapsing together (beside PX TTLs); see
+# bench/README.md. About 5 minutes at the default PROJECTS=1000000; REDIS_SERVER picks the server.
+bench-projects: build
+	@scripts/deps.sh bench
+	python3 bench/projects.py
 
 # Instructions per command inside redis-server (callgrind: repeatable where time is not), for
 # Whole-key operations of one project (WHOLE_KEY_LOCKS, default 1,000,000 locks) beside a hash of

@@ -53,11 +53,11 @@ def free_port():
 
 
 class Server:
-    def __init__(self, extra=()):
+    def __init__(self, extra=(), binary="redis-server"):
         self.dir = tempfile.mkdtemp(prefix="pathlock-bench-")
         self.port = free_port()
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", "--loadmodule", MODULE,
              "--logfile", os.path.join(self.dir, "redis.log"), *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

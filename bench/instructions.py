@@ -9,7 +9,9 @@ plain Redis commands a lock is otherwise made of: SET NX PX for ACQUIRE, DEL for
 for RENEW.
 
 `make bench-instructions` runs it after a release build; INSTR_N (default 5000), INSTR_HELD
-(default 0) and PATHLOCK_MODULE (default target/release/libpathlock.so) set it.
+(default 0) and PATHLOCK_MODULE (default target/release/libpathlock.so) set it, and
+INSTR_LOCKS_PER_PROJECT (default 0: all N locks in one project) spreads the N locks over
+projects of that many locks each (`proj:<i / k>`), the small projects most keys are.
 """
 
 import os
@@ -23,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = os.environ.get("PATHLOCK_MODULE", os.path.join(ROOT, "target/release/libpathlock.so"))
 N = int(os.environ.get("INSTR_N", "5000"))
 HELD = int(os.environ.get("INSTR_HELD", "0"))
+PER_PROJECT = int(os.environ.get("INSTR_LOCKS_PER_PROJECT", "0"))
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 TTL = 3_600_000
 
@@ -86,11 +89,16 @@ def per_command(setup, measured):
     return (total(setup + [measured]) - total(setup)) / N
 
 
+def project(i):
+    """The key of the N locks' i-th: one project, or projects of PER_PROJECT locks each."""
+    return f"proj:{i // PER_PROJECT}" if PER_PROJECT else "proj"
+
+
 def main():
     held = [[resp("PATHLOCK.ACQUIRE", "proj", "TOKEN", f"h{i}", "TTL", TTL, "WRITE",
                   f"/held/{i % 1000}/f{i}") for i in range(HELD)],
             [resp("SET", f"lock:held/{i}", "tok", "NX", "PX", TTL) for i in range(HELD)]]
-    locks = [resp("PATHLOCK.ACQUIRE", "proj", "TOKEN", f"t{i}", "TTL", TTL, "WRITE",
+    locks = [resp("PATHLOCK.ACQUIRE", project(i), "TOKEN", f"t{i}", "TTL", TTL, "WRITE",
                   f"/new/{i}/f.txt") for i in range(N)]
     keys = [resp("SET", f"lock:proj/new/{i}/f.txt", f"t{i}", "NX", "PX", TTL) for i in range(N)]
     workloads = [
@@ -98,15 +106,17 @@ def main():
         ("SET NX PX", [], keys),
         ("ACQUIRE, client token", [], locks),
         ("ACQUIRE, generated token", [],
-         [resp("PATHLOCK.ACQUIRE", "proj", "TTL", TTL, "WRITE", f"/new/{i}/f.txt")
+         [resp("PATHLOCK.ACQUIRE", project(i), "TTL", TTL, "WRITE", f"/new/{i}/f.txt")
           for i in range(N)]),
         ("DEL", [keys], [resp("DEL", f"lock:proj/new/{i}/f.txt") for i in range(N)]),
-        ("RELEASE", [locks], [resp("PATHLOCK.RELEASE", "proj", f"t{i}") for i in range(N)]),
+        ("RELEASE", [locks], [resp("PATHLOCK.RELEASE", project(i), f"t{i}") for i in range(N)]),
         ("PEXPIRE", [keys], [resp("PEXPIRE", f"lock:proj/new/{i}/f.txt", TTL) for i in range(N)]),
-        ("RENEW", [locks], [resp("PATHLOCK.RENEW", "proj", f"t{i}", TTL) for i in range(N)]),
+        ("RENEW", [locks], [resp("PATHLOCK.RENEW", project(i), f"t{i}", TTL) for i in range(N)]),
     ]
     counts = {}
-    print(f"instructions per command, {N} commands, {HELD} locks and keys held besides")
+    spread = f"projects of {PER_PROJECT} locks" if PER_PROJECT else "one project"
+    print(f"instructions per command, {N} commands, {HELD} locks and keys held besides, "
+          f"the locks in {spread}")
     print("| command | instructions |")
     print("|---|---:|")
     for name, setup, measured in workloads:

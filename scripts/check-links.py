@@ -13,9 +13,19 @@ Two checks, over the files git tracks (and new files it does not ignore):
   `README.md`) names one the repository holds: beside the file, from the repository's root, or
   anywhere by that name. So a comment that cites a document kept outside the repository fails.
 
+And a third, over the documents that map a folder (`MAPS`: `tests/README.md` maps the module's
+test files):
+
+* the map links every file of its folder that matches its pattern (`tests/*.rs`), so a new test
+  file fails until it is placed on the map, and one that is gone fails as a broken link;
+* every code span of the map that is a lowercase name with an underscore (`a_waiter_is_woken`,
+  `hold_many`) names a function defined under the folder (`fn name`), so a renamed or removed
+  test fails where the map still sends a reader to it.
+
 Links to other sites (`https:`, `mailto:` and the like) are not followed. Code blocks and code
 spans are not links. Prints every problem and exits 1 when there is one.
 """
+import fnmatch
 import os
 import re
 import subprocess
@@ -31,6 +41,11 @@ FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 NAMED_DOC = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w.-]+\.md)\b")
 # Files that hold byte strings rather than prose: corpus inputs and the like.
 NOT_PROSE = ("fuzz/corpus/", "fuzz/regressions/")
+# Documents that map a folder: each must link every file of the folder that matches the pattern
+# (a glob, relative to the repository's root), and the functions it names must exist there.
+MAPS = {"tests/README.md": "tests/*.rs"}
+CODE_SPAN = re.compile(r"(`+)((?:(?!\1).)+?)\1")
+FUNCTION_NAME = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
 
 
 def tracked():
@@ -142,6 +157,40 @@ def check_named_documents(path, documents):
     return problems
 
 
+def check_map(path, pattern, files):
+    """Files matching `pattern` that the map at `path` does not link, and functions it names in
+    code spans that no Rust file under the pattern's folder defines."""
+    text = open(path, encoding="utf-8").read()
+    base = os.path.dirname(path)
+    linked = set()
+    for line in prose_lines(text):
+        for target in INLINE.findall(line):
+            if target and not SCHEME.match(target):
+                linked.add(os.path.normpath(os.path.join(base, target.partition("#")[0])))
+    problems = [
+        f"{path}: {f} is not on the map (give it a link under the behaviour it tests)"
+        for f in files
+        if fnmatch.fnmatchcase(f, pattern) and f not in linked
+    ]
+    folder = os.path.dirname(pattern)
+    defined = set()
+    for f in files:
+        if f.startswith(folder + "/") and f.endswith(".rs"):
+            defined.update(re.findall(r"\bfn\s+([a-z_][a-z0-9_]*)", open(f, encoding="utf-8").read()))
+    fenced = None
+    for number, line in enumerate(text.split("\n"), 1):
+        marker = FENCE.match(line)
+        if marker and (fenced is None or marker.group(1) == fenced):
+            fenced = None if fenced else marker.group(1)
+            continue
+        if fenced:
+            continue
+        for _, span in CODE_SPAN.findall(line):
+            if FUNCTION_NAME.match(span) and span not in defined:
+                problems.append(f"{path}:{number}: names {span}, which no file of {folder}/ defines")
+    return problems
+
+
 def main():
     files = tracked()
     documents = {f for f in files if f.endswith(".md")}
@@ -151,12 +200,17 @@ def main():
     for path in files:
         if not path.startswith(NOT_PROSE):
             problems += check_named_documents(path, documents)
+    for path, pattern in MAPS.items():
+        problems += check_map(path, pattern, files)
     for problem in problems:
         print(problem)
     if problems:
         print(f"check-links: {len(problems)} problems", file=sys.stderr)
         return 1
-    print(f"check-links: {len(documents)} Markdown files, every relative link and named document found")
+    print(
+        f"check-links: {len(documents)} Markdown files, every relative link and named document"
+        f" found; {len(MAPS)} map of a folder complete"
+    )
     return 0
 
 

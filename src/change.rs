@@ -5,9 +5,9 @@
 //! a client, a replica or INFO's lock counts can see: freeing a buried owner's locks in the
 //! background (`free_until`, below) and a demoted master dropping its queue (`waits`).
 //!
-//! Level 5: imports `effects`, `fences`, `grants`, `registry`, `stats`, `store`. Called by the
-//! writing commands, `waits` and `expiry`. Generic over the storage seam (`store::Store`), so
-//! the fuzz harness runs it as Redis does.
+//! Level 6: imports `effects`, `fences`, `grants`, `registry`, `stats`, `store`. Called by the
+//! writing commands, `waits` and `expiry`. Generic over the storage seam (`store::Store`), so the
+//! fuzz harness runs it as Redis does.
 //!
 //! Before the change, when this server decides: waiters that gave up are taken out of the
 //! queue (so they are never granted), and a bounded share of the expired locks is reclaimed
@@ -164,10 +164,7 @@ fn purge_cancelled(store: &impl Store, project: &mut Project, now: u64) {
 fn settle(store: &impl Store, project: &Project, before: Counts) {
     fences::observe(project.locks().next_fence());
     before.track(project);
-    store.schedule(
-        project.locks().next_deadline(),
-        project.locks().has_background_work(),
-    );
+    store.schedule(project);
 }
 
 /// A project's counts in the INFO gauges, taken before a change so that the gauges move by what

@@ -29,7 +29,7 @@
 //! its own unknown-command error), and a migration started another way (a cluster manager)
 //! makes every later effect built, as above (see `docs/operations.md`, "Scaling out").
 //!
-//! Level 4: imports `contain`, `context`, `errors`, `eviction`, `propagation`, `registry`,
+//! Level 5: imports `contain`, `context`, `errors`, `eviction`, `propagation`, `registry`,
 //! `schedule`, `slot`, `store`. Subscribed by `lib.rs`. Like the keyspace itself in Redis, it never
 //! calls into the waiting machinery: it schedules expiry and queues signals in `registry`.
 
@@ -61,7 +61,7 @@ pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[
         let db = selected_db(ctx);
         ServerKey::visit(ctx, db, key, |opened| {
             opened.look(|project| {
-                schedule::schedule(ctx, key, project.locks().next_deadline());
+                schedule::schedule(ctx, key, project);
                 if project.locks().has_background_work() {
                     schedule::pending(ctx, key);
                 }
@@ -412,7 +412,8 @@ extern "C" fn on_swapdb(
     });
 }
 
-/// A flush is starting: every waiter of the flushed databases is queued again on its key name.
+/// A flush is starting: every waiter of the flushed databases is queued again on its key name,
+/// and the databases' entries leave the expiry schedule.
 extern "C" fn on_flush(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
@@ -425,11 +426,9 @@ extern "C" fn on_flush(
     contained("the flush event", (), || {
         // SAFETY: Redis passes a RedisModuleFlushInfo with the flush-database event.
         let info = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
-        registry::requeue_db(if info.dbnum < 0 {
-            None
-        } else {
-            Some(info.dbnum)
-        });
+        let db = (info.dbnum >= 0).then_some(info.dbnum);
+        registry::requeue_db(db);
+        schedule::flushed(db, info.sync == 0);
     });
 }
 

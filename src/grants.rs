@@ -1,7 +1,7 @@
 //! What follows every grant, made at once or to a waiter, in one place: the effect for replicas
 //! and the AOF, the keyspace event, the counts in INFO, and for a waiter its reply.
 //!
-//! Level 4: imports `blocked`, `effects`, `registry`, `stats`, `store`. Called by the ACQUIRE
+//! Level 5: imports `blocked`, `effects`, `registry`, `stats`, `store`. Called by the ACQUIRE
 //! handler, `change` (grants made when expired locks or cancelled waiters leave) and `waits`.
 
 use pathlock_core::{Grant, Items, Note, Token};

@@ -22,7 +22,7 @@
 //! key could not be granted (its fences would start at or past 2^53). Built only for tests and
 //! with the `system-alloc` feature, never into the module Redis loads.
 //!
-//! Level 8: imports `commands`, `effects`, `fences`, `store`. Called by the fuzz targets and its
+//! Level 9: imports `commands`, `effects`, `fences`, `store`. Called by the fuzz targets and its
 //! own unit tests.
 
 use std::cell::RefCell;

@@ -31,6 +31,8 @@ fn section(ctx: &InfoContext) {
     }
     // Keys whose released or lapsed big owners' locks are still being freed in the background.
     raw::add_info_field_long_long(ctx.ctx, "background_keys", schedule::pending_count() as i64);
+    // Keys in the expiry schedule: every project key with a lock, none for a deleted one.
+    raw::add_info_field_long_long(ctx.ctx, "scheduled_keys", schedule::len() as i64);
     for (name, total) in [
         ("total_grants", &GRANTS),
         ("total_conflicts", &CONFLICTS),
@@ -40,6 +42,10 @@ fn section(ctx: &InfoContext) {
         ("total_waits_granted", &WAITS_GRANTED),
         ("total_wait_timeouts", &WAIT_TIMEOUTS),
         ("total_evicted_projects", &EVICTED_PROJECTS),
+        ("total_cycles", &CYCLES),
+        ("total_cycles_over_1ms", &CYCLES_OVER_1MS),
+        ("cycle_longest_us", &CYCLE_LONGEST_US),
+        ("cycle_longest_cpu_us", &CYCLE_LONGEST_CPU_US),
     ] {
         raw::add_info_field_unsigned_long_long(ctx.ctx, name, stats::total(total));
     }

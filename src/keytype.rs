@@ -1,9 +1,9 @@
 //! The `path-lock` key type: how Redis stores, loads and frees a project's lock table.
 //!
-//! Level 2: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
-//! `move_db_workaround`, `registry`, `stats`. Its callbacks are called by Redis; `store` uses its
-//! type handle. A value leaving its key only queues a signal in `registry`; it never calls into the
-//! waiting machinery.
+//! Level 3: imports `clock`, `config`, `contain`, `errors`, `eviction`, `fences`,
+//! `move_db_workaround`, `registry`, `schedule`, `stats`. Its callbacks are called by Redis;
+//! `store` uses its type handle. A value leaving its key only queues a signal in `registry`; it
+//! never calls into the waiting machinery.
 //!
 //! The RDB encoding, version [`ENCODING_VERSION`], is `pathlock_core::persist`'s: this file
 //! only carries its items through `RedisModule_Save*`/`Load*`, so the checks that refuse a
@@ -23,7 +23,7 @@ use redis_module::{logging, native_types::RedisType, raw};
 
 use crate::contain::contained;
 use crate::errors::{for_log, HINT_LOWER_IMPOSSIBLE_FENCES};
-use crate::{clock, config, eviction, fences, move_db_workaround, registry, stats};
+use crate::{clock, config, eviction, fences, move_db_workaround, registry, schedule, stats};
 
 /// The encoding version: `persist::VERSION`, whose layout is `persist`'s. Raise it when the
 /// layout changes, and keep reading the older versions (version 1, without notes, still loads);
@@ -108,12 +108,16 @@ unsafe fn name_of<'a>(key: *mut raw::RedisModuleString) -> Option<&'a [u8]> {
     (!name.is_null()).then(|| std::slice::from_raw_parts(name.cast::<u8>(), len))
 }
 
-/// The value is leaving its key (`DEL`, `UNLINK`, an overwrite, `RENAME`, `MOVE`, `MIGRATE`):
-/// this only signals it to the registry, whose worker decides what its waiters are answered.
+/// The value is leaving its key (`DEL`, `UNLINK`, an overwrite, `RENAME`, `MOVE`, `MIGRATE`, an
+/// eviction, the module's own deletion of an empty project): its entry leaves the expiry
+/// schedule at once (a value that arrives under another name is scheduled again by the event
+/// that announces it), and its waiters are only signalled to the registry, whose worker decides
+/// what they are answered.
 extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
     contained("unlink", (), || {
         // SAFETY: see `project`; called on the main thread before the value is freed.
         let project = unsafe { project(value) };
+        schedule::unscheduled(project);
         // SAFETY: the server passes the key's live name.
         let name = unsafe { name_of(key) };
         // An eviction is told apart by the `evicted` event that follows (`eviction`).
@@ -189,20 +193,20 @@ extern "C" fn defrag(
 
 /// What a key holding a project costs the server, for `MEMORY USAGE`: the project's own
 /// estimate (`Project::memory_estimate`, rounded as the allocator rounds), its entry in the
-/// expiry schedule while it holds a lock, and what the server keeps for the key beside the value
+/// expiry schedule while it has one (its tag names it), and what the server keeps for the key beside the value
 /// that `MEMORY USAGE` leaves out for a module type (`SERVER_OVERHEAD`); the server adds the
 /// key's name and its entry. The estimate depends only on what the project holds: a project and
 /// its `COPY` each report their whole size, as copies of Redis's own types do, although they
 /// share storage until they write to it (`used_memory` shows what is shared).
 fn usage(project: &Project, name_len: usize) -> usize {
-    let scheduled = match (project.locks().next_deadline(), SCHEDULED.get()) {
-        (Some(_), Some(bytes_per_key)) => bytes_per_key(name_len),
+    let scheduled = match SCHEDULED.get() {
+        Some(bytes_per_key) if project.tag() != 0 => bytes_per_key(name_len),
         _ => 0,
     };
     project.memory_estimate() + scheduled + SERVER_OVERHEAD.load(Ordering::Relaxed)
 }
 
-/// What the expiry schedule keeps for a key with a lock due, by the length of its name: the
+/// What the expiry schedule keeps for a key with an entry, by the length of its name: the
 /// schedule's own count (`schedule::bytes_per_key`), handed over at load by `lib.rs`, since the
 /// schedule lies at this file's level.
 static SCHEDULED: OnceLock<fn(usize) -> usize> = OnceLock::new();

@@ -12,15 +12,16 @@
 // files in ARCHITECTURE.md disagrees with the imports; `scripts/import-cycles.py --write src`
 // rewrites them.
 //
-// 0  command_docs, config, contain, context, errors, fences, reply, slot, stats
+// 0  command_docs, config, contain, context, errors, fences, reply, slot, stats, timetable
 // 1  args, clock, eviction, move_db_workaround, propagation, registry
-// 2  blocked, effects, keytype, schedule
-// 3  info, store
-// 4  events, grants
-// 5  change
-// 6  expiry, waits
-// 7  commands
-// 8  harness
+// 2  blocked, effects, schedule
+// 3  info, keytype
+// 4  store
+// 5  events, grants
+// 6  change
+// 7  expiry, waits
+// 8  commands
+// 9  harness
 //
 // The subsystems: the modules each kind of work passes through, from where Redis calls in.
 // `scripts/import-cycles.py` fails when a module is in none, and writes their table and the
@@ -28,7 +29,7 @@
 //
 // command path: commands, command_docs, args, config, change, grants, store, reply, clock
 // waiting: waits, blocked, registry, grants, change, store, slot
-// background work: expiry, schedule, change, store
+// background work: expiry, schedule, timetable, change, store
 // replication: effects, propagation, fences, commands, change
 // keyspace events: events, eviction, move_db_workaround, registry, schedule, slot
 // the key type: keytype, fences
@@ -63,6 +64,7 @@ mod schedule;
 mod slot;
 mod stats;
 mod store;
+mod timetable;
 mod waits;
 
 use keytype::PATHLOCK_TYPE;
@@ -114,10 +116,18 @@ macro_rules! allocator {
         redis_module::alloc::RedisAlloc
     };
 }
-#[cfg(any(test, feature = "system-alloc"))]
+#[cfg(all(feature = "system-alloc", not(test)))]
 macro_rules! allocator {
     () => {
         std::alloc::System
+    };
+}
+/// Unit tests use the system's allocator through one that notes each thread's largest single
+/// allocation, so that a test can hold a structure's growth steps to a bound.
+#[cfg(test)]
+macro_rules! allocator {
+    () => {
+        crate::timetable::LargestAllocation
     };
 }
 

@@ -1,15 +1,29 @@
 //! The expiry schedule: when each project key next has a lock due, ordered by that deadline, so
 //! the expiry cycle visits only keys with something due; and the one timer that wakes the cycle.
 //!
-//! Level 2: imports `context`, `clock`. Written by `change` after every change and by `events` for
-//! keys that arrive without a command; read by `expiry`'s cycle, whose tick the timer runs. It
-//! also keeps the keys with background work (a released big owner's locks to free), which the
-//! same tick works off on every server (`pending`).
+//! Level 2: imports `context`, `clock`, `timetable`. Written by `store` after every change, by
+//! `events` for keys that arrive without a command and for flushes, and by `keytype` when a value
+//! leaves its key; read by `expiry`'s cycle, whose tick the timer runs. It also keeps the keys
+//! with background work (a released big owner's locks to free), which the same tick works off on
+//! every server (`pending`).
 //!
-//! An entry can go stale (the key was deleted or renamed), and it is left early on purpose when a
-//! key's earliest deadline moves later; the cycle finds no path-lock key, or nothing due, under
-//! that name and drops or reschedules the entry. `SWAPDB` moves every entry with its database
-//! (`Slots`).
+//! **An entry per key, found through the value.** Each database's entries live in a
+//! `Timetable` (see there: 32 bytes an entry with a name of up to 15 bytes, storage that never
+//! grows or shrinks in one step, capacity that comes back as keys go), and each project keeps
+//! its entry's handle (`Project::tag`: the database's slot and the entry), so no map from names
+//! to entries exists: a change finds its key's entry at once, and the value leaving its key
+//! (`DEL`, `UNLINK`, an eviction, an overwrite, `RENAME`, `MOVE`, `MIGRATE`) takes its entry
+//! with it (`unscheduled`, from `keytype`'s `unlink`), so nothing is left for a deleted key. A
+//! flush drops its databases' entries in one step (`flushed`; in the background for `FLUSHALL
+//! ASYNC`), and `SWAPDB` moves every entry with its database (`Slots`). A value the server frees
+//! without either (a replica's load that swaps databases) leaves an entry that the cycle finds
+//! stale, naming a key whose value does not hold it, and removes.
+//!
+//! An entry is left early on purpose when a key's earliest deadline moves later: the cycle
+//! finds nothing due and files the key again at its real deadline. While the cycle visits a
+//! key, its entry is parked (never due, still the key's); the change files it again at the key's
+//! next deadline, or removes it when there is none, and an entry still parked after the visit
+//! belongs to no value and goes (`visited`).
 //!
 //! **The wake-up.** There is no periodic timer: one Redis timer is armed for the earliest time
 //! something has to be done, and none when nothing is due, so an idle server, or one whose next
@@ -28,10 +42,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use pathlock_core::Project;
 use redis_module::{raw, Context, RedisModuleTimerID};
 
 use crate::clock;
 use crate::context::{decides, selected_db};
+use crate::timetable::{Timetable, PARKED};
 
 /// A key: its database and its name.
 pub type KeyId = (i32, Vec<u8>);
@@ -66,24 +82,85 @@ impl Slots {
 #[derive(Default)]
 struct Schedule {
     slots: Slots,
-    due: BTreeSet<(u64, KeyId)>,
-    /// Per database, each key's entry in `due`; looked up by the key's bytes so that the common
-    /// case (the earliest deadline did not change) allocates nothing.
-    by_key: HashMap<i32, HashMap<Vec<u8>, u64>>,
-    /// The key scheduled last and its entry in `due`: a busy project is scheduled again by every
-    /// command, nearly always with its entry unchanged, and comparing its name is cheaper than
-    /// hashing it.
-    last: Option<(i32, Vec<u8>, Option<u64>)>,
+    /// Each slot's entries, by slot.
+    tables: Vec<Timetable>,
     /// Keys with background work (`LockTable::free_some`), on every server, in no order.
     pending: BTreeSet<KeyId>,
 }
 
+/// A project's entry as its tag holds it: the slot and the entry's handle, 0 for none.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Tag(u64);
+
+impl Tag {
+    const NONE: Tag = Tag(0);
+
+    fn new(slot: i32, handle: u32) -> Tag {
+        Tag(((slot as u64 + 1) << 32) | u64::from(handle))
+    }
+
+    fn of(project: &Project) -> Tag {
+        Tag(project.tag())
+    }
+
+    /// The slot and the handle, unless this is no entry.
+    fn parts(self) -> Option<(i32, u32)> {
+        let slot = i32::try_from((self.0 >> 32).checked_sub(1)?).ok()?;
+        Some((slot, self.0 as u32))
+    }
+}
+
+impl Schedule {
+    fn table(&mut self, slot: i32) -> Option<&mut Timetable> {
+        let at = usize::try_from(slot).ok()?;
+        if at >= self.tables.len() {
+            self.tables.resize_with(at + 1, Timetable::default);
+        }
+        self.tables.get_mut(at)
+    }
+
+    /// The deadline of the entry `tag` names in `slot` ([`PARKED`] when parked); `None` when it
+    /// names none there.
+    fn deadline(&self, tag: Tag, slot: i32) -> Option<u64> {
+        let (at, handle) = tag.parts().filter(|(at, _)| *at == slot)?;
+        self.tables.get(usize::try_from(at).ok()?)?.deadline(handle)
+    }
+
+    /// The slot whose earliest deadline comes first, with that deadline.
+    fn earliest(&self) -> Option<(i32, u64)> {
+        self.tables
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, table)| Some((slot as i32, table.next_deadline()?)))
+            .min_by_key(|(_, deadline)| *deadline)
+    }
+}
+
 /// `SWAPDB first second`: the keys scheduled in each database go with it.
 pub fn swapped(first: i32, second: i32) {
-    with_schedule(|s| {
-        s.slots.swap(first, second);
-        s.last = None;
+    with_schedule(|s| s.slots.swap(first, second));
+}
+
+/// A flush of database `db` (of every database when `None`) starts: their entries go, in a
+/// thread of their own when the server frees the keys in the background (`async`), since a
+/// database's entries are a step per chunk of 2,048 to drop.
+pub fn flushed(db: Option<i32>, background: bool) {
+    let dropped: Vec<Timetable> = with_schedule(|s| {
+        let slots: Vec<i32> = match db {
+            Some(db) => vec![s.slots.slot(db)],
+            None => (0..s.tables.len() as i32).collect(),
+        };
+        s.pending.retain(|(slot, _)| !slots.contains(slot));
+        slots
+            .into_iter()
+            .filter_map(|slot| s.table(slot).map(std::mem::take))
+            .filter(|table| table.slots() > 0)
+            .collect()
     });
+    if background && !dropped.is_empty() {
+        // The server's allocator is thread-safe (its own lazy free frees from a thread).
+        std::thread::spawn(move || drop(dropped));
+    }
 }
 
 static SCHEDULE: Mutex<Option<Schedule>> = Mutex::new(None);
@@ -95,44 +172,51 @@ fn with_schedule<R>(f: impl FnOnce(&mut Schedule) -> R) -> R {
     f(guard.get_or_insert_with(Schedule::default))
 }
 
-/// Records that `key`, in the context's database, next has a lock due at `next` (or none), and
-/// makes sure the cycle comes by then when this call decides (a replica's and a replay's
-/// deadlines are its master's to meet; `keep_armed` takes them over after a promotion).
-pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
+/// Records that `project`, the value of `key` in the context's database, next has a lock due
+/// at its earliest deadline (or none), and makes sure the cycle comes by then when this call
+/// decides (a replica's and a replay's deadlines are its master's to meet; `keep_armed` takes
+/// them over after a promotion).
+pub fn schedule(ctx: &Context, key: &[u8], project: &Project) {
+    // An empty project is due at once: where this server decides, the cycle deletes its key
+    // (one loaded from an RDB written before empty projects went, or left on a replica promoted
+    // before its master's deletion came); elsewhere the master's deletion takes the entry.
+    let next = project
+        .locks()
+        .next_deadline()
+        .or_else(|| project.is_empty().then_some(0));
     let db = selected_db(ctx);
     let earlier = with_schedule(|s| {
-        let db = s.slots.slot(db);
-        let current = match &s.last {
-            Some((d, k, entry)) if *d == db && k.as_slice() == key => *entry,
-            _ => s.by_key.get(&db).and_then(|keys| keys.get(key)).copied(),
-        };
+        let slot = s.slots.slot(db);
+        let tag = Tag::of(project);
         // An entry that comes no later than the key's earliest deadline stays: when it comes,
         // the cycle finds nothing due and files the key again at its real deadline. So a key
         // whose deadlines only move later (a lock handed from waiter to waiter, each with a new
-        // lease) costs the schedule nothing per change, and one visit of the cycle per lease.
-        let entry = match (current, next) {
-            (Some(current), Some(next)) if current <= next => current,
-            (Some(current), None) => current,
-            (None, None) => {
-                remember(s, db, key, None);
-                return None;
-            }
-            (current, Some(deadline)) => {
-                let id = (db, key.to_vec());
-                if let Some(old) = current {
-                    s.due.remove(&(old, id.clone()));
+        // lease, a renewal) costs the schedule nothing per change, and one visit of the cycle
+        // per lease.
+        match (s.deadline(tag, slot), next) {
+            (Some(current), Some(next)) if current <= next => None,
+            (Some(PARKED), None) => {
+                // The cycle's visit found nothing left to schedule.
+                if let Some((at, handle)) = tag.parts() {
+                    if let Some(table) = s.table(at) {
+                        table.remove(handle);
+                    }
                 }
-                s.by_key
-                    .entry(db)
-                    .or_default()
-                    .insert(id.1.clone(), deadline);
-                s.due.insert((deadline, id));
-                remember(s, db, key, Some(deadline));
-                return Some(deadline);
+                project.set_tag(Tag::NONE.0);
+                None
             }
-        };
-        remember(s, db, key, Some(entry));
-        None
+            (Some(_), None) | (None, None) => None,
+            (Some(_), Some(deadline)) => {
+                let (at, handle) = tag.parts()?;
+                s.table(at)?.refile(handle, deadline);
+                Some(deadline)
+            }
+            (None, Some(deadline)) => {
+                let handle = s.table(slot)?.insert(deadline, key);
+                project.set_tag(Tag::new(slot, handle).0);
+                Some(deadline)
+            }
+        }
     });
     if let Some(deadline) = earlier {
         if decides(ctx) {
@@ -141,30 +225,92 @@ pub fn schedule(ctx: &Context, key: &[u8], next: Option<u64>) {
     }
 }
 
-/// Keeps `key`'s entry as the last one scheduled, copying the key's name only when another key
-/// was the last.
-fn remember(s: &mut Schedule, db: i32, key: &[u8], entry: Option<u64>) {
-    match &mut s.last {
-        Some((d, k, e)) if *d == db && k.as_slice() == key => *e = entry,
-        _ => s.last = Some((db, key.to_vec(), entry)),
-    }
+/// `project` leaves its key (deleted, overwritten, renamed, moved, migrated): its entry goes. A
+/// value that arrives under a new name is scheduled again by the event that announces it.
+pub fn unscheduled(project: &Project) {
+    let Some((slot, handle)) = Tag::of(project).parts() else {
+        return;
+    };
+    project.set_tag(Tag::NONE.0);
+    with_schedule(|s| {
+        if let Some(table) = s.table(slot) {
+            table.remove(handle);
+        }
+    });
 }
 
-/// Takes out of the schedule the key with the earliest deadline, if that deadline is not after
-/// `now`. The change that reclaims it schedules it again.
-pub fn pop_due(now: u64) -> Option<KeyId> {
+/// A key the cycle visits, with its entry, parked meanwhile; see `visited`.
+pub struct Visit {
+    pub db: i32,
+    pub key: Vec<u8>,
+    slot: i32,
+    handle: u32,
+}
+
+/// The key with the earliest deadline, if that deadline is not after `now`: its entry is parked
+/// while the cycle visits it, and the change that reclaims it files it again.
+pub fn pop_due(now: u64) -> Option<Visit> {
     with_schedule(|s| {
-        let (deadline, _) = s.due.first()?;
-        if *deadline > now {
+        let (slot, deadline) = s.earliest()?;
+        if deadline > now {
             return None;
         }
-        let (_, (slot, key)) = s.due.pop_first()?;
-        s.last = None;
-        if let Some(keys) = s.by_key.get_mut(&slot) {
-            keys.remove(&key);
-        }
-        Some((s.slots.db(slot), key))
+        let table = s.table(slot)?;
+        let handle = table.first_due(now)?;
+        let key = table.name(handle)?.to_vec();
+        table.refile(handle, PARKED);
+        Some(Visit {
+            db: s.slots.db(slot),
+            key,
+            slot,
+            handle,
+        })
     })
+}
+
+/// After the cycle's visit: an entry still parked belongs to no value (the key was not a
+/// project, or its value holds another entry), and goes.
+pub fn visited(visit: Visit) {
+    with_schedule(|s| {
+        if let Some(table) = s.table(visit.slot) {
+            if table.deadline(visit.handle) == Some(PARKED)
+                && table.name(visit.handle) == Some(visit.key.as_slice())
+            {
+                table.remove(visit.handle);
+            }
+        }
+    });
+}
+
+/// Files a visited key's entry again at `at` without visiting it (its slot is being imported).
+pub fn retry_at(visit: &Visit, at: u64) {
+    with_schedule(|s| {
+        if let Some(table) = s.table(visit.slot) {
+            table.refile(visit.handle, at);
+        }
+    });
+}
+
+/// Whether an arena of the schedule has free slots at its tail to give back (`trim_some`).
+pub fn has_slack() -> bool {
+    with_schedule(|s| s.tables.iter().any(Timetable::has_slack))
+}
+
+/// Gives back up to `budget` free slots at the tails of the schedule's arenas; returns whether
+/// some are left.
+pub fn trim_some(budget: usize) -> bool {
+    with_schedule(|s| {
+        let mut left = budget;
+        for table in &mut s.tables {
+            left -= table.trim_some(left);
+        }
+        s.tables.iter().any(Timetable::has_slack)
+    })
+}
+
+/// Keys in the schedule, for `INFO`.
+pub fn len() -> usize {
+    with_schedule(|s| s.tables.iter().map(Timetable::len).sum())
 }
 
 /// Records that `key`, in the context's database, has background work, and makes sure a tick
@@ -203,24 +349,15 @@ pub fn pending_count() -> usize {
 
 /// The earliest deadline in the schedule, if any.
 pub fn next_due() -> Option<u64> {
-    with_schedule(|s| s.due.first().map(|(deadline, _)| *deadline))
+    with_schedule(|s| s.earliest().map(|(_, deadline)| deadline))
 }
 
-/// The bytes the schedule keeps for one key with a lock due, whose name is `name_len` bytes
-/// long, for `MEMORY USAGE` (`keytype`): its entry in `due` and in `by_key`, each with a copy
-/// of the name. It follows the structures above, and `tests/memory.rs` holds `MEMORY USAGE` to
-/// `used_memory` on every server, so a change to them that forgets it fails there.
+/// The bytes the schedule keeps for one key, whose name is `name_len` bytes long, for `MEMORY
+/// USAGE` (`keytype`): its timetable entry ([`crate::timetable::entry_bytes`]).
+/// `tests/memory.rs` holds `MEMORY USAGE` to `used_memory` on every server, so a change to the
+/// timetable that forgets it fails there.
 pub fn bytes_per_key(name_len: usize) -> usize {
-    use pathlock_core::alloc::allocation;
-    use std::mem::size_of;
-    // A leaf of the B-tree holds up to 11 entries; deadlines come mostly in increasing order,
-    // and a full leaf splits in two, the later entries going on past the left half: leaves
-    // hold 6 on average (measured against `used_memory`).
-    let leaf = allocation(size_of::<usize>() + 11 * size_of::<(u64, KeyId)>() + 4);
-    let ordered = leaf / 6;
-    // A hash table is between 7/16 and 7/8 full: 1.7 slots (and control bytes) per entry.
-    let hashed = (size_of::<(Vec<u8>, u64)>() + 1) * 17 / 10;
-    ordered + hashed + 2 * allocation(name_len)
+    crate::timetable::entry_bytes(name_len)
 }
 
 /// The timer armed now: its id, the wall-clock time it was armed for, and when it fires.

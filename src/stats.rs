@@ -31,8 +31,22 @@ pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 /// Projects the server evicted while they held locks (`eviction`).
 pub static EVICTED_PROJECTS: AtomicU64 = AtomicU64::new(0);
 
+/// The expiry cycle's ticks (`expiry`), finer than the latency monitor's whole milliseconds: how
+/// many ran, how many held the server over 1 ms, and the longest, in microseconds of wall time
+/// (what clients waited) and of the main thread's CPU time (the module's own work, which a
+/// busy machine's preemptions do not stretch). Since the server started, like the totals.
+pub static CYCLES: AtomicU64 = AtomicU64::new(0);
+pub static CYCLES_OVER_1MS: AtomicU64 = AtomicU64::new(0);
+pub static CYCLE_LONGEST_US: AtomicU64 = AtomicU64::new(0);
+pub static CYCLE_LONGEST_CPU_US: AtomicU64 = AtomicU64::new(0);
+
 pub fn count(total: &AtomicU64, n: usize) {
     total.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Raises a high-water mark to `value`.
+pub fn peak(mark: &AtomicU64, value: u64) {
+    mark.fetch_max(value, Ordering::Relaxed);
 }
 
 /// Moves a gauge by the difference between two sizes of one table.

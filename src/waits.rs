@@ -1,7 +1,7 @@
 //! Blocking `ACQUIRE ... WAIT ms`: queueing a waiter, its timeout, and working off the signals
 //! that the rest of the module queued about waiters.
 //!
-//! Level 6: imports `blocked`, `change`, `clock`, `contain`, `context`, `errors`, `grants`,
+//! Level 7: imports `blocked`, `change`, `clock`, `contain`, `context`, `errors`, `grants`,
 //! `registry`, `slot`, `stats`, `store`. Called by the ACQUIRE handler (`block`, through
 //! `commands::Call`); `lib.rs` registers `work_off_signals` as the registry's worker.
 //!

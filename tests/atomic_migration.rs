@@ -131,14 +131,6 @@ fn debug_slot_migration(node: &Server, what: &str, on: bool) {
         .expect("DEBUG SLOTMIGRATION");
 }
 
-fn keys_in_slot(node: &Server, slot: i64) -> i64 {
-    cmd("CLUSTER")
-        .arg("COUNTKEYSINSLOT")
-        .arg(slot)
-        .query(&mut node.conn())
-        .expect("COUNTKEYSINSLOT")
-}
-
 fn pathlock_keys(node: &Server) -> i64 {
     settled_gauges(&mut node.conn()).1
 }
@@ -173,13 +165,6 @@ fn wait_on(
         ])
         .arg(items);
     thread::spawn(move || acquire.query(&mut con))
-}
-
-fn wait_blocked(node: &Server, n: i64) {
-    let mut con = node.conn();
-    wait_until(Duration::from_secs(10), "the waiters to block", || {
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting") == n
-    });
 }
 
 /// The module declares that it handles atomic slot migration exactly where the server has it:
@@ -280,7 +265,7 @@ fn every_change_made_on_the_source_while_a_slot_moves_reaches_the_target() {
             .query(&mut con),
     ));
     let waiter = wait_on(source, &key, "handed", 10_000, &["WRITE", "/hand/x"]);
-    wait_blocked(source, 1);
+    wait_for_waiters(&mut source.conn(), 1);
     assert_eq!(release(&mut con, &key, "handing", &[]), 1);
     fences.push(fence_of(&waiter.join().expect("the waiter")));
     let on_source = lock_set(&mut con, &key);
@@ -350,7 +335,7 @@ fn a_waiter_of_a_moving_project_is_redirected_and_granted_on_the_target() {
             )
         })
         .collect();
-    wait_blocked(source, 3);
+    wait_for_waiters(&mut source.conn(), 3);
     let grants = info_number(&mut con, "pathlock", "pathlock_total_grants");
 
     cluster.migrate_slots(source, target, slot, slot);
@@ -381,7 +366,7 @@ fn a_waiter_of_a_moving_project_is_redirected_and_granted_on_the_target() {
     );
 
     let retried = wait_on(target, &key, "waiter-0", 20_000, &["WRITE", "/A/x"]);
-    wait_blocked(target, 1);
+    wait_for_waiters(&mut target.conn(), 1);
     let mut on_target = target.conn();
     assert_eq!(release(&mut on_target, &key, "holder", &[]), 1);
     let granted = fence_of(&retried.join().expect("the retried waiter"));
@@ -407,7 +392,7 @@ fn a_cancelled_slot_migration_leaves_the_source_as_it_was() {
             .query(&mut con),
     );
     let waiter = wait_on(source, &key, "waiter", 30_000, &["WRITE", "/A/x"]);
-    wait_blocked(source, 1);
+    wait_for_waiters(&mut source.conn(), 1);
 
     debug_slot_migration(source, "PREVENT-PAUSE", true);
     start_migration(&cluster, source, target, slot);
@@ -482,9 +467,9 @@ fn a_failed_slot_migration_grants_nothing_while_paused_and_leaves_the_source_as_
     // The writer waits behind the reader; the second reader is compatible with the first but
     // not with the writer queued before it, so it waits behind the writer.
     let writer = wait_on(source, &key, "writer", 5_000, &["WRITE", "/A"]);
-    wait_blocked(source, 1);
+    wait_for_waiters(&mut source.conn(), 1);
     let reader = wait_on(source, &key, "reader-2", 60_000, &["READ", "/A/x"]);
-    wait_blocked(source, 2);
+    wait_for_waiters(&mut source.conn(), 2);
     let before = lock_set(&mut con, &key);
     let grants = info_number(&mut con, "pathlock", "pathlock_total_grants");
 

@@ -8,7 +8,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Duration;
 
 use cluster_harness::*;
 use common::*;
@@ -69,23 +68,23 @@ fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
     let error = error_of(try_acquire(&mut other.conn(), "proj:0", &["WRITE", "/x"]));
     assert!(error.starts_with("MOVED"), "{error}");
     // The reading commands route by their key too, an owner's listing and the queue included.
-    for args in [
-        &[&b"PATHLOCK.LOCKS"[..], b"proj:0", b"TOKEN", b"t0"][..],
-        &[b"PATHLOCK.WAITERS", b"proj:0", b"/A"],
-    ] {
-        let error = error_from(&mut other.conn(), args);
-        assert!(error.starts_with("MOVED"), "{args:?}: {error}");
-    }
+    assert_refused(
+        &mut other.conn(),
+        "MOVED",
+        &[
+            &[b"PATHLOCK.LOCKS", b"proj:0", b"TOKEN", b"t0"],
+            &[b"PATHLOCK.WAITERS", b"proj:0", b"/A"],
+        ],
+    );
     let owned: Vec<LockEntry> = cmd("PATHLOCK.LOCKS")
         .arg(&["proj:0", "TOKEN", "t0"])
         .query(&mut client)
         .expect("LOCKS TOKEN through the cluster");
     assert_eq!(owned.len(), 2);
-    let waiting: Vec<Value> = cmd("PATHLOCK.WAITERS")
-        .arg("proj:0")
-        .query(&mut client)
-        .expect("WAITERS through the cluster");
-    assert!(waiting.is_empty());
+    assert_eq!(
+        count_entries(&mut client, &["PATHLOCK.WAITERS", "proj:0"]),
+        0
+    );
 
     // Resharding moves slots with their project keys, locks intact.
     let before = digests(&cluster, &keys);
@@ -95,22 +94,7 @@ fn a_cluster_routes_reshards_and_fails_over_with_every_lock() {
         .iter()
         .find(|m| m.port != from.port)
         .expect("target");
-    let moved = Command::new(cli_binary())
-        .args(["--cluster", "reshard", &format!("127.0.0.1:{}", from.port)])
-        .args([
-            "--cluster-from",
-            &cluster.node_id(from),
-            "--cluster-to",
-            &cluster.node_id(to),
-        ])
-        .args(["--cluster-slots", "2000", "--cluster-yes"])
-        .output()
-        .expect("redis-cli --cluster reshard");
-    assert!(
-        moved.status.success(),
-        "{}",
-        String::from_utf8_lossy(&moved.stdout)
-    );
+    cluster.reshard(from, to, 2000);
     cluster.wait_until_ok();
     let owners_after: Vec<u16> = keys.iter().map(|k| cluster.owner(k).port).collect();
     let moved_keys = owners_before
@@ -200,9 +184,7 @@ fn held_and_awaited<'a>(cluster: &'a Cluster, key: &'static str) -> Awaited<'a> 
             .arg(&[key, "TOKEN", "waiter", "WAIT", "10000", "WRITE", "/A/x"])
             .query::<Option<(String, i64)>>(&mut waiting)
     });
-    wait_until(Duration::from_secs(10), "the waiter to block", || {
-        info_number(&mut con, "clients", "blocked_clients") == 1
-    });
+    wait_for_blocked(&mut con, 1);
     let slot: i64 = cmd("CLUSTER")
         .arg(&["KEYSLOT", key])
         .query(&mut con)
@@ -272,12 +254,11 @@ fn migrate_with_a_waiter(in_transaction: bool) {
     for node in cluster.masters() {
         setslot(node, &["NODE", &target_id]);
     }
-    let left: i64 = cmd("CLUSTER")
-        .arg("COUNTKEYSINSLOT")
-        .arg(slot)
-        .query(&mut con)
-        .expect("COUNTKEYSINSLOT");
-    assert_eq!(left, 0, "the source keeps no key in the slot it gave away");
+    assert_eq!(
+        keys_in_slot(source, slot),
+        0,
+        "the source keeps no key in the slot it gave away"
+    );
     cluster.wait_until_ok();
     // The waiter retries through the cluster and finds the project, held, where it is now.
     let mut client = cluster.client();
@@ -301,7 +282,7 @@ fn a_waiter_of_a_project_deleted_during_migration_is_told_to_try_again() {
     let cluster = Cluster::start();
     let key = "proj:del";
     let Awaited {
-        source: _,
+        source,
         target,
         mut con,
         waiter,
@@ -316,12 +297,11 @@ fn a_waiter_of_a_project_deleted_during_migration_is_told_to_try_again() {
     let _: i64 = cmd("DEL").arg(key).query(&mut con).expect("DEL");
     let error = error_of(waiter.join().expect("the waiter"));
     assert!(error.starts_with("TRYAGAIN"), "{error}");
-    let left: i64 = cmd("CLUSTER")
-        .arg("COUNTKEYSINSLOT")
-        .arg(slot)
-        .query(&mut con)
-        .expect("COUNTKEYSINSLOT");
-    assert_eq!(left, 0, "nothing was created in the migrating slot");
+    assert_eq!(
+        keys_in_slot(source, slot),
+        0,
+        "nothing was created in the migrating slot"
+    );
     let retried = error_of(try_acquire(
         &mut con,
         key,

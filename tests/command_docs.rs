@@ -11,6 +11,12 @@
 //! * the table of flags, key access and ACL categories is what `COMMAND INFO` gives (the ACL
 //!   categories where the server has module categories: not on Redis 7.0);
 //! * the README's table of commands shows each command a client sends with that same syntax.
+//!
+//! And what the server is told of each command, held to what clients and proxies rely on
+//! (`src/command_docs.rs` declares it all): the arguments `COMMAND DOCS` names, the key spec's
+//! access and the flags `COMMAND INFO` shows, the key `COMMAND GETKEYS` finds, the summary and
+//! complexity, and the arity the server checks before the module is called. What ACL users may
+//! do with those declarations is in `acl.rs`.
 
 mod common;
 
@@ -427,6 +433,102 @@ fn the_command_reference_is_what_the_server_says() {
         "{} commands, {} arguments, as documented",
         served.len(),
         served.values().map(|d| d.args.len()).sum::<usize>()
+    );
+}
+
+#[test]
+fn command_docs_describe_every_argument_and_the_key_access() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let served = served(&mut con);
+    for (name, arguments, access) in [
+        (
+            "PATHLOCK.ACQUIRE",
+            &["key", "token", "ttl", "wait", "note", "request"][..],
+            "RW",
+        ),
+        ("PATHLOCK.RELEASE", &["key", "token", "path"][..], "RW"),
+        ("PATHLOCK.RENEW", &["key", "token", "ms"][..], "RW"),
+        ("PATHLOCK.LOCKS", &["key", "path", "token"][..], "RO"),
+        ("PATHLOCK.CHECK", &["key", "token", "request"][..], "RO"),
+        ("PATHLOCK.WAITERS", &["key", "path"][..], "RO"),
+    ] {
+        // The top-level arguments, in order; nested ones are held to the reference above.
+        let top: Vec<&str> = served[name]
+            .args
+            .iter()
+            .map(|a| a.name.as_str())
+            .filter(|a| !a.contains('.'))
+            .collect();
+        assert_eq!(top, arguments, "{name}: its arguments in COMMAND DOCS");
+        let declared = declared_by(&mut con, name);
+        let flags: BTreeSet<&str> = declared.access.split(' ').collect();
+        assert!(
+            flags.contains(access) && flags.contains("access"),
+            "{name}: the key spec's flags are {:?}",
+            declared.access
+        );
+    }
+}
+
+#[test]
+fn commands_declare_their_flags_and_key_position() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let key_of = |con: &mut Connection, name: &str, args: &[&str]| -> Vec<String> {
+        cmd("COMMAND")
+            .arg(&["GETKEYS", name, "proj:7"])
+            .arg(args)
+            .query(con)
+            .expect("COMMAND GETKEYS")
+    };
+    for (name, flag, args) in [
+        ("pathlock.acquire", "denyoom", &["WRITE", "/A"][..]),
+        ("pathlock.release", "write", &["token"][..]),
+        ("pathlock.renew", "write", &["token", "100"][..]),
+    ] {
+        let declared = declared_by(&mut con, name);
+        assert!(
+            declared.flags.contains(flag) && declared.flags.contains("write"),
+            "{name}: {declared:?}"
+        );
+        assert_eq!(key_of(&mut con, name, args), ["proj:7"]);
+    }
+    for (name, args) in [
+        ("pathlock.locks", &["/A", "TOKEN", "t"][..]),
+        ("pathlock.check", &["READ", "/A"][..]),
+        ("pathlock.waiters", &["/A"][..]),
+    ] {
+        let declared = declared_by(&mut con, name);
+        assert!(
+            declared.flags.contains("readonly") && !declared.flags.contains("write"),
+            "{name}: {declared:?}"
+        );
+        assert_eq!(key_of(&mut con, name, args), ["proj:7"]);
+    }
+}
+
+#[test]
+fn command_docs_and_arity_come_from_the_module() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let docs: Value = cmd("COMMAND")
+        .arg(&["DOCS", "pathlock.acquire"])
+        .query(&mut con)
+        .expect("COMMAND DOCS");
+    let (_, doc) = pairs(&docs)
+        .into_iter()
+        .next()
+        .expect("the docs of PATHLOCK.ACQUIRE");
+    let fields: BTreeMap<String, Value> = pairs(&doc).into_iter().collect();
+    let summary = fields.get("summary").map(text_of).unwrap_or_default();
+    assert!(summary.contains("all or nothing"), "{summary}");
+    let complexity = fields.get("complexity").map(text_of).unwrap_or_default();
+    assert!(!complexity.is_empty(), "no complexity: {fields:?}");
+    let error = error_from(&mut con, &[b"PATHLOCK.LOCKS"]);
+    assert!(
+        error.starts_with("ERR wrong number of arguments"),
+        "{error}"
     );
 }
 

@@ -127,14 +127,7 @@ fn acknowledged_grants_survive_sigkill_with_appendfsync_always() {
 
 #[test]
 fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
-    let mut server = Server::start_with(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ]);
+    let mut server = Server::start_with(&aof_always("no"));
     let mut con = server.conn();
     populate(&mut con, "p");
     burst(&mut con, "p", 0, 100);
@@ -170,18 +163,14 @@ fn aof_without_rdb_preamble_replays_a_rewrite_and_what_followed() {
     );
 }
 
+/// A project whose last lock is released is no key, and nothing of it is written; its fences
+/// still climb after a rewrite and a restart, from the server's mark (RDB) or the clock floor
+/// (an AOF rewritten without the RDB preamble).
 #[test]
-fn a_project_with_no_locks_left_keeps_its_fence_counter_across_rewrite_and_restart() {
+fn a_project_emptied_by_its_releases_is_no_key_and_its_fences_climb_across_rewrite_and_restart() {
     for aof in [true, false] {
         let mut server = if aof {
-            Server::start_with(&[
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--aof-use-rdb-preamble",
-                "no",
-            ])
+            Server::start_with(&aof_always("no"))
         } else {
             Server::start()
         };
@@ -195,12 +184,9 @@ fn a_project_with_no_locks_left_keeps_its_fence_counter_across_rewrite_and_resta
             assert_eq!(release(&mut con, "p", token, &[]), 1);
         }
         let exists: i64 = cmd("EXISTS").arg("p").query(&mut con).expect("EXISTS");
-        assert_eq!(
-            exists, 1,
-            "the key keeps the counter although it holds no lock"
-        );
+        assert_eq!(exists, 0, "the key went with its last lock");
         if aof {
-            // The rewrite has no lock to write, only the counter.
+            // The rewrite has nothing of the project to write.
             let _: String = cmd("BGREWRITEAOF").query(&mut con).expect("BGREWRITEAOF");
             wait_until(Duration::from_secs(20), "the AOF rewrite", || {
                 info_number(&mut con, "persistence", "aof_rewrite_in_progress") == 0
@@ -211,10 +197,12 @@ fn a_project_with_no_locks_left_keeps_its_fence_counter_across_rewrite_and_resta
         }
         server.crash_and_restart();
         let mut con = server.conn();
-        assert_eq!(
-            fence_of_next_acquire(&mut con, "p"),
-            last + 1,
-            "aof: {aof}; server log:\n{}",
+        let dbsize: i64 = cmd("DBSIZE").query(&mut con).expect("DBSIZE");
+        assert_eq!(dbsize, 0, "aof: {aof}");
+        let fence = fence_of_next_acquire(&mut con, "p");
+        assert!(
+            fence > last,
+            "aof: {aof}: {fence} after {last}; server log:\n{}",
             server.log()
         );
     }
@@ -320,13 +308,15 @@ fn a_large_copy_and_its_original_stay_independent() {
             .query(con)
             .expect("MEMORY USAGE")
     };
-    // Each copy counts as holding its locks, as after any COPY. The server adds its own
-    // allocation for the key, which a libc allocator may round up 16 bytes more for one key than
-    // for the other (Valkey 9.1 built with malloc=libc once reported 2,833,815 against
-    // 2,833,799); the module's share, over a hundred bytes per lock, is the same on both.
+    // Each copy counts as holding its locks, as after any COPY. The estimates read what the
+    // allocator holds (the hash tables' and bitmaps' capacities, which a table's history sets
+    // and a copy's pieces, made to fit, need not repeat: 2,693,886 against 2,694,230 here on
+    // Redis 7.0), and the server adds its own allocation for the key, which a libc allocator
+    // may round up 16 bytes more for one key than for the other: the two agree within 0.1%,
+    // where the module's share is over a hundred bytes per lock on both.
     let (copy_usage, big_usage) = (usage(&mut con, "copy"), usage(&mut con, "big"));
     assert!(
-        copy_usage.abs_diff(big_usage) <= 64,
+        copy_usage.abs_diff(big_usage) <= (big_usage / 1000).max(64) as u64,
         "copy {copy_usage} against original {big_usage}"
     );
     assert!(

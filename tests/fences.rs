@@ -99,29 +99,12 @@ fn a_restart_from_an_rdb_saved_with_no_project_left_keeps_fences_above() {
 
 #[test]
 fn a_restart_from_an_aof_with_the_rdb_preamble_keeps_fences_above() {
-    after_restart(
-        &[
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--aof-use-rdb-preamble",
-            "yes",
-        ],
-        &["BGREWRITEAOF"],
-    );
+    after_restart(&aof_always("yes"), &["BGREWRITEAOF"]);
 }
 
 #[test]
 fn a_restart_from_an_aof_without_the_rdb_preamble_keeps_fences_above() {
-    let aof = [
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        "no",
-    ];
+    let aof = aof_always("no");
     // Replayed: the effects in the AOF raise the mark again.
     after_restart(&aof, &["PING"]);
     // Rewritten after the deletion: the AOF holds nothing of the project, and the clock floor
@@ -131,10 +114,7 @@ fn a_restart_from_an_aof_without_the_rdb_preamble_keeps_fences_above() {
 
 #[test]
 fn a_promoted_replica_starts_new_keys_above_the_fences_it_received() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut m = master.conn();
-    let mut r = replica.conn();
+    let (master, _replica, mut m, mut r) = master_and_replica();
     let last = *grants(&mut m, "p", 10).last().expect("fences");
     let _: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut m).expect("WAIT");
     assert_eq!(digest_of(&mut m, "p"), digest_of(&mut r, "p"));
@@ -145,10 +125,7 @@ fn a_promoted_replica_starts_new_keys_above_the_fences_it_received() {
     );
     drop(m);
     drop(master);
-    let _: () = cmd("REPLICAOF")
-        .arg(&["NO", "ONE"])
-        .query(&mut r)
-        .expect("REPLICAOF NO ONE");
+    promote(&mut r);
     assert_eq!(next_fence(&mut r, "p"), last + 1);
     run(&mut r, &["DEL", "p"]);
     assert!(next_fence(&mut r, "p") > last + 1);
@@ -166,19 +143,13 @@ fn a_replica_that_syncs_after_the_deletion_gets_the_mark_from_the_rdb() {
     assert!(info_number(&mut r, "pathlock", "pathlock_fence_mark") > last);
     drop(m);
     drop(master);
-    let _: () = cmd("REPLICAOF")
-        .arg(&["NO", "ONE"])
-        .query(&mut r)
-        .expect("REPLICAOF NO ONE");
+    promote(&mut r);
     assert!(next_fence(&mut r, "p") > last);
 }
 
 #[test]
 fn a_key_created_on_a_master_replicates_its_first_fence_and_never_decides_it_on_the_replica() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut m = master.conn();
-    let mut r = replica.conn();
+    let (_master, _replica, mut m, mut r) = master_and_replica();
     for key in ["a", "b", "c"] {
         grants(&mut m, key, 2);
         run(&mut m, &["DEL", key]);

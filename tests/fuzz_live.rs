@@ -664,38 +664,20 @@ fn random_effect(rng: &mut Rng, now_ms: u64, deadline: &str) -> Vec<Vec<u8>> {
     words
 }
 
-fn resp_command(words: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", words.len()).into_bytes();
-    for word in words {
-        out.extend(format!("${}\r\n", word.len()).bytes());
-        out.extend_from_slice(word);
-        out.extend(b"\r\n");
-    }
-    out
-}
-
 fn replay_effects(seed: u64, rounds: usize) -> usize {
     let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
-    let incr = std::fs::read_dir(server.dir.join("appendonlydir"))
-        .expect("appendonlydir")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .expect("the incremental AOF");
     let mut rng = Rng::new(seed);
     for round in 0..rounds {
         let now = server_ms(&mut con);
         let deadline = (now + 600_000).to_string();
         let effects: Vec<u8> = (0..20)
-            .flat_map(|_| resp_command(&random_effect(&mut rng, now, &deadline)))
+            .flat_map(|_| {
+                let words = random_effect(&mut rng, now, &deadline);
+                resp(&words.iter().map(Vec::as_slice).collect::<Vec<_>>())
+            })
             .collect();
-        let mut aof = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&incr)
-            .expect("open the AOF");
-        std::io::Write::write_all(&mut aof, &effects).expect("append");
-        drop(aof);
+        append_to_aof(&server, &effects);
         let what = format!(
             "seed {seed}, round {round}, effects {:?}",
             String::from_utf8_lossy(&effects)

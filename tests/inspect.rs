@@ -125,36 +125,36 @@ fn inspection_errors() {
     let server = Server::start();
     let mut con = server.conn();
     let _: () = cmd("SET").arg("s").arg("1").query(&mut con).expect("SET");
-    for (args, expected) in [
-        (&[&b"PATHLOCK.LOCKS"[..], b"s"][..], "WRONGTYPE"),
-        (&[b"PATHLOCK.CHECK", b"s", b"READ", b"/"], "WRONGTYPE"),
-        (&[b"PATHLOCK.LOCKS", b"k", b"/a/../b"], "ERR invalid path"),
-        (
-            &[b"PATHLOCK.LOCKS", b"k", b"/a", b"/b"],
-            "ERR unknown option '/b' after the path",
-        ),
-        (
-            &[b"PATHLOCK.CHECK", b"k", b"TOKEN", b"t"],
-            "ERR no lock requested",
-        ),
-        (
-            &[b"PATHLOCK.CHECK", b"k", b"READ"],
-            "ERR wrong number of arguments",
-        ),
-        (
-            &[b"PATHLOCK.CHECK", b"k", b"TOKEN", b"t", b"READ"],
-            "ERR missing path after mode",
-        ),
-        (
-            &[b"PATHLOCK.CHECK", b"k", b"TOKEN", b"", b"READ", b"/"],
-            "ERR invalid token",
-        ),
-        (
-            &[b"PATHLOCK.CHECK", b"k", b"SHARE", b"/"],
-            "ERR invalid mode 'SHARE'",
-        ),
-    ] {
-        let error = error_from(&mut con, args);
-        assert!(error.starts_with(expected), "{args:?}: {error}");
-    }
+    assert_errors(
+        &mut con,
+        &[
+            (&[&b"PATHLOCK.LOCKS"[..], b"s"][..], "WRONGTYPE"),
+            (&[b"PATHLOCK.CHECK", b"s", b"READ", b"/"], "WRONGTYPE"),
+            (&[b"PATHLOCK.LOCKS", b"k", b"/a/../b"], "ERR invalid path"),
+            (
+                &[b"PATHLOCK.LOCKS", b"k", b"/a", b"/b"],
+                "ERR unknown option '/b' after the path",
+            ),
+            (
+                &[b"PATHLOCK.CHECK", b"k", b"TOKEN", b"t"],
+                "ERR no lock requested",
+            ),
+            (
+                &[b"PATHLOCK.CHECK", b"k", b"READ"],
+                "ERR wrong number of arguments",
+            ),
+            (
+                &[b"PATHLOCK.CHECK", b"k", b"TOKEN", b"t", b"READ"],
+                "ERR missing path after mode",
+            ),
+            (
+                &[b"PATHLOCK.CHECK", b"k", b"TOKEN", b"", b"READ", b"/"],
+                "ERR invalid token",
+            ),
+            (
+                &[b"PATHLOCK.CHECK", b"k", b"SHARE", b"/"],
+                "ERR invalid mode 'SHARE'",
+            ),
+        ],
+    );
 }

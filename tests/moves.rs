@@ -38,14 +38,6 @@ fn spawn_wait(
     })
 }
 
-fn wait_for_blocked(con: &mut Connection, n: i64) {
-    wait_until(
-        Duration::from_secs(10),
-        &format!("{n} blocked clients"),
-        || info_number(con, "clients", "blocked_clients") == n,
-    );
-}
-
 /// `holder` takes `WRITE /A` in `key`, and `waiter` starts waiting for `WRITE /A/x` there.
 fn held_and_awaited(
     server: &Server,
@@ -56,6 +48,19 @@ fn held_and_awaited(
     let waiter = spawn_wait(server, key, "waiter", "/A/x");
     wait_for_blocked(con, 1);
     waiter
+}
+
+/// Runs `command` on `con` while a waiter of `key` waits behind its holder (`held_and_awaited`):
+/// the command's reply and the waiter's answer.
+fn answer_to(
+    server: &Server,
+    con: &mut Connection,
+    key: &str,
+    command: &redis::Cmd,
+) -> (Value, Result<Value, String>) {
+    let waiter = held_and_awaited(server, con, key);
+    let reply: Value = command.query(con).expect("the command");
+    (reply, waiter.join().expect("the waiter"))
 }
 
 fn exists(con: &mut Connection, key: &str) -> bool {
@@ -88,10 +93,7 @@ fn a_waiter_of_a_migrated_project_is_answered_that_it_moved_not_granted() {
         !exists(&mut con, "K"),
         "no orphan project is left on the source"
     );
-    assert_eq!(
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
-        0
-    );
+    assert_no_waiters(&mut con);
     let mut there = destination.conn();
     let locks = lock_set(&mut there, "K");
     assert_eq!(locks, held, "the holder's lock, with its fence, moved");
@@ -104,12 +106,7 @@ fn a_waiter_of_a_migrated_project_is_answered_that_it_moved_not_granted() {
 fn a_waiter_of_a_renamed_or_moved_project_is_answered_that_it_moved() {
     let server = Server::start();
     let mut con = server.conn();
-    let waiter = held_and_awaited(&server, &mut con, "p");
-    let _: () = cmd("RENAME")
-        .arg(&["p", "q"])
-        .query(&mut con)
-        .expect("RENAME");
-    let answer = waiter.join().expect("the waiter");
+    let (_, answer) = answer_to(&server, &mut con, "p", cmd("RENAME").arg(&["p", "q"]));
     assert!(
         answer
             .as_ref()
@@ -126,10 +123,8 @@ fn a_waiter_of_a_renamed_or_moved_project_is_answered_that_it_moved() {
         "the holder's lock moved with the key"
     );
 
-    let waiter = held_and_awaited(&server, &mut con, "m");
-    let moved: i64 = cmd("MOVE").arg(&["m", "3"]).query(&mut con).expect("MOVE");
-    assert_eq!(moved, 1);
-    let answer = waiter.join().expect("the waiter");
+    let (moved, answer) = answer_to(&server, &mut con, "m", cmd("MOVE").arg(&["m", "3"]));
+    assert_eq!(moved, Value::Int(1));
     assert!(
         answer
             .as_ref()
@@ -139,22 +134,19 @@ fn a_waiter_of_a_renamed_or_moved_project_is_answered_that_it_moved() {
     assert!(!exists(&mut con, "m"));
     let _: () = cmd("SELECT").arg(3).query(&mut con).expect("SELECT");
     assert_eq!(lock_set(&mut con, "m").len(), 1);
-    assert_eq!(
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
-        0
-    );
+    assert_no_waiters(&mut con);
 }
 
 #[test]
 fn a_waiter_of_an_overwritten_project_is_answered_that_it_was_replaced() {
     let server = Server::start();
     let mut con = server.conn();
-    let waiter = held_and_awaited(&server, &mut con, "p");
-    let _: () = cmd("SET")
-        .arg(&["p", "a string now"])
-        .query(&mut con)
-        .expect("SET");
-    let answer = waiter.join().expect("the waiter");
+    let (_, answer) = answer_to(
+        &server,
+        &mut con,
+        "p",
+        cmd("SET").arg(&["p", "a string now"]),
+    );
     assert_eq!(
         answer,
         Err("ERR project replaced: its key was overwritten by another value while this client waited".into())
@@ -163,15 +155,12 @@ fn a_waiter_of_an_overwritten_project_is_answered_that_it_was_replaced() {
     // RESTORE ... REPLACE of another project: its locks are not the waiter's to be granted in.
     assert!(take(&mut con, "other", "o", &["READ", "/B"]));
     let payload: Vec<u8> = cmd("DUMP").arg("other").query(&mut con).expect("DUMP");
-    let waiter = held_and_awaited(&server, &mut con, "r");
-    let _: () = cmd("RESTORE")
-        .arg("r")
-        .arg(0)
-        .arg(payload)
-        .arg("REPLACE")
-        .query(&mut con)
-        .expect("RESTORE");
-    let answer = waiter.join().expect("the waiter");
+    let (_, answer) = answer_to(
+        &server,
+        &mut con,
+        "r",
+        cmd("RESTORE").arg("r").arg(0).arg(payload).arg("REPLACE"),
+    );
     assert!(
         answer
             .as_ref()
@@ -185,12 +174,7 @@ fn a_waiter_of_an_overwritten_project_is_answered_that_it_was_replaced() {
 fn a_waiter_in_a_swapped_database_is_answered_that_it_moved() {
     let server = Server::start();
     let mut con = server.conn();
-    let waiter = held_and_awaited(&server, &mut con, "p");
-    let _: () = cmd("SWAPDB")
-        .arg(&["0", "1"])
-        .query(&mut con)
-        .expect("SWAPDB");
-    let answer = waiter.join().expect("the waiter");
+    let (_, answer) = answer_to(&server, &mut con, "p", cmd("SWAPDB").arg(&["0", "1"]));
     assert_eq!(
         answer,
         Err("ERR project moved: SWAPDB swapped its database while this client waited".into())
@@ -212,9 +196,7 @@ fn a_waiter_in_a_swapped_database_is_answered_that_it_moved() {
 fn a_waiter_of_a_deleted_project_still_starts_over_on_the_empty_name() {
     let server = Server::start();
     let mut con = server.conn();
-    let waiter = held_and_awaited(&server, &mut con, "p");
-    let _: i64 = cmd("DEL").arg("p").query(&mut con).expect("DEL");
-    let answer = waiter.join().expect("the waiter");
+    let (_, answer) = answer_to(&server, &mut con, "p", cmd("DEL").arg("p"));
     assert!(matches!(answer, Ok(Value::Array(_))), "{answer:?}");
     assert_eq!(lock_set(&mut con, "p").len(), 1);
 }
@@ -226,21 +208,17 @@ fn a_master_that_turns_replica_answers_its_waiters_unblocked() {
     let server = Server::start();
     let other = Server::start();
     let mut con = server.conn();
-    let waiter = held_and_awaited(&server, &mut con, "p");
-    let _: () = cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(other.port)
-        .query(&mut con)
-        .expect("REPLICAOF");
-    let answer = waiter.join().expect("the waiter");
+    let (_, answer) = answer_to(
+        &server,
+        &mut con,
+        "p",
+        cmd("REPLICAOF").arg("127.0.0.1").arg(other.port),
+    );
     assert!(
         answer.as_ref().is_err_and(|e| e.starts_with("UNBLOCKED ")),
         "{answer:?}"
     );
-    assert_eq!(
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
-        0
-    );
+    assert_no_waiters(&mut con);
 }
 
 /// `MIGRATE` queued in `MULTI` runs at `EXEC`, when Redis runs no command filter; `MIGRATE ...
@@ -335,8 +313,5 @@ fn a_waiter_of_a_project_migrated_in_a_transaction_or_with_others_is_answered_th
     assert_eq!(deleted, 1);
     let answer = waiter.join().expect("the waiter");
     assert!(matches!(answer, Ok(Value::Array(_))), "{answer:?}");
-    assert_eq!(
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
-        0
-    );
+    assert_no_waiters(&mut con);
 }

@@ -227,9 +227,7 @@ fn a_note_is_bounded_by_the_config_and_errors_escape_what_the_client_sent() {
 
 #[test]
 fn a_waiter_keeps_its_note_and_its_grant_carries_it_to_the_replica() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut con = master.conn();
+    let (master, _replica, mut con, mut on_replica) = master_and_replica();
     assert!(take_noted(
         &mut con,
         "p",
@@ -268,16 +266,13 @@ fn a_waiter_keeps_its_note_and_its_grant_carries_it_to_the_replica() {
     assert_eq!(locks(&mut con, "p", &[]), expected);
     let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut con).expect("WAIT");
     assert_eq!(acked, 1);
-    let mut on_replica = replica.conn();
     assert_eq!(locks(&mut on_replica, "p", &[]), expected);
     assert_eq!(digest_of(&mut on_replica, "p"), digest_of(&mut con, "p"));
 }
 
 #[test]
 fn notes_replicate_and_digests_cover_them() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut con = master.conn();
+    let (_master, _replica, mut con, mut on_replica) = master_and_replica();
     assert!(take_noted(
         &mut con,
         "p",
@@ -291,7 +286,6 @@ fn notes_replicate_and_digests_cover_them() {
     assert!(take(&mut con, "q", "c", &["WRITE", "/A"]));
     let acked: i64 = cmd("WAIT").arg(1).arg(5000).query(&mut con).expect("WAIT");
     assert_eq!(acked, 1);
-    let mut on_replica = replica.conn();
     let expected = [
         entry("/A", "WRITE", "a", Some(BINARY)),
         entry("/B", "READ", "a", Some(b"other")),
@@ -345,14 +339,7 @@ fn notes_replicate_and_digests_cover_them() {
 #[test]
 fn notes_survive_rdb_reload_restart_and_aof_rewrite() {
     for preamble in ["yes", "no"] {
-        let mut server = Server::start_with(&[
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--aof-use-rdb-preamble",
-            preamble,
-        ]);
+        let mut server = Server::start_with(&aof_always(preamble));
         let mut con = server.conn();
         assert!(take_noted(
             &mut con,

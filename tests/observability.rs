@@ -1,5 +1,6 @@
 //! What operators and applications see: keyspace events, module configs (from a config file and
-//! at run time), COMMAND DOCS, ACL key patterns, and inspection of a large project.
+//! at run time), and inspection of a large project. COMMAND DOCS is checked in `command_docs.rs`,
+//! ACL users in `acl.rs`.
 
 mod common;
 
@@ -172,65 +173,8 @@ fn configs_are_validated_and_changed_at_run_time() {
 
 #[test]
 fn a_server_refuses_to_start_with_a_bad_config() {
-    let status = std::process::Command::new(server_binary())
-        .args(["--port", "0", "--loadmodule"])
-        .arg(module_path())
-        .args(["--pathlock.max-depth", "0"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("redis-server");
-    assert!(!status.success());
-}
-
-#[test]
-fn command_docs_and_arity_come_from_the_module() {
-    let server = Server::start();
-    let mut con = server.conn();
-    let docs: Value = cmd("COMMAND")
-        .arg(&["DOCS", "pathlock.acquire"])
-        .query(&mut con)
-        .expect("DOCS");
-    let text = format!("{docs:?}");
-    assert!(text.contains("all or nothing"), "{text}");
-    assert!(text.contains("complexity"), "{text}");
-    let error = error_from(&mut con, &[b"PATHLOCK.LOCKS"]);
-    assert!(
-        error.starts_with("ERR wrong number of arguments"),
-        "{error}"
-    );
-}
-
-#[test]
-fn acl_key_patterns_apply_to_pathlock_commands() {
-    let server = Server::start();
-    let mut admin = server.conn();
-    let _: () = cmd("ACL")
-        .arg(&["SETUSER", "alice", "on", ">secret", "~proj:*", "+@all"])
-        .query(&mut admin)
-        .expect("ACL SETUSER");
-    assert!(take(&mut admin, "other:1", "admin", &["WRITE", "/x"]));
-    let mut alice = server.conn();
-    let _: () = cmd("AUTH")
-        .arg(&["alice", "secret"])
-        .query(&mut alice)
-        .expect("AUTH");
-    assert!(take(&mut alice, "proj:1", "alice", &["WRITE", "/A"]));
-    for args in [
-        &[&b"PATHLOCK.ACQUIRE"[..], b"other:1", b"WRITE", b"/A"][..],
-        &[b"PATHLOCK.RELEASE", b"other:1", b"admin"],
-        &[b"PATHLOCK.RENEW", b"other:1", b"admin", b"100"],
-        &[b"PATHLOCK.LOCKS", b"other:1"],
-        &[b"PATHLOCK.CHECK", b"other:1", b"READ", b"/"],
-    ] {
-        let error = error_from(&mut alice, args);
-        assert!(error.starts_with("NOPERM"), "{args:?}: {error}");
-    }
-    assert_eq!(
-        lock_set(&mut admin, "other:1").len(),
-        1,
-        "alice changed nothing"
-    );
+    let (status, log) = start_refused(None, &["--pathlock.max-depth", "0"]);
+    assert!(!status.success(), "{status:?}; its log:\n{log}");
 }
 
 #[test]
@@ -239,18 +183,8 @@ fn inspecting_a_narrow_subtree_of_a_large_project_is_cheap() {
     let mut con = server.conn();
     let n = 100_000;
     hold_many(&mut con, "big", n, "READ", 1000);
-    let time = |con: &mut Connection, command: &str, args: &[&str]| -> (usize, f64) {
-        let _: () = cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(con)
-            .expect("RESETSTAT");
-        let mut count = 0;
-        for _ in 0..5 {
-            let entries: Vec<LockEntry> =
-                cmd(command).arg("big").arg(args).query(con).expect("query");
-            count = entries.len();
-        }
-        (count, usec_per_call(con, command))
+    let time = |con: &mut Connection, command: &str, args: &[&str]| {
+        timed_listing::<LockEntry>(con, command, "big", args)
     };
     let (narrow, narrow_us) = time(&mut con, "PATHLOCK.LOCKS", &["/d7"]);
     let (all, all_us) = time(&mut con, "PATHLOCK.LOCKS", &[]);

@@ -95,31 +95,31 @@ fn locks_with_token_lists_only_that_owners_locks_in_tree_order() {
     assert!(take(&mut con, "p", "brief", &["TTL", "30", "WRITE", "/E"]));
     sleep(Duration::from_millis(80));
     assert!(listed(&mut con, "p", &["TOKEN", "brief"]).is_empty());
-    for (args, expected) in [
-        (
-            &[&b"PATHLOCK.LOCKS"[..], b"p", b"/A", b"/B"][..],
-            "ERR unknown option '/B' after the path: expected TOKEN token",
-        ),
-        (
-            &[b"PATHLOCK.LOCKS", b"p", b"/A", b"TOKEN"],
-            "ERR TOKEN needs a value",
-        ),
-        (
-            &[b"PATHLOCK.LOCKS", b"p", b"TOKEN", b""],
-            "ERR invalid token",
-        ),
-        (
-            &[b"PATHLOCK.LOCKS", b"p", b"/A", b"\xc4\x80\r\n", b"t"],
-            "ERR unknown option '\\xc4\\x80\\r\\n' after the path",
-        ),
-        (
-            &[b"PATHLOCK.LOCKS", b"p", b"/A", b"TOKEN", b"t", b"x"],
-            "ERR wrong number of arguments",
-        ),
-    ] {
-        let error = error_from(&mut con, args);
-        assert!(error.starts_with(expected), "{args:?}: {error}");
-    }
+    assert_errors(
+        &mut con,
+        &[
+            (
+                &[&b"PATHLOCK.LOCKS"[..], b"p", b"/A", b"/B"][..],
+                "ERR unknown option '/B' after the path: expected TOKEN token",
+            ),
+            (
+                &[b"PATHLOCK.LOCKS", b"p", b"/A", b"TOKEN"],
+                "ERR TOKEN needs a value",
+            ),
+            (
+                &[b"PATHLOCK.LOCKS", b"p", b"TOKEN", b""],
+                "ERR invalid token",
+            ),
+            (
+                &[b"PATHLOCK.LOCKS", b"p", b"/A", b"\xc4\x80\r\n", b"t"],
+                "ERR unknown option '\\xc4\\x80\\r\\n' after the path",
+            ),
+            (
+                &[b"PATHLOCK.LOCKS", b"p", b"/A", b"TOKEN", b"t", b"x"],
+                "ERR wrong number of arguments",
+            ),
+        ],
+    );
 }
 
 #[test]
@@ -149,21 +149,8 @@ fn an_owners_listing_costs_what_it_returns() {
         "whale",
         &["TTL", "600000", "WRITE", "/tiny/x"]
     ));
-    let time = |con: &mut Connection, args: &[&str]| -> (usize, f64) {
-        let _: () = cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(con)
-            .expect("RESETSTAT");
-        let mut count = 0;
-        for _ in 0..5 {
-            let entries: Vec<LockEntry> = cmd("PATHLOCK.LOCKS")
-                .arg("big")
-                .arg(args)
-                .query(con)
-                .expect("LOCKS");
-            count = entries.len();
-        }
-        (count, usec_per_call(con, "PATHLOCK.LOCKS"))
+    let time = |con: &mut Connection, args: &[&str]| {
+        timed_listing::<LockEntry>(con, "PATHLOCK.LOCKS", "big", args)
     };
     let (small, small_us) = time(&mut con, &["TOKEN", "small"]);
     let (tiny, tiny_us) = time(&mut con, &["/tiny", "TOKEN", "whale"]);
@@ -220,12 +207,6 @@ fn wait_for(
     })
 }
 
-fn wait_until_waiting(con: &mut Connection, n: i64) {
-    wait_until(Duration::from_secs(10), "the waiters to queue", || {
-        info_number(con, "pathlock", "pathlock_clients_waiting") == n
-    });
-}
-
 #[test]
 fn waiters_lists_the_queue_in_order_with_times_and_notes() {
     let server = Server::start();
@@ -245,7 +226,7 @@ fn waiters_lists_the_queue_in_order_with_times_and_notes() {
         Some("w1: upload"),
         &["WRITE", "/A/x"],
     );
-    wait_until_waiting(&mut con, 1);
+    wait_for_waiters(&mut con, 1);
     sleep(Duration::from_millis(150));
     let second = wait_for(
         &server,
@@ -255,9 +236,9 @@ fn waiters_lists_the_queue_in_order_with_times_and_notes() {
         None,
         &["READ", "/B", "WRITE", "/A/z"],
     );
-    wait_until_waiting(&mut con, 2);
+    wait_for_waiters(&mut con, 2);
     let third = wait_for(&server, "p", "w3", 20_000, Some("w3"), &["READ", "/C/y"]);
-    wait_until_waiting(&mut con, 3);
+    wait_for_waiters(&mut con, 3);
     let all = waiters(&mut con, "p", &[]);
     let elapsed = started.elapsed().as_millis() as i64;
     let tokens: Vec<&str> = all.iter().map(|w| w.0.as_str()).collect();
@@ -293,20 +274,20 @@ fn waiters_lists_the_queue_in_order_with_times_and_notes() {
         assert!(handle.join().expect("a waiter").is_some());
     }
     assert!(waiters(&mut con, "p", &[]).is_empty());
-    for (args, expected) in [
-        (
-            &[&b"PATHLOCK.WAITERS"[..], b"p", b"/a/../b"][..],
-            "ERR invalid path",
-        ),
-        (
-            &[b"PATHLOCK.WAITERS", b"p", b"/a", b"/b"],
-            "ERR wrong number of arguments",
-        ),
-        (&[b"PATHLOCK.WAITERS"], "ERR wrong number of arguments"),
-    ] {
-        let error = error_from(&mut con, args);
-        assert!(error.starts_with(expected), "{args:?}: {error}");
-    }
+    assert_errors(
+        &mut con,
+        &[
+            (
+                &[&b"PATHLOCK.WAITERS"[..], b"p", b"/a/../b"][..],
+                "ERR invalid path",
+            ),
+            (
+                &[b"PATHLOCK.WAITERS", b"p", b"/a", b"/b"],
+                "ERR wrong number of arguments",
+            ),
+            (&[b"PATHLOCK.WAITERS"], "ERR wrong number of arguments"),
+        ],
+    );
 }
 
 #[test]
@@ -330,7 +311,7 @@ fn a_waiter_that_gave_up_is_listed_no_more() {
         .arg(&["p", "TOKEN", "leaving", "WAIT", "60000", "WRITE", "/A/b"])
         .get_packed_command();
     leaving.send_packed_command(&blocking).expect("send");
-    wait_until_waiting(&mut con, 2);
+    wait_for_waiters(&mut con, 2);
     assert_eq!(waiters(&mut con, "p", &[]).len(), 2);
     assert_eq!(timing_out.join().expect("the waiter"), None);
     let unblocked: i64 = cmd("CLIENT")
@@ -338,7 +319,7 @@ fn a_waiter_that_gave_up_is_listed_no_more() {
         .query(&mut con)
         .expect("CLIENT UNBLOCK");
     assert_eq!(unblocked, 1);
-    wait_until_waiting(&mut con, 0);
+    wait_for_waiters(&mut con, 0);
     assert!(waiters(&mut con, "p", &[]).is_empty());
 }
 

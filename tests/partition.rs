@@ -39,11 +39,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{acquire_command, check, random_items, Hold};
-use common::{cmd, info_field, module_path, server_binary, Connection, Rng};
+use common::{acquire_command, check, random_items, Hold, Pace};
+use common::{cmd, info_field, module_path, promote, server_binary, Connection, Rng};
 
 const KEY: &str = "partition";
 const WORK_PATHS: &[&str] = &["/w", "/w/a", "/w/a/b", "/w/b", "/w/b/a", "/w/c"];
+/// How the workload's clients keep a grant: a renewal one time in four.
+const PACE: Pace = Pace {
+    pause_ms: 20,
+    renew_one_in: 4,
+    renew_ms: 100,
+    renew_spread_ms: 200,
+};
 const PORT: u16 = 6379;
 const MASTER: &str = "10.77.0.1";
 const REPLICA: &str = "10.77.0.2";
@@ -427,30 +434,12 @@ fn client(id: usize, ns: String, far: bool, shared: Arc<Shared>) {
         if cut_off && shared.setting.wait {
             shared.count("confirmed from the cut-off master");
         }
-        let start = Instant::now();
-        let mut safe_end = sent + Duration::from_millis(ttl);
-        thread::sleep(Duration::from_millis(rng.below(20)));
-        if rng.below(4) == 0 {
-            let renew_sent = Instant::now();
-            let ms = 100 + rng.below(200);
-            let renewed = cmd("PATHLOCK.RENEW")
-                .arg(&[KEY, &token, &ms.to_string()])
-                .query::<i64>(c);
-            // A renewal the replica lacks is lost with the master, like a grant.
-            if matches!(renewed, Ok(n) if n > 0) && shared.confirmed(c) {
-                safe_end = safe_end.max(renew_sent + Duration::from_millis(ms));
-                shared.count("renewed");
-            }
-            thread::sleep(Duration::from_millis(rng.below(20)));
+        let mut hold = Hold::granted(KEY, &token, items, fence, sent, ttl);
+        // A renewal the replica lacks is lost with the master, like a grant.
+        if hold.keep(c, &mut rng, &PACE, |c| shared.confirmed(c)) {
+            shared.count("renewed");
         }
-        shared.record(Hold {
-            key: KEY.into(),
-            owner: token.clone(),
-            items,
-            fence,
-            start,
-            end: Instant::now().min(safe_end),
-        });
+        shared.record(hold);
         shared.count("granted");
         if let Err(e) = cmd("PATHLOCK.RELEASE").arg(&[KEY, &token]).query::<i64>(c) {
             shared.count(&failure(&e));
@@ -603,10 +592,7 @@ fn run(setting: Setting) -> Option<Outcome> {
     };
 
     thread::sleep(PROMOTE_AFTER.saturating_sub(cut.elapsed()));
-    let _: () = cmd("REPLICAOF")
-        .arg(&["NO", "ONE"])
-        .query(&mut far_admin)
-        .expect("promote the replica");
+    promote(&mut far_admin);
     shared.far_target.store(1, Ordering::Relaxed);
     let probe = {
         let (ns, shared) = (net.ns("far"), shared.clone());

@@ -127,10 +127,7 @@ fn a_replica_reaches_the_masters_state_after_a_random_workload() {
 
 #[test]
 fn a_replica_refuses_writes_and_never_expires_on_its_own() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut m = master.conn();
-    let mut r = replica.conn();
+    let (_master, _replica, mut m, mut r) = master_and_replica();
     assert!(take(&mut m, "p", "long", &["TTL", "60000", "WRITE", "/A"]));
     // Brief, but long enough to outlive the checks before the pause on a loaded machine.
     assert!(take(&mut m, "p", "brief", &["TTL", "3000", "WRITE", "/B"]));
@@ -176,10 +173,7 @@ fn a_replica_refuses_writes_and_never_expires_on_its_own() {
 
 #[test]
 fn a_promoted_replica_expires_locks_and_fences_above_what_it_received() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut m = master.conn();
-    let mut r = replica.conn();
+    let (master, _replica, mut m, mut r) = master_and_replica();
     let mut last = 0;
     for i in 0..50 {
         let (token, path) = (format!("t{i}"), format!("/f{i}"));
@@ -211,10 +205,7 @@ fn a_promoted_replica_expires_locks_and_fences_above_what_it_received() {
     drop(master);
     assert_eq!(info_number(&mut r, "pathlock", "pathlock_locks"), 55);
 
-    let _: () = cmd("REPLICAOF")
-        .arg(&["NO", "ONE"])
-        .query(&mut r)
-        .expect("REPLICAOF NO ONE");
+    promote(&mut r);
     wait_until(
         Duration::from_secs(5),
         "the promoted replica to reclaim",
@@ -236,10 +227,7 @@ fn a_promoted_replica_expires_locks_and_fences_above_what_it_received() {
 /// more paths, a release naming three) take the general path. Both must reach the replica.
 #[test]
 fn long_effects_replicate_like_short_ones() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut m = master.conn();
-    let mut r = replica.conn();
+    let (_master, _replica, mut m, mut r) = master_and_replica();
     let many: Vec<String> = (0..6)
         .flat_map(|i| ["WRITE".to_string(), format!("/many/{i}")])
         .collect();
@@ -272,16 +260,7 @@ fn lazy_expiry_reclaims_what_commands_need_and_replicates_it_exactly() {
     let mut m = master.conn();
     let mut r = replica.conn();
     // Leases of 1.5 s over ten folders; the grants take far less than that.
-    for chunk in (0..LOCKS).collect::<Vec<_>>().chunks(1000) {
-        let mut pipe = redis::pipe();
-        for i in chunk {
-            pipe.cmd("PATHLOCK.ACQUIRE")
-                .arg(&["p", "TOKEN", &format!("h{i}"), "TTL", "1500", "WRITE"])
-                .arg(format!("/d{}/f{i}", i % 10))
-                .ignore();
-        }
-        let _: () = pipe.query(&mut m).expect("pipelined acquires");
-    }
+    hold_many_for(&mut m, "p", LOCKS, "WRITE", 10, 1500);
     // One write the server reads at once: it sleeps past every deadline, then runs the
     // transaction before its expiry timer can fire, so the commands meet the whole expiry.
     let mut pipe = redis::pipe();

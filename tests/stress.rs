@@ -21,6 +21,13 @@ use common::*;
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/b/c", "/a/c", "/b", "/b/a", "/c"];
 const KEY: &str = "stress";
+/// Short holds, a renewal one time in four.
+const PACE: Pace = Pace {
+    pause_ms: 15,
+    renew_one_in: 4,
+    renew_ms: 50,
+    renew_spread_ms: 200,
+};
 
 struct Run {
     port: Arc<AtomicU16>,
@@ -81,32 +88,11 @@ fn client(
                 continue;
             }
         }
-        let start = Instant::now();
-        let mut safe_end = sent + Duration::from_millis(ttl);
-        thread::sleep(Duration::from_millis(rng.below(15)));
-        if rng.below(4) == 0 {
-            let renew_sent = Instant::now();
-            let ms = 50 + rng.below(200);
-            if let Ok(n) = cmd("PATHLOCK.RENEW")
-                .arg(&[KEY, &token, &ms.to_string()])
-                .query::<i64>(c)
-            {
-                if n > 0 {
-                    safe_end = safe_end.max(renew_sent + Duration::from_millis(ms));
-                    count("renewed");
-                }
-            }
-            thread::sleep(Duration::from_millis(rng.below(15)));
+        let mut hold = Hold::granted(KEY, &token, items, fence, sent, ttl);
+        if hold.keep(c, &mut rng, &PACE, |_| true) {
+            count("renewed");
         }
-        let end = Instant::now().min(safe_end);
-        history.lock().expect("history").push(Hold {
-            key: KEY.to_string(),
-            owner: token.clone(),
-            items,
-            fence,
-            start,
-            end,
-        });
+        history.lock().expect("history").push(hold);
         count("granted");
         if cmd("PATHLOCK.RELEASE")
             .arg(&[KEY, &token])
@@ -151,6 +137,11 @@ fn stress(
     (history, stats)
 }
 
+/// How many times the clients of a run counted `what` (`granted`, `refused`, `errors`, ...).
+fn counted(stats: &BTreeMap<&'static str, usize>, what: &str) -> usize {
+    stats.get(what).copied().unwrap_or(0)
+}
+
 fn report(name: &str, history: &[Hold], stats: &BTreeMap<&'static str, usize>) -> (usize, usize) {
     let (overlaps, fence_errors) = check(history);
     println!("{name}: {} holds, {stats:?}; checker: {overlaps} overlaps, {fence_errors} fence inversions", history.len());
@@ -161,12 +152,9 @@ fn report(name: &str, history: &[Hold], stats: &BTreeMap<&'static str, usize>) -
 fn no_two_owners_hold_conflicting_locks_at_once() {
     let server = Server::start();
     let (history, stats) = stress(server.port, false, Duration::from_secs(4), |_| {});
+    assert!(counted(&stats, "granted") > 300, "{stats:?}");
     assert!(
-        stats.get("granted").copied().unwrap_or(0) > 300,
-        "{stats:?}"
-    );
-    assert!(
-        stats.get("refused").copied().unwrap_or(0) > 100,
+        counted(&stats, "refused") > 100,
         "conflicts must be frequent: {stats:?}"
     );
     assert_eq!(report("no faults", &history, &stats), (0, 0));
@@ -223,24 +211,16 @@ fn no_two_owners_hold_conflicting_locks_at_once() {
 
 #[test]
 fn exclusion_holds_across_a_crash_and_an_aof_restart() {
-    let server = Mutex::new(Server::start_with(&[
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-    ]));
+    let server = Mutex::new(Server::start_with(&aof_always("yes")));
     let port = server.lock().expect("server").port;
     let (history, stats) = stress(port, false, Duration::from_secs(4), |_| {
         server.lock().expect("server").crash_and_restart();
     });
     assert!(
-        stats.get("errors").copied().unwrap_or(0) > 0,
+        counted(&stats, "errors") > 0,
         "the crash was felt: {stats:?}"
     );
-    assert!(
-        stats.get("granted").copied().unwrap_or(0) > 200,
-        "{stats:?}"
-    );
+    assert!(counted(&stats, "granted") > 200, "{stats:?}");
     assert_eq!(report("kill -9 and AOF restart", &history, &stats), (0, 0));
 }
 
@@ -262,13 +242,10 @@ fn exclusion_holds_across_a_replica_promotion_with_wait() {
         // The master dies; the replica is promoted and clients move to it.
         drop(master.lock().expect("master").take());
         let mut r = replica.conn();
-        let _: () = cmd("REPLICAOF")
-            .arg(&["NO", "ONE"])
-            .query(&mut r)
-            .expect("promote");
+        promote(&mut r);
         target.store(replica_port, Ordering::Relaxed);
     });
-    assert!(stats.get("granted").copied().unwrap_or(0) > 50, "{stats:?}");
+    assert!(counted(&stats, "granted") > 50, "{stats:?}");
     assert_eq!(
         report(
             "failover to a replica, grants confirmed with WAIT 1",

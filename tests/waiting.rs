@@ -31,18 +31,6 @@ fn spawn_acquire(server: &Server, key: &str, args: &[&str]) -> JoinHandle<(Reply
     })
 }
 
-fn blocked_clients(con: &mut Connection) -> i64 {
-    info_number(con, "clients", "blocked_clients")
-}
-
-fn wait_for_blocked(con: &mut Connection, n: i64) {
-    wait_until(
-        Duration::from_secs(10),
-        &format!("{n} blocked clients"),
-        || blocked_clients(con) == n,
-    );
-}
-
 #[test]
 fn a_waiter_is_woken_by_a_release() {
     let server = Server::start();
@@ -198,11 +186,7 @@ fn a_wait_times_out_on_time_with_nil() {
         info_number(&mut con, "pathlock", "pathlock_total_wait_timeouts"),
         2
     );
-    assert_eq!(blocked_clients(&mut con), 0);
-    assert_eq!(
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
-        0
-    );
+    assert_no_waiters(&mut con);
 }
 
 #[test]
@@ -249,11 +233,7 @@ fn waits_of_different_lengths_each_time_out_at_their_own_time() {
         info_number(&mut con, "pathlock", "pathlock_total_wait_timeouts"),
         153
     );
-    assert_eq!(blocked_clients(&mut con), 0);
-    assert_eq!(
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
-        0
-    );
+    assert_no_waiters(&mut con);
 }
 
 #[test]
@@ -351,11 +331,8 @@ struct RawClient(TcpStream);
 impl RawClient {
     fn send(port: u16, args: &[&str]) -> RawClient {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        let mut command = format!("*{}\r\n", args.len());
-        for arg in args {
-            command.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        stream.write_all(command.as_bytes()).expect("send");
+        let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        stream.write_all(&resp(&words)).expect("send");
         RawClient(stream)
     }
 
@@ -501,11 +478,7 @@ fn a_waiter_that_disconnects_or_is_unblocked_leaves_no_trace() {
         .expect("UNBLOCK");
     assert_eq!(unblocked, 1);
     assert_eq!(waiter.join().expect("waiter"), None);
-    assert_eq!(blocked_clients(&mut con), 0);
-    assert_eq!(
-        info_number(&mut con, "pathlock", "pathlock_clients_waiting"),
-        0
-    );
+    assert_no_waiters(&mut con);
     assert!(take(&mut con, "p", "reader2", &["READ", "/A/y"]));
 }
 
@@ -535,10 +508,7 @@ fn inside_multi_and_scripts_wait_does_not_block() {
 
 #[test]
 fn grants_to_waiters_replicate_like_any_other() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut m = master.conn();
-    let mut r = replica.conn();
+    let (master, _replica, mut m, mut r) = master_and_replica();
     let mut workers = Vec::new();
     for w in 0..8 {
         let mut own = master.conn();
@@ -577,10 +547,7 @@ fn grants_to_waiters_replicate_like_any_other() {
 
 #[test]
 fn a_waiter_that_gives_up_lets_the_waiter_behind_it_in_and_replicas_see_the_grant() {
-    let master = Server::start();
-    let replica = Server::replica_of(&master, &[]);
-    let mut con = master.conn();
-    let mut r = replica.conn();
+    let (master, _replica, mut con, mut r) = master_and_replica();
     assert!(take(&mut con, "p", "reader", &["READ", "/A"]));
 
     // The writer's wait conflicts with the reader. The second waiter's READ would share with the

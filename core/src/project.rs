@@ -30,6 +30,7 @@
 //! replicate, so a command on a project where millions of locks just expired costs what it
 //! touches, not the millions.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::alloc::allocation;
@@ -80,13 +81,19 @@ impl Lapsed {
 }
 
 /// A project: its locks, and what a change leaves for its caller or someone waits for. A
-/// project key costs its table and a word while nobody waits and nothing lapsed is left to
+/// project key costs its table and two words while nobody waits and nothing lapsed is left to
 /// take: the queue and the lapsed record are allocated when first needed and dropped when they
 /// empty, so that a million keys of one lock each cost what their locks do.
 #[derive(Debug, Default)]
 pub struct Project {
     locks: LockTable,
     side: Option<Box<Side>>,
+    /// A number that whoever keeps the project stores with it, and the engine never reads: the
+    /// module keeps there the project's entry in its expiry schedule, so that the entry is
+    /// found, moved and removed without a map from key names to entries. A `Cell`, because the
+    /// module sets it where the server hands it the project to read (a keyspace event, a
+    /// value leaving its key). Copies start without one (0).
+    tag: Cell<u64>,
 }
 
 /// What a project keeps only for a while: allocated when first needed, dropped once both parts
@@ -99,9 +106,9 @@ struct Side {
     queue: Queue,
 }
 
-// A key holding a project costs this allocation besides its table's: three words, which the
-// allocator rounds up to 32 bytes, leaving a word for whoever keeps the project.
-const _: () = assert!(std::mem::size_of::<Project>() == 24);
+// A key holding a project costs this allocation besides its table's: four words (the table,
+// the side, the keeper's tag), the allocator's 32-byte class.
+const _: () = assert!(std::mem::size_of::<Project>() == 32);
 
 /// The waiting requests of a project, and their index.
 #[derive(Debug, Default)]
@@ -251,6 +258,21 @@ impl Project {
 
     pub fn waiting(&self) -> usize {
         self.queue().map_or(0, |queue| queue.waiters.len())
+    }
+
+    /// Whether the project holds nothing: no lock (lapsed or not, but for those already
+    /// released or reclaimed whole and still being freed in the background) and no waiter.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty() && self.waiting() == 0
+    }
+
+    /// The number its keeper stored with it (0 until it does); see the field.
+    pub fn tag(&self) -> u64 {
+        self.tag.get()
+    }
+
+    pub fn set_tag(&self, tag: u64) {
+        self.tag.set(tag);
     }
 
     /// The ids of the waiting requests, oldest first.

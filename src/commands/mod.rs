@@ -5,7 +5,7 @@
 //! (`register`), what the server is told of each (`describe`, through `command_docs`), the
 //! arity every call is held to before its handler runs, and the fuzz harness's commands.
 //!
-//! Level 7: imports `args`, `change`, `clock`, `command_docs`, `contain`, `context`, `effects`,
+//! Level 8: imports `args`, `change`, `clock`, `command_docs`, `contain`, `context`, `effects`,
 //! `errors`, `eviction`, `fences`, `grants`, `registry`, `reply`, `stats`, `store`, `waits`.
 //! Registered by `lib.rs`; run by Redis through `dispatch`, and by the harness through
 //! `run_in_memory`.
@@ -19,7 +19,7 @@
 //!
 //! To add a command: write its handler in a file of its own, add a row at the end of
 //! [`COMMANDS`] (the fuzz corpus names commands by their row) and an entry point at the end of
-//! `ENTRY_POINTS`; `tests/acl.rs` and `tests/commands.rs` check what the server then says of it.
+//! `ENTRY_POINTS`; `tests/command_docs.rs` and `tests/acl.rs` check what the server then says of it.
 
 mod acquire;
 mod check;

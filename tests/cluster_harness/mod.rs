@@ -301,6 +301,15 @@ pub fn keys_in_low_slots(con: &mut Connection) -> Vec<String> {
     taken.into_values().collect()
 }
 
+/// How many keys `node` holds in `slot` (`CLUSTER COUNTKEYSINSLOT`).
+pub fn keys_in_slot(node: &Server, slot: i64) -> i64 {
+    cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut node.conn())
+        .expect("COUNTKEYSINSLOT")
+}
+
 pub fn cluster_connection(
     urls: &[String],
 ) -> redis::RedisResult<redis::cluster::ClusterConnection> {
@@ -313,6 +322,14 @@ pub fn cluster_connection(
         .build()
         .and_then(|c| c.get_connection())
 }
+
+/// How the load's clients keep a grant: a renewal one time in three.
+const LOAD_PACE: Pace = Pace {
+    pause_ms: 30,
+    renew_one_in: 3,
+    renew_ms: 100,
+    renew_spread_ms: 400,
+};
 
 /// One client of the load: acquire (waiting half of the time), hold a little, maybe renew,
 /// release, through the cluster client, recording each certain hold.
@@ -357,32 +374,11 @@ pub fn load_client(
                 continue;
             }
         };
-        let start = Instant::now();
-        let mut safe_end = sent + Duration::from_millis(ttl);
-        thread::sleep(Duration::from_millis(rng.below(30)));
-        if rng.below(3) == 0 {
-            let renew_sent = Instant::now();
-            let ms = 100 + rng.below(400);
-            if let Ok(n) = cmd("PATHLOCK.RENEW")
-                .arg(&[&key, &token, &ms.to_string()])
-                .query::<i64>(c)
-            {
-                if n > 0 {
-                    safe_end = safe_end.max(renew_sent + Duration::from_millis(ms));
-                    count(counts, "renewed");
-                }
-            }
-            thread::sleep(Duration::from_millis(rng.below(30)));
+        let mut hold = Hold::granted(&key, &token, items, fence, sent, ttl);
+        if hold.keep(c, &mut rng, &LOAD_PACE, |_| true) {
+            count(counts, "renewed");
         }
-        let end = Instant::now().min(safe_end);
-        history.lock().expect("history").push(Hold {
-            key: key.clone(),
-            owner: token.clone(),
-            items,
-            fence,
-            start,
-            end,
-        });
+        history.lock().expect("history").push(hold);
         count(counts, "granted");
         if let Err(e) = cmd("PATHLOCK.RELEASE").arg(&[&key, &token]).query::<i64>(c) {
             eprintln!("reshard load: RELEASE failed: {e}");

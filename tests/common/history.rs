@@ -1,5 +1,6 @@
-//! The mutual-exclusion checker over recorded histories, shared by the stress tests on one server
-//! and the reshard test on a cluster.
+//! The mutual-exclusion checker over recorded histories, and how a client of a checked workload
+//! keeps a grant and records it, shared by the stress tests on one server, the partition tests
+//! and the reshard load on a cluster.
 //!
 //! Each client records, on one monotonic clock shared by all threads of the test, the interval
 //! in which it certainly held its locks: from the moment the grant's reply arrived to the earlier
@@ -9,7 +10,10 @@
 //! project at once, two recorded intervals overlap. The checker also checks that the fences of
 //! the writers of each path only increase.
 
-use std::time::Instant;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use redis::cmd;
 
 use super::Rng;
 
@@ -24,6 +28,68 @@ pub struct Hold {
     pub fence: i64,
     pub start: Instant,
     pub end: Instant,
+}
+
+/// How a client of a checked workload keeps what it was granted: a pause below `pause_ms`, and
+/// one time in `renew_one_in` a renewal for `renew_ms` plus below `renew_spread_ms`, followed by
+/// another pause.
+pub struct Pace {
+    pub pause_ms: u64,
+    pub renew_one_in: u64,
+    pub renew_ms: u64,
+    pub renew_spread_ms: u64,
+}
+
+impl Hold {
+    /// What a client certainly holds once a grant's reply arrived: from now until the lease
+    /// could first lapse, `ttl_ms` after `sent`, when the client sent the acquire.
+    pub fn granted(
+        key: &str,
+        owner: &str,
+        items: Vec<(String, String)>,
+        fence: i64,
+        sent: Instant,
+        ttl_ms: u64,
+    ) -> Hold {
+        Hold {
+            key: key.to_string(),
+            owner: owner.to_string(),
+            items,
+            fence,
+            start: Instant::now(),
+            end: sent + Duration::from_millis(ttl_ms),
+        }
+    }
+
+    /// Keeps the hold for a while at `pace`, maybe renewing it, then ends it at the earlier of
+    /// now (the release is sent next) and its lease's end. A renewal moves the lease's end only
+    /// when it counted locks and `confirmed` says it took (with `WAIT`, say: a renewal a replica
+    /// lacks is lost with its master); the new end is measured from when the renewal was sent.
+    /// Returns whether the hold was renewed.
+    pub fn keep<C: redis::ConnectionLike>(
+        &mut self,
+        con: &mut C,
+        rng: &mut Rng,
+        pace: &Pace,
+        mut confirmed: impl FnMut(&mut C) -> bool,
+    ) -> bool {
+        sleep(Duration::from_millis(rng.below(pace.pause_ms)));
+        let mut renewed = false;
+        if rng.below(pace.renew_one_in) == 0 {
+            let sent = Instant::now();
+            let ms = pace.renew_ms + rng.below(pace.renew_spread_ms);
+            let reply = cmd("PATHLOCK.RENEW")
+                .arg(&[&self.key, &self.owner, &ms.to_string()])
+                .query::<i64>(con);
+            if matches!(reply, Ok(n) if n > 0) && confirmed(con) {
+                self.end = self.end.max(sent + Duration::from_millis(ms));
+                renewed = true;
+            }
+            sleep(Duration::from_millis(rng.below(pace.pause_ms)));
+        }
+        self.end = self.end.min(Instant::now());
+        renewed
+    }
 }
 
 fn segments(path: &str) -> Vec<&str> {

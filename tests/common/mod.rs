@@ -9,8 +9,8 @@
 
 use std::ffi::OsString;
 use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -58,12 +58,15 @@ pub fn cli_binary() -> OsString {
 }
 
 /// A relative path is made absolute here, because servers start in directories of their own.
+/// Symbolic links are kept, not resolved: Debian's `/usr/bin/redis-server` is a link to
+/// `redis-check-rdb`, one binary that acts as the server or the checker by the name it is run by.
 fn binary_from(variable: &str, default: &str) -> OsString {
     match std::env::var_os(variable).filter(|v| !v.is_empty()) {
         Some(given) if PathBuf::from(&given).components().count() > 1 => {
-            std::fs::canonicalize(&given)
-                .unwrap_or_else(|e| panic!("{variable}={given:?}: {e}"))
-                .into_os_string()
+            let path =
+                std::path::absolute(&given).unwrap_or_else(|e| panic!("{variable}={given:?}: {e}"));
+            assert!(path.exists(), "{variable}={given:?}: no such file");
+            path.into_os_string()
         }
         Some(given) => given,
         None => default.into(),
@@ -161,37 +164,46 @@ impl Server {
     }
 }
 
-fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>, module: bool) -> (Child, u16) {
-    let module_file = module_path();
+/// The command line of a test server on `port`, in `dir` and logging to `logfile` there: no
+/// persistence unless `extra` asks for it, `DEBUG` allowed, and the module unless `module` is
+/// false.
+fn server_command(dir: &Path, port: u16, logfile: &str, module: bool, extra: &[&str]) -> Command {
     // A leading `*.conf` argument is a configuration file, which redis-server wants first.
     let (config, extra) = match extra.split_first() {
-        Some((first, rest)) if first.ends_with(".conf") => (Some(first.as_str()), rest),
+        Some((first, rest)) if first.ends_with(".conf") => (Some(*first), rest),
         _ => (None, extra),
     };
+    let mut command = Command::new(server_binary());
+    command
+        .args(config)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--enable-debug-command",
+            "yes",
+        ])
+        .args(["--logfile", logfile])
+        // Full syncs start at once instead of waiting for more replicas.
+        .args(["--repl-diskless-sync-delay", "0"])
+        .args(module.then_some("--loadmodule"))
+        .args(module.then(module_path))
+        .args(extra)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
+fn spawn(dir: &Path, extra: &[String], fixed_port: Option<u16>, module: bool) -> (Child, u16) {
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     for _ in 0..10 {
         let port = fixed_port.unwrap_or_else(free_port);
-        let mut child = Command::new(server_binary())
-            .args(config)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(dir)
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--enable-debug-command",
-                "yes",
-            ])
-            .args(["--logfile", "redis.log"])
-            // Full syncs start at once instead of waiting for more replicas.
-            .args(["--repl-diskless-sync-delay", "0"])
-            .args(module.then_some("--loadmodule"))
-            .args(module.then_some(&module_file))
-            .args(extra)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        let mut child = server_command(dir, port, "redis.log", module, &extra)
             .spawn()
             .unwrap_or_else(|e| {
                 panic!(
@@ -220,6 +232,37 @@ fn spawn(dir: &PathBuf, extra: &[String], fixed_port: Option<u16>, module: bool)
     }
     let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
     panic!("redis-server did not start; its log:\n{log}");
+}
+
+/// Starts a server with the module that must refuse to start (its configs, or the files in
+/// `dir`) and exit; returns how it exited and its log. A fresh directory without `dir`. Panics
+/// when the server is still running after 30 s.
+pub fn start_refused(dir: Option<&Path>, extra: &[&str]) -> (ExitStatus, String) {
+    let fresh = dir.is_none().then(fresh_dir);
+    let dir = dir.or(fresh.as_deref()).expect("a directory");
+    let mut child = server_command(dir, free_port(), "refused.log", true, extra)
+        .spawn()
+        .expect("the server starts");
+    let started = Instant::now();
+    // Redis runs its RDB check before it exits, and that check, which loads no module, may
+    // find the file sound and exit with 0: the exit and the log tell together.
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("its status") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server accepted what it was given and kept running");
+        }
+        sleep(Duration::from_millis(20));
+    };
+    let log = std::fs::read_to_string(dir.join("refused.log")).unwrap_or_default();
+    let _ = std::fs::remove_file(dir.join("refused.log"));
+    if let Some(fresh) = fresh {
+        let _ = std::fs::remove_dir_all(fresh);
+    }
+    (status, log)
 }
 
 impl Drop for Server {
@@ -302,6 +345,23 @@ pub fn error_from(con: &mut Connection, args: &[&[u8]]) -> String {
     error_of(command.query::<Value>(con))
 }
 
+/// Sends each call and asserts that the server answers it with an error that starts with the
+/// text beside it.
+pub fn assert_errors(con: &mut Connection, cases: &[(&[&[u8]], &str)]) {
+    for (args, expected) in cases {
+        let error = error_from(con, args);
+        assert!(error.starts_with(expected), "{args:?}: {error}");
+    }
+}
+
+/// `assert_errors` with one beginning for every call's error (`NOPERM`, `MOVED`, ...).
+pub fn assert_refused(con: &mut Connection, prefix: &str, calls: &[&[&[u8]]]) {
+    for args in calls {
+        let error = error_from(con, args);
+        assert!(error.starts_with(prefix), "{args:?}: {error}");
+    }
+}
+
 impl Server {
     /// A replica of `master`, started with the same module and synced before it returns.
     pub fn replica_of(master: &Server, extra: &[&str]) -> Server {
@@ -324,6 +384,94 @@ pub fn wait_until(limit: Duration, what: &str, mut condition: impl FnMut() -> bo
         assert!(started.elapsed() < limit, "timed out waiting for {what}");
         sleep(Duration::from_millis(10));
     }
+}
+
+/// `blocked_clients` of `INFO clients`: the clients the server keeps blocked, waiters among them.
+pub fn blocked_clients(con: &mut Connection) -> i64 {
+    info_number(con, "clients", "blocked_clients")
+}
+
+/// Waits until the server keeps `n` clients blocked.
+pub fn wait_for_blocked(con: &mut Connection, n: i64) {
+    wait_until(
+        Duration::from_secs(10),
+        &format!("{n} blocked clients"),
+        || blocked_clients(con) == n,
+    );
+}
+
+/// Waits until `n` clients wait in the module's queues (`pathlock_clients_waiting`).
+pub fn wait_for_waiters(con: &mut Connection, n: i64) {
+    wait_until(Duration::from_secs(10), &format!("{n} waiters"), || {
+        info_number(con, "pathlock", "pathlock_clients_waiting") == n
+    });
+}
+
+/// Nothing is left waiting: no client blocked, and none in the module's queues.
+pub fn assert_no_waiters(con: &mut Connection) {
+    assert_eq!(blocked_clients(con), 0, "blocked clients");
+    assert_eq!(
+        info_number(con, "pathlock", "pathlock_clients_waiting"),
+        0,
+        "pathlock_clients_waiting"
+    );
+}
+
+/// A master with the module and a replica synced to it, and a connection to each:
+/// `(master, replica, m, r)`.
+pub fn master_and_replica() -> (Server, Server, Connection, Connection) {
+    let master = Server::start();
+    let replica = Server::replica_of(&master, &[]);
+    let (m, r) = (master.conn(), replica.conn());
+    (master, replica, m, r)
+}
+
+/// `REPLICAOF NO ONE`: the server of `con` becomes a master, as a failover promotes it.
+pub fn promote(con: &mut Connection) {
+    let _: () = cmd("REPLICAOF")
+        .arg(&["NO", "ONE"])
+        .query(con)
+        .expect("REPLICAOF NO ONE");
+}
+
+/// The arguments of an AOF written before each command is answered (`appendfsync always`, so
+/// that a crash loses nothing acknowledged), with its RDB preamble or without (`"no"`: the file
+/// then holds commands alone, and a rewrite writes the effects that rebuild each project).
+pub fn aof_always(preamble: &str) -> [&str; 6] {
+    [
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ]
+}
+
+/// Runs `command key args...` (a listing: `LOCKS`, `CHECK`, `WAITERS`) five times after `CONFIG
+/// RESETSTAT`, each reply read as entries of type `T` (`LockEntry` for `LOCKS` and `CHECK`): the
+/// number of entries it returned, and the server's mean time per call in microseconds. Listings
+/// timed one after another in a test are compared with each other.
+pub fn timed_listing<T: redis::FromRedisValue>(
+    con: &mut Connection,
+    command: &str,
+    key: &str,
+    args: &[&str],
+) -> (usize, f64) {
+    let _: () = cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(con)
+        .expect("RESETSTAT");
+    let mut count = 0;
+    for _ in 0..5 {
+        let entries: Vec<T> = cmd(command)
+            .arg(key)
+            .arg(args)
+            .query(con)
+            .unwrap_or_else(|e| panic!("{command} {key} {args:?}: {e}"));
+        count = entries.len();
+    }
+    (count, usec_per_call(con, command))
 }
 
 /// The server's clock (`TIME`), in ms.
@@ -384,6 +532,16 @@ pub fn dataset_digest(con: &mut Connection) -> String {
 /// One entry of LOCKS or CHECK: `(path, mode, token, ttl-ms, fence, note)`.
 pub type LockEntry = (Vec<u8>, String, Vec<u8>, i64, i64, Option<Vec<u8>>);
 
+/// How many entries a listing answers (`LOCKS`, `CHECK`, `WAITERS`; `args` with the command
+/// first). Panics on an error, with the command in the message.
+pub fn count_entries(con: &mut impl redis::ConnectionLike, args: &[&str]) -> usize {
+    let entries: Vec<Value> = cmd(args[0])
+        .arg(&args[1..])
+        .query(con)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    entries.len()
+}
+
 /// Every lock of a key as `(path, mode, token, fence)`, without the moving TTL.
 pub fn lock_set(con: &mut Connection, key: &str) -> Vec<(Vec<u8>, String, Vec<u8>, i64)> {
     let entries: Vec<LockEntry> = cmd("PATHLOCK.LOCKS").arg(key).query(con).expect("LOCKS");
@@ -433,11 +591,24 @@ impl Rng {
 /// Grants `n` locks in `key`, pipelined: `mode` on `/d{i % folders}/f{i}` for token `h{i}`, with
 /// a 10-minute lease.
 pub fn hold_many(con: &mut Connection, key: &str, n: usize, mode: &str, folders: usize) {
+    hold_many_for(con, key, n, mode, folders, 600_000);
+}
+
+/// `hold_many` with leases of `ttl_ms`.
+pub fn hold_many_for(
+    con: &mut Connection,
+    key: &str,
+    n: usize,
+    mode: &str,
+    folders: usize,
+    ttl_ms: u64,
+) {
+    let ttl = ttl_ms.to_string();
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         let mut pipe = redis::pipe();
         for i in chunk {
             pipe.cmd("PATHLOCK.ACQUIRE")
-                .arg(&[key, "TOKEN", &format!("h{i}"), "TTL", "600000", mode])
+                .arg(&[key, "TOKEN", &format!("h{i}"), "TTL", &ttl, mode])
                 .arg(format!("/d{}/f{i}", i % folders))
                 .ignore();
         }

@@ -6,6 +6,13 @@
 //! (its name and encoding version) as a 64-bit RDB length, the module's items (an opcode, then an
 //! RDB length for a number or a length and bytes for a string; the first item is the fence
 //! counter), the module EOF opcode (0), the RDB version (2 bytes) and the CRC-64 of all of it.
+//!
+//! Commands written by hand go the same way: as RESP into an AOF file, or to a replica from a
+//! master that is the test itself.
+
+use std::io::Write;
+
+use super::Server;
 
 /// The fence rule as `docs/commands.md` states it ("Fences"), which payloads are held to.
 pub const FENCE_LIMIT: u64 = 1 << 53;
@@ -146,4 +153,31 @@ pub fn rdb_file(module_id: u64, mark: Option<u64>, keys: &[(&[u8], &[u8])]) -> V
     let crc = crc64(&out);
     out.extend(crc.to_le_bytes());
     out
+}
+
+/// A command as RESP: what a client sends, an AOF holds and a master streams.
+pub fn resp(words: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", words.len()).into_bytes();
+    for word in words {
+        out.extend(format!("${}\r\n", word.len()).bytes());
+        out.extend_from_slice(word);
+        out.extend(b"\r\n");
+    }
+    out
+}
+
+/// Appends raw commands to the server's incremental AOF file, which the server replays at its
+/// next start or `DEBUG LOADAOF`.
+pub fn append_to_aof(server: &Server, bytes: &[u8]) {
+    let incr = std::fs::read_dir(server.dir.join("appendonlydir"))
+        .expect("appendonlydir")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .expect("the incremental AOF");
+    let mut aof = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&incr)
+        .expect("open the AOF");
+    aof.write_all(bytes).expect("append");
 }

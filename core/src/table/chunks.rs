@@ -33,7 +33,7 @@ const SLOT_MASK: usize = CHUNK - 1;
 /// Cloning copies the chunks this vector owns and shares those already shared; [`Chunks::share`]
 /// is the copy that copies no element.
 #[derive(Clone, Debug)]
-pub(super) struct Chunks<T> {
+pub struct Chunks<T> {
     chunks: Vec<Chunk<T>>,
     len: usize,
 }
@@ -99,8 +99,12 @@ impl<T> Default for Chunks<T> {
 }
 
 impl<T: Clone> Chunks<T> {
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// A copy that shares every chunk with this vector, in one step per chunk.
@@ -111,7 +115,7 @@ impl<T: Clone> Chunks<T> {
         }
     }
 
-    pub(super) fn push(&mut self, value: T) {
+    pub fn push(&mut self, value: T) {
         let chunk = self.len >> CHUNK_BITS;
         if chunk == self.chunks.len() {
             // The first chunk grows as a `Vec` does, by doubling up to a chunk, so that a small
@@ -127,7 +131,7 @@ impl<T: Clone> Chunks<T> {
         self.len += 1;
     }
 
-    pub(super) fn pop(&mut self) -> Option<T> {
+    pub fn pop(&mut self) -> Option<T> {
         let last = self.len.checked_sub(1)?;
         let value = self.chunks[last >> CHUNK_BITS].items_mut().pop();
         self.len = last;
@@ -139,13 +143,13 @@ impl<T: Clone> Chunks<T> {
         value
     }
 
-    pub(super) fn get(&self, index: usize) -> Option<&T> {
+    pub fn get(&self, index: usize) -> Option<&T> {
         self.chunks
             .get(index >> CHUNK_BITS)
             .and_then(|chunk| chunk.items().get(index & SLOT_MASK))
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = &T> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         self.chunks.iter().flat_map(|chunk| chunk.items().iter())
     }
 

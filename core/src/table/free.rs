@@ -16,7 +16,7 @@
 use crate::alloc::allocation;
 
 #[derive(Clone, Debug, Default)]
-pub(super) struct FreeSlots {
+pub struct FreeSlots {
     /// One bit per slot, set when the slot is free.
     bits: Vec<u64>,
     /// One bit per word of `bits`, set when that word has a free slot.
@@ -27,17 +27,21 @@ pub(super) struct FreeSlots {
 }
 
 impl FreeSlots {
-    pub(super) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
     /// The bytes the bitmaps take on the heap, for the memory estimate.
-    pub(super) fn heap_bytes(&self) -> usize {
+    pub fn heap_bytes(&self) -> usize {
         let words = self.bits.capacity() + self.summary.capacity();
         allocation(words * std::mem::size_of::<u64>())
     }
 
-    pub(super) fn contains(&self, id: u32) -> bool {
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
         let id = id as usize;
         self.bits
             .get(id / 64)
@@ -45,7 +49,7 @@ impl FreeSlots {
     }
 
     /// Marks `id` free. It must not be free already.
-    pub(super) fn insert(&mut self, id: u32) {
+    pub fn insert(&mut self, id: u32) {
         let id = id as usize;
         let word = id / 64;
         if word >= self.bits.len() {
@@ -63,7 +67,7 @@ impl FreeSlots {
     }
 
     /// Takes `id` out of the set, if it is there.
-    pub(super) fn remove(&mut self, id: u32) -> bool {
+    pub fn remove(&mut self, id: u32) -> bool {
         if !self.contains(id) {
             return false;
         }
@@ -84,7 +88,7 @@ impl FreeSlots {
     }
 
     /// Takes the lowest free slot.
-    pub(super) fn pop_lowest(&mut self) -> Option<u32> {
+    pub fn pop_lowest(&mut self) -> Option<u32> {
         if self.len == 0 {
             return None;
         }

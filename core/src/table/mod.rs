@@ -87,11 +87,13 @@ use crate::alloc::allocation;
 use crate::lock::{Freed, Mode, Note, PackedToken, Token};
 use crate::path::Path;
 use big::{BigMark, BigOwner};
-use chunks::Chunks;
+// The arenas' storage serves the module too: its expiry schedule keeps an entry per project
+// key in one, so that it never grows or shrinks in one step at any number of keys.
+pub use chunks::Chunks;
 use conflicts::{Verdict, SEARCH_BUDGET};
 use crowd::Crowd;
 use cuts::Cuts;
-use free::FreeSlots;
+pub use free::FreeSlots;
 use idmap::IdMap;
 use ids::{NodeId, OwnerId, Tagged, ROOT};
 use notes::Notes;
@@ -678,12 +680,12 @@ impl Tree {
                 done += 1;
             }
             let last = self.owners.len().saturating_sub(1) as u32;
-            if self.owners.len() > 0 && self.free_owners.remove(last) {
+            if !self.owners.is_empty() && self.free_owners.remove(last) {
                 self.owners.pop();
                 done += 1;
             }
             let last = self.tables.len().saturating_sub(1) as u32;
-            if self.tables.len() > 0 && self.free_tables.remove(last) {
+            if !self.tables.is_empty() && self.free_tables.remove(last) {
                 self.tables.pop();
                 done += 1;
             }

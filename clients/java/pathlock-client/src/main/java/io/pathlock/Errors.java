@@ -26,8 +26,9 @@ final class Errors {
             return serverError(key, String.valueOf(reply.getMessage()), merged);
         }
         if (error instanceof RedisCommandTimeoutException || error instanceof TimeoutException) {
-            return new ConnectionException("no reply in time (" + error.getMessage()
-                    + "); the command's fate is unknown", error);
+            // The client's own timeouts (CompletableFuture.orTimeout) carry no message.
+            return new ConnectionException("no reply in time" + (error.getMessage() == null ? "" : " (" + error.getMessage() + ")")
+                    + "; the command's fate is unknown", error);
         }
         if (error instanceof RedisException) {
             return new ConnectionException("the server could not be reached (" + error.getMessage()
@@ -39,10 +40,19 @@ final class Errors {
         return new PathLockException(error.toString(), error);
     }
 
-    /** An error reply as the exception to throw: WRONGTYPE names the key, a refused TTL gets its units. */
+    /**
+     * An error reply as the exception to throw: WRONGTYPE names the key, a refused TTL gets its
+     * units, and a server that does not know pathlock's commands is said to lack the module.
+     */
     static ServerException serverError(String key, String reply, Settings merged) {
         if (reply.startsWith("WRONGTYPE")) {
             return new WrongType(key, reply);
+        }
+        // Redis and Valkey alike: ERR unknown command 'PATHLOCK.ACQUIRE', with args beginning with: ...
+        if (reply.startsWith("ERR unknown command '") && reply.regionMatches(true, "ERR unknown command '".length(),
+                "pathlock.", 0, "pathlock.".length())) {
+            return new ServerException("the pathlock module is not loaded on the server that serves " + Paths.quote(key)
+                    + " (" + reply.strip() + ")", reply);
         }
         if (merged != null && reply.startsWith("ERR invalid TTL")) {
             return new ServerException("the server refused a ttl of " + merged.ttlMs() + " ms (" + reply

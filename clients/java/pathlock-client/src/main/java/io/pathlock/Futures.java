@@ -1,9 +1,11 @@
 package io.pathlock;
 
+import io.netty.util.concurrent.FastThreadLocalThread;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
+import java.util.function.Supplier;
 
 /** Waiting for the client's futures from the caller's thread, and taking them apart. */
 final class Futures {
@@ -17,6 +19,31 @@ final class Futures {
             error = error.getCause();
         }
         return error;
+    }
+
+    /**
+     * True on a thread that must not block: one of Netty's event loops (Lettuce's among them, where
+     * the asynchronous API's futures complete), which Netty marks as such. A blocking call there
+     * waits for a reply that may have to be read by that very thread: it would hang until the
+     * command timeout and then report a reply that never came, and stall every connection served by
+     * that loop in the meantime, the application's own Redis commands included.
+     */
+    static boolean mustNotBlock() {
+        return Thread.currentThread() instanceof FastThreadLocalThread thread && !thread.permitBlockingCalls();
+    }
+
+    /**
+     * A call of the blocking API: refused on a thread that must not block (before anything is
+     * sent), else {@code call}'s future awaited.
+     */
+    static <T> T blocking(Supplier<CompletableFuture<T>> call) {
+        if (mustNotBlock()) {
+            throw new IllegalStateException("a blocking pathlock call on " + Thread.currentThread().getName()
+                    + ", a Netty event loop thread, which must not block (the reply it would wait for may need this"
+                    + " very thread): use the asynchronous API (locks.async(), lease.lockAsync(...)), or run blocking"
+                    + " work off Lettuce's threads (thenApplyAsync(..., executor))");
+        }
+        return await(call.get());
     }
 
     /**

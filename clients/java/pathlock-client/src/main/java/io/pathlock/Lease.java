@@ -282,7 +282,7 @@ public final class Lease implements AutoCloseable {
      * @return the fence of this grant
      */
     public long lock(Collection<LockRequest> requests, AcquireOptions options) {
-        return Futures.await(lockAsync(requests, options));
+        return Futures.blocking(() -> lockAsync(requests, options));
     }
 
     /**
@@ -428,9 +428,18 @@ public final class Lease implements AutoCloseable {
      * the lease's deadline (and the command timeout); when the server cannot be reached, the
      * release goes on in the background until the TTL has passed (the locks expire by then anyway)
      * rather than being thrown.
+     *
+     * <p>On a Netty event loop thread (in a callback of the asynchronous API, which completes on
+     * Lettuce's), it starts the release and returns without waiting, as {@link #releaseAsync()}
+     * does: waiting there could hold up the very thread the server's answer needs, and with it
+     * every connection that thread serves, until the lease's deadline. So a try-with-resources
+     * block in such a callback is fine.
      */
     public void release() {
-        Futures.await(releaseAsync());
+        CompletableFuture<Void> released = releaseAsync();
+        if (!Futures.mustNotBlock()) {
+            Futures.await(released);
+        }
     }
 
     /**

@@ -457,7 +457,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease upload(String path, AcquireOptions options) {
-        return Futures.await(async().upload(path, options));
+        return Futures.blocking(() -> async().upload(path, options));
     }
 
     /**
@@ -478,7 +478,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease create(String path, AcquireOptions options) {
-        return Futures.await(async().create(path, options));
+        return Futures.blocking(() -> async().create(path, options));
     }
 
     /**
@@ -499,7 +499,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease read(String path, AcquireOptions options) {
-        return Futures.await(async().read(path, options));
+        return Futures.blocking(() -> async().read(path, options));
     }
 
     /**
@@ -524,7 +524,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease rename(String path, String newName, AcquireOptions options) {
-        return Futures.await(async().rename(path, newName, options));
+        return Futures.blocking(() -> async().rename(path, newName, options));
     }
 
     /**
@@ -549,7 +549,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease move(String path, String intoFolder, AcquireOptions options) {
-        return Futures.await(async().move(path, intoFolder, options));
+        return Futures.blocking(() -> async().move(path, intoFolder, options));
     }
 
     /**
@@ -573,7 +573,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease copy(String path, String intoFolder, AcquireOptions options) {
-        return Futures.await(async().copy(path, intoFolder, options));
+        return Futures.blocking(() -> async().copy(path, intoFolder, options));
     }
 
     /**
@@ -594,7 +594,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease delete(String path, AcquireOptions options) {
-        return Futures.await(async().delete(path, options));
+        return Futures.blocking(() -> async().delete(path, options));
     }
 
     /**
@@ -615,7 +615,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease purge(Collection<String> paths, AcquireOptions options) {
-        return Futures.await(async().purge(paths, options));
+        return Futures.blocking(() -> async().purge(paths, options));
     }
 
     /**
@@ -636,7 +636,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the lease
      */
     public Lease lock(Collection<LockRequest> requests, AcquireOptions options) {
-        return Futures.await(async().lock(requests, options));
+        return Futures.blocking(() -> async().lock(requests, options));
     }
 
     // Inspecting.
@@ -660,7 +660,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the blockers
      */
     public List<HeldLock> check(Collection<LockRequest> requests, String token) {
-        return Futures.await(checkAsync(requests, token));
+        return Futures.blocking(() -> checkAsync(requests, token));
     }
 
     /**
@@ -700,7 +700,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the locks
      */
     public List<HeldLock> locks(String path, String token) {
-        return Futures.await(locksAsync(path, token));
+        return Futures.blocking(() -> locksAsync(path, token));
     }
 
     /**
@@ -719,7 +719,7 @@ public final class PathLocks implements AutoCloseable {
      * @return the waiters
      */
     public List<Waiter> waiters(String path) {
-        return Futures.await(waitersAsync(path));
+        return Futures.blocking(() -> waitersAsync(path));
     }
 
     @Override

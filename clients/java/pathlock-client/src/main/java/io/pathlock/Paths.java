@@ -92,11 +92,25 @@ final class Paths {
                 || newName.equals(current)) {
             throw new IllegalArgumentException("rename takes a name for " + path + " in the same folder, not "
                     + quote(newName) + ": a name has no \"/\" and is not \"\", \".\", \"..\" or the current name; to "
-                    + "change folders, use move(path, intoFolder)");
+                    + "change folders, use move(path, intoFolder)" + samePlace(path, from, newName));
         }
         List<String> target = new ArrayList<>(from.subList(0, from.size() - 1));
         target.add(newName);
         return "/" + String.join("/", target);
+    }
+
+    /**
+     * For a rename given a whole path in the path's own folder ({@code rename("/A/C", "/A/C2")}),
+     * the call that was meant; otherwise nothing.
+     */
+    private static String samePlace(String path, List<String> from, String newName) {
+        List<String> to = segments(newName);
+        if (newName.contains("/") && to.size() == from.size() && !to.contains("..")
+                && to.subList(0, to.size() - 1).equals(from.subList(0, from.size() - 1))
+                && !to.get(to.size() - 1).equals(from.get(from.size() - 1))) {
+            return "; here: rename(" + quote(path) + ", " + quote(to.get(to.size() - 1)) + ")";
+        }
+        return "";
     }
 
     /** The path, refused when it names the project root (an operation helper's argument). */
@@ -150,6 +164,9 @@ final class Paths {
 
     /** A duration in milliseconds, or in the unit that shows it when it is under 1 ms. */
     static String describe(Duration duration) {
+        if (duration.isZero()) {
+            return "0 ms";
+        }
         String sign = duration.isNegative() ? "-" : "";
         Duration size = duration.abs();
         if (size.compareTo(Duration.ofMillis(1)) < 0) {

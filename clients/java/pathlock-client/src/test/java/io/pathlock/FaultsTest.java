@@ -104,6 +104,22 @@ class FaultsTest {
     }
 
     @Test
+    void aServerWithoutTheModuleIsSaidToLackIt() {
+        // The application pointed at a server that does not load the module (a typo in the
+        // configuration, a new server): its refusal says so, rather than only "unknown command".
+        try (TestServers.Bare bare = TestServers.bare()) {
+            PathLocks locks = server.connect(RedisURI.create("127.0.0.1", bare.port())).project("faults:bare");
+            ServerException error = assertThrows(ServerException.class, () -> locks.move("/A/C", "/B"));
+            assertTrue(error.getMessage().startsWith("the pathlock module is not loaded on the server that serves "
+                    + "\"faults:bare\" (ERR unknown command"), error.getMessage());
+            assertTrue(error.reply().toUpperCase(java.util.Locale.ROOT).startsWith("ERR UNKNOWN COMMAND 'PATHLOCK.ACQUIRE'"),
+                    error.reply());
+            ServerException inspecting = assertThrows(ServerException.class, () -> locks.locks());
+            assertTrue(inspecting.getMessage().startsWith("the pathlock module is not loaded"), inspecting.getMessage());
+        }
+    }
+
+    @Test
     void throwsTheConnectionErrorWhenNoReplyComesInTimeAndFreesAGrantMadeMeanwhile() throws IOException {
         String key = project();
         PathLocks locks = proxied(Duration.ofSeconds(1)).project(key).ttl(Duration.ofSeconds(30));

@@ -1,6 +1,7 @@
 package io.pathlock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -68,6 +69,15 @@ class UnitTest {
         }
         assertThrows(IllegalArgumentException.class, () -> Paths.renamed("/", "x"));
         assertThrows(IllegalArgumentException.class, () -> Paths.renamed("/A/../C", "x"));
+        // A whole path in the same folder is the likeliest slip: the message gives the call meant.
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> Paths.renamed("/A/C", "/A/C2")).getMessage()
+                .endsWith("; here: rename(\"/A/C\", \"C2\")"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> Paths.renamed("/C", "/./C2/")).getMessage()
+                .endsWith("; here: rename(\"/C\", \"C2\")"));
+        for (String name : List.of("B/C2", "/B/C2", "C2/", "/A/C", "/A/C2/x", "/A/../C2")) {
+            assertFalse(assertThrows(IllegalArgumentException.class, () -> Paths.renamed("/A/C", name)).getMessage()
+                    .contains("here:"), name);
+        }
     }
 
     @Test
@@ -87,11 +97,12 @@ class UnitTest {
                 assertThrows(IllegalArgumentException.class, () -> Settings.ttlMs(Duration.ofNanos(1))).getMessage());
         assertEquals("wait must be a number of milliseconds, at least 0; got -5 ms",
                 assertThrows(IllegalArgumentException.class, () -> Settings.waitMs(Duration.ofMillis(-5))).getMessage());
-        assertEquals("replicasTimeout must be a number of milliseconds, at least 1; got 0 us",
+        assertEquals("replicasTimeout must be a number of milliseconds, at least 1; got 0 ms",
                 assertThrows(IllegalArgumentException.class, () -> AcquireOptions.with().replicasTimeout(Duration.ZERO))
                         .getMessage());
         assertThrows(IllegalArgumentException.class, () -> Settings.ttlMs(Duration.ofDays(365 * 100)));
         assertEquals("1.5 ms", Paths.describe(Duration.ofNanos(1_500_000)));
+        assertEquals("0 ms", Paths.describe(Duration.ZERO));
         assertEquals(Settings.DEFAULTS, Settings.DEFAULTS.with(AcquireOptions.NONE));
         assertEquals(new Settings(500, 7, 2, 1000), Settings.DEFAULTS.with(AcquireOptions.with()
                 .ttl(Duration.ofMillis(500)).waitFor(Duration.ofMillis(7)).replicas(2)));
@@ -115,5 +126,15 @@ class UnitTest {
         assertEquals("WRONGTYPE x", wrong.reply());
         assertTrue(new LeaseLost("p", "t", LostReason.EXPIRED).getMessage()
                 .startsWith("lease t on \"p\" is lost: no renewal succeeded before its deadline"));
+        // The client's own timeouts carry no message of their own: none is made up ("(null)").
+        assertEquals("no reply in time; the command's fate is unknown",
+                Errors.of(new java.util.concurrent.TimeoutException(), "p", null).getMessage());
+        // A server without the module answers pathlock's commands as unknown ones.
+        ServerException missing = Errors.serverError("proj:1",
+                "ERR unknown command 'PATHLOCK.ACQUIRE', with args beginning with: 'proj:1' ", null);
+        assertEquals("the pathlock module is not loaded on the server that serves \"proj:1\" (ERR unknown command "
+                + "'PATHLOCK.ACQUIRE', with args beginning with: 'proj:1')", missing.getMessage());
+        assertEquals("ERR unknown command 'PATHLOCK.ACQUIRE', with args beginning with: 'proj:1' ", missing.reply());
+        assertEquals("ERR unknown command 'FOO'", Errors.serverError("p", "ERR unknown command 'FOO'", null).getMessage());
     }
 }

@@ -13,6 +13,8 @@ import java.util.List;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -233,5 +235,53 @@ class WaitingTest {
         Lease granted = within(chained, 5000);
         granted.release();
         assertEquals(List.of(), locks.locks());
+    }
+
+    @Test
+    void onANettyEventLoopABlockingCallIsRefusedAndAReleaseDoesNotWait() {
+        // In a callback of the asynchronous API, which runs where the reply was read: on a Netty
+        // event loop of Lettuce's. The server is paused for writes while each call is chained, so
+        // that its reply comes later and the callback surely runs there. The TTL is 60 s, and so is
+        // the client's command timeout: a release that waited there for the server's answer (which
+        // that thread itself would have to read) would hold the thread, and the call, for either.
+        PathLocks locks = server.connect().project(project()).ttl(Duration.ofSeconds(60));
+        boolean[] onLoop = new boolean[2];
+        String[] thread = new String[2];
+        server.command("CLIENT", "PAUSE", "300", "WRITE");
+        CompletableFuture<Long> closed = locks.async().upload("/A").thenApply(lease -> {
+            thread[0] = Thread.currentThread().getName();
+            onLoop[0] = Futures.mustNotBlock();
+            try (lease) {                       // close(): starts the release and returns
+                return lease.fence();
+            }
+        });
+        assertTrue(within(closed, 10_000) > 0);
+        assertTrue(onLoop[0], "the callback ran on " + thread[0]);
+        Support.waitUntil("the release", 5000, () -> locks.locks().isEmpty());
+
+        // A blocking acquire there is refused before anything is sent, saying what to do instead.
+        long acquires = acquireCalls();
+        server.command("CLIENT", "PAUSE", "300", "WRITE");
+        CompletableFuture<Lease> nested = locks.async().upload("/B").thenApply(outer -> {
+            thread[1] = Thread.currentThread().getName();
+            onLoop[1] = Futures.mustNotBlock();
+            try (outer) {
+                return locks.upload("/C");
+            }
+        });
+        // (A TimeoutException here, rather than the refusal, is the call hanging on the event loop.)
+        Throwable refused = assertThrows(ExecutionException.class, () -> nested.get(10, TimeUnit.SECONDS)).getCause();
+        assertTrue(onLoop[1], "the callback ran on " + thread[1]);
+        IllegalStateException cause = assertInstanceOf(IllegalStateException.class, refused);
+        assertTrue(cause.getMessage().contains("Netty event loop") && cause.getMessage().contains("locks.async()"),
+                cause.getMessage());
+        assertEquals(acquires + 1, acquireCalls(), "only the outer acquire was sent");
+        Support.waitUntil("the outer release", 5000, () -> locks.locks().isEmpty());
+    }
+
+    private static long acquireCalls() {
+        Matcher m = Pattern.compile("cmdstat_pathlock\\.acquire:calls=(\\d+)", Pattern.CASE_INSENSITIVE)
+                .matcher(server.info("commandstats"));
+        return m.find() ? Long.parseLong(m.group(1)) : 0;
     }
 }

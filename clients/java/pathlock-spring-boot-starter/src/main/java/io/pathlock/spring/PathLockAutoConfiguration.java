@@ -6,6 +6,7 @@ import io.lettuce.core.cluster.RedisClusterClient;
 import io.pathlock.PathLockObserver;
 import io.pathlock.PathLocks;
 import java.util.List;
+import java.util.function.Function;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
@@ -13,6 +14,7 @@ import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnSingleCandidate;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
+import org.springframework.boot.context.properties.source.InvalidConfigurationPropertyValueException;
 import org.springframework.context.annotation.Bean;
 import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
 
@@ -70,8 +72,8 @@ public class PathLockAutoConfiguration {
             throw new IllegalStateException("pathlock needs a RedisClient or a RedisClusterClient, and the "
                     + "LettuceConnectionFactory has " + client);
         }
-        PathLocks locks = builder.maxWaitingConnections(properties.getMaxWaitingConnections()).observer(observer)
-                .build(properties.getKeyPrefix() + BASE_KEY);
+        PathLocks locks = property("pathlock.max-waiting-connections", properties.getMaxWaitingConnections(),
+                builder::maxWaitingConnections).observer(observer).build(properties.getKeyPrefix() + BASE_KEY);
         return configure(locks, properties);
     }
 
@@ -84,12 +86,25 @@ public class PathLockAutoConfiguration {
      * @return the handle with those defaults
      */
     static PathLocks configure(PathLocks locks, PathLockProperties properties) {
-        return locks.ttl(properties.getTtl())
-                .waitFor(properties.getWait())
-                .replicas(properties.getReplicas())
-                .replicasTimeout(properties.getReplicasTimeout())
-                .note(properties.getNote())
-                .operationNotes(properties.isOperationNotes());
+        locks = property("pathlock.ttl", properties.getTtl(), locks::ttl);
+        locks = property("pathlock.wait", properties.getWait(), locks::waitFor);
+        locks = property("pathlock.replicas", properties.getReplicas(), locks::replicas);
+        locks = property("pathlock.replicas-timeout", properties.getReplicasTimeout(), locks::replicasTimeout);
+        return locks.note(properties.getNote()).operationNotes(properties.isOperationNotes());
+    }
+
+    /**
+     * One {@code pathlock.*} value handed to the client, which checks it. A value it refuses stops
+     * the application with the property named: Spring Boot's failure analysis then prints the
+     * property, its value and where it was set, with the client's reason, rather than a bean's
+     * stack trace that names a setter of the client.
+     */
+    private static <T, R> R property(String name, T value, Function<T, R> apply) {
+        try {
+            return apply.apply(value);
+        } catch (IllegalArgumentException e) {
+            throw new InvalidConfigurationPropertyValueException(name, value, e.getMessage());
+        }
     }
 
     /**

@@ -22,7 +22,7 @@ public class PathLockProperties {
     /** How long to wait for those replicas' acknowledgements before NotReplicated. */
     private Duration replicasTimeout = Duration.ofSeconds(1);
 
-    /** A note kept with every lock and shown to whoever it blocks; none: each lock's note names its operation. */
+    /** A note kept with every lock and shown to whoever it blocks; none (unset or blank): each lock's note names its operation. */
     private String note;
 
     /** Whether locks taken without a note get one naming their operation ("move /A/C -> /B"). */
@@ -120,12 +120,15 @@ public class PathLockProperties {
     }
 
     /**
-     * Sets the note kept with every lock.
+     * Sets the note kept with every lock. A blank one ({@code pathlock.note=} in a properties file
+     * binds the empty string) is none, so that each lock's note names its operation, as the
+     * property's description says; {@code pathlock.operation-notes=false} is how to send no note at
+     * all.
      *
-     * @param note the note, or null
+     * @param note the note, or null or blank for none
      */
     public void setNote(String note) {
-        this.note = note;
+        this.note = note == null || note.isBlank() ? null : note;
     }
 
     /**

@@ -8,12 +8,18 @@ import io.pathlock.Busy;
 import io.pathlock.Lease;
 import io.pathlock.PathLocks;
 import io.pathlock.TestServers;
+import java.io.IOException;
+import java.io.StringReader;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.Properties;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.context.properties.source.InvalidConfigurationPropertyValueException;
 import org.springframework.boot.data.redis.autoconfigure.DataRedisAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
@@ -86,6 +92,60 @@ class PathLockAutoConfigurationTest {
     }
 
     @Test
+    void anEmptyNoteIsNoneSoTheOperationsNoteTheirLocks() {
+        // pathlock.note= in a properties file binds the empty string: no note of the application's,
+        // so each lock's note names its operation; operation-notes=false is what sends none.
+        runner.withPropertyValues("pathlock.note=").run(context -> {
+            PathLocks project = context.getBean(PathLockTemplate.class).project("empty-note");
+            assertThat(project.note()).isNull();
+            try (Lease lease = project.move("/A/C", "/B")) {
+                assertThat(lease.note()).isEqualTo("move /A/C -> /B");
+                assertThat(server.command("PATHLOCK.LOCKS", "pathlock:empty-note").get(0).toString())
+                        .contains("move /A/C -> /B");
+            }
+        });
+        runner.withPropertyValues("pathlock.note=", "pathlock.operation-notes=false").run(context -> {
+            try (Lease lease = context.getBean(PathLockTemplate.class).project("no-note").upload("/f")) {
+                assertThat(lease.note()).isNull();
+            }
+        });
+    }
+
+    @Test
+    void theReadmesPropertiesBindAsPrinted() throws IOException {
+        // The Spring Boot section's properties block of the client's README, read as Spring reads
+        // an application.properties (its spring.data.redis.url names a server of the README's own).
+        Properties readme = readmeProperties();
+        String[] pathlock = readme.stringPropertyNames().stream().filter(name -> name.startsWith("pathlock."))
+                .map(name -> name + "=" + readme.getProperty(name)).sorted().toArray(String[]::new);
+        assertThat(pathlock).hasSizeGreaterThanOrEqualTo(6);
+        runner.withPropertyValues(pathlock).run(context -> {
+            assertThat(context).hasNotFailed();
+            PathLocks project = context.getBean(PathLockTemplate.class).project("42");
+            // What the README's comments say the block gives.
+            assertThat(project.key()).isEqualTo("drive:42");
+            assertThat(project.ttl()).isEqualTo(Duration.ofSeconds(60));
+            assertThat(project.waitFor()).isZero();
+            assertThat(project.replicas()).isZero();
+            assertThat(project.replicasTimeout()).isEqualTo(Duration.ofSeconds(1));
+            assertThat(project.maxWaitingConnections()).isEqualTo(8);
+            try (Lease lease = project.move("/A/C", "/B")) {
+                assertThat(lease.note()).isEqualTo("move /A/C -> /B");
+            }
+        });
+    }
+
+    /** The first properties block of the client README's Spring Boot section. */
+    static Properties readmeProperties() throws IOException {
+        String readme = Files.readString(Path.of("..", "README.md"));
+        String section = readme.substring(readme.indexOf("\n## Spring Boot\n"));
+        int start = section.indexOf("```properties\n") + "```properties\n".length();
+        Properties properties = new Properties();
+        properties.load(new StringReader(section.substring(start, section.indexOf("```", start))));
+        return properties;
+    }
+
+    @Test
     void theApplicationsConnectionSettingsArePathlocks() {
         // The database, the client name and an ACL user come from spring.data.redis.*, through the
         // factory's client.
@@ -123,9 +183,25 @@ class PathLockAutoConfigurationTest {
     }
 
     @Test
-    void aBadPropertyStopsTheApplicationWithTheClientsMessage() {
+    void aBadPropertyStopsTheApplicationNamingThePropertyWithTheClientsReason() {
+        // As Spring Boot's own properties do: its failure analysis prints the property, the value
+        // as written and where, and the reason.
         runner.withPropertyValues("pathlock.ttl=0s").run(context -> assertThat(context).hasFailed()
-                .getFailure().rootCause().isInstanceOf(IllegalArgumentException.class).hasMessageContaining("millisecond"));
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class, e -> {
+                    assertThat(e.getName()).isEqualTo("pathlock.ttl");
+                    assertThat(e.getReason()).contains("millisecond");
+                }));
+        runner.withPropertyValues("pathlock.max-waiting-connections=0").run(context -> assertThat(context).hasFailed()
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class,
+                        e -> assertThat(e.getName()).isEqualTo("pathlock.max-waiting-connections")));
+        runner.withPropertyValues("pathlock.replicas=-1").run(context -> assertThat(context).hasFailed()
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class,
+                        e -> assertThat(e.getName()).isEqualTo("pathlock.replicas")));
+        runner.withPropertyValues("pathlock.replicas-timeout=0ms").run(context -> assertThat(context).hasFailed()
+                .getFailure().rootCause().isInstanceOfSatisfying(InvalidConfigurationPropertyValueException.class, e -> {
+                    assertThat(e.getName()).isEqualTo("pathlock.replicas-timeout");
+                    assertThat(e.getReason()).startsWith("replicasTimeout must be a number of milliseconds");
+                }));
     }
 
     @Test
