@@ -690,7 +690,7 @@ impl Tree {
                 done += 1;
             }
             let last = self.forks.len().saturating_sub(1) as u32;
-            if self.forks.len() > 0 && self.free_forks.remove(last) {
+            if !self.forks.is_empty() && self.free_forks.remove(last) {
                 self.forks.pop();
                 done += 1;
             }
