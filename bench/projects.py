@@ -32,6 +32,9 @@ section left (`take_filled`) or fill their own (`filled`).
            disconnect, and the serving command (one RELEASE granting all of them). It is
            bench/waits.py's memory case (redis-py asyncio, one connection per waiter), run with
            the Python of `make bench-waits` (`PROJECTS_WAITS_PYTHON`).
+  whole_key  one project of WHOLE_KEY_LOCKS locks (default 1,000,000) beside a hash of as many
+           fields through DUMP, RESTORE, DEL, DEBUG RELOAD, fork, a full sync and MIGRATE
+           (bench/whole_key.py, which `make bench-whole-key` runs alone).
 """
 
 import csv
@@ -560,6 +563,20 @@ def waiters(_n):
             for section_name, measure, value, baseline, _, unit in csv.reader(rows):
                 row(section_name, measure, float(value),
                     float(baseline) if baseline else None, unit)
+
+
+@section
+def whole_key(n):
+    """Whole-key operations of one big project beside a hash of as many fields: DUMP (time,
+    size), RESTORE, DEL, DEBUG RELOAD, fork, a replica's full sync, MIGRATE. The section is
+    bench/whole_key.py's (`make bench-whole-key` runs it alone); its size is WHOLE_KEY_LOCKS
+    (default 1,000,000) and its rounds WHOLE_KEY_ROUNDS, not PROJECTS."""
+    import whole_key as measured
+    rows = []
+    measured.whole_key(rows)
+    for _, measure, value, baseline, _ in rows:
+        name, unit = measure.rsplit(" (", 1)
+        row("whole-key", name, value, baseline, unit.rstrip(")"))
 
 
 def main():

@@ -5,10 +5,16 @@
 //!   the commands' table and run over projects in memory (`store::MemoryKey`, the other side of the
 //!   storage seam from Redis), ending with the conversion that redis-module applies when it
 //!   writes the reply;
-//! * [`rdb`]: an RDB (or `RESTORE`) payload through the engine's decoder, held to the fence
-//!   bounds as `keytype` holds it, and lowered as `pathlock.lower-impossible-fences` loads it;
+//! * [`rdb`]: an RDB (or `RESTORE`) payload through the engine's decoder, as each encoding
+//!   version a server loads, held to the fence bounds as `keytype` holds it, and lowered as
+//!   `pathlock.lower-impossible-fences` loads it;
 //! * [`effect`]: `PATHLOCK.EFFECT` arguments as a replica or an AOF replay receives them, with
 //!   the fence check of the effect command.
+//!
+//! After the commands of [`command`] and after each effect of [`effect`], the table goes through
+//! today's encoding and back, as the next save and load would take it: the tables that commands
+//! and effects make (cuts, crowds, big owners being freed) are ones the payload fuzzer alone
+//! would hardly reach.
 //!
 //! Each panics, as a fuzz target must, when a promise breaks: a reply that redis-module could not
 //! write, an error that is not `ERR ...` printable ASCII, an engine whose indexes disagree, a
@@ -74,6 +80,10 @@ pub fn command(data: &[u8]) {
                 );
             }
         }
+    }
+    // What the commands left is what a save writes and the next load reads.
+    for project in projects.borrow().values() {
+        reloads(project.locks(), "the commands");
     }
 }
 
@@ -203,11 +213,19 @@ fn rdb_as(data: &[u8], version: u32) {
     if let Err(problem) = table.check_integrity() {
         panic!("a decoded table whose indexes disagree: {problem}");
     }
-    let encoded = encode(&table);
-    let again = persist::decode(&mut ByteSource::new(&encoded), ceiling)
+    let again = round_trip(&table, ceiling)
         .unwrap_or_else(|e| panic!("a table's own encoding refused: {e}"));
     assert_eq!(
-        encode(&again),
+        again.iter().collect::<Vec<_>>(),
+        table.iter().collect::<Vec<_>>(),
+        "a round trip changed the locks"
+    );
+    // Its payload is the same from then on: loading forgets only owners that hold nothing.
+    let encoded = encode(&again);
+    let third = persist::decode(&mut ByteSource::new(&encoded), ceiling)
+        .unwrap_or_else(|e| panic!("a table's own encoding refused: {e}"));
+    assert_eq!(
+        encode(&third),
         encoded,
         "a decode-encode round trip changed the payload"
     );
@@ -221,6 +239,66 @@ fn encode(table: &LockTable) -> Vec<u8> {
     let mut sink = ByteSink::default();
     persist::encode(table, &mut sink);
     sink.bytes
+}
+
+/// The table as the server's next load of it gives it back: encoded in today's encoding and
+/// decoded, checked for consistency.
+fn round_trip(table: &LockTable, ceiling: u64) -> Result<LockTable, persist::DecodeError> {
+    let again = persist::decode(&mut ByteSource::new(&encode(table)), ceiling)?;
+    if let Err(problem) = again.check_integrity() {
+        panic!("a reloaded table whose indexes disagree: {problem}");
+    }
+    Ok(again)
+}
+
+/// Whether two locks a payload would carry conflict: of two owners, on one path or one beneath
+/// the other, not both `READ`. A naive look at every pair, for the small tables fuzzing makes.
+fn persisted_conflict(table: &LockTable) -> bool {
+    let locks: Vec<_> = table.iter().collect();
+    locks.iter().enumerate().any(|(i, a)| {
+        locks[i + 1..].iter().any(|b| {
+            a.token != b.token
+                && (a.path.covers(&b.path) || b.path.covers(&a.path))
+                && (a.mode == Mode::Write || b.mode == Mode::Write)
+        })
+    })
+}
+
+/// The property every table must keep, whatever made it: its next load gives back the locks
+/// its payload carries, unless two of them conflict (only effects out of a master's order make
+/// such a table), which the load refuses.
+fn reloads(table: &LockTable, what: &str) {
+    match round_trip(table, u64::MAX) {
+        Ok(again) => {
+            assert_eq!(
+                again.iter().collect::<Vec<_>>(),
+                table.iter().collect::<Vec<_>>(),
+                "{what}: a reload changed the locks"
+            );
+            assert_eq!(
+                again.next_fence(),
+                table.next_fence(),
+                "{what}: the counter"
+            );
+        }
+        Err(persist::DecodeError::Conflicting) if persisted_conflict(table) => {}
+        Err(error) => panic!("{what}: a table's own payload refused: {error}"),
+    }
+}
+
+/// The payload, in today's encoding, of the table a sequence of effects (as for [`effect`])
+/// leaves, when it holds a lock: a seed of the `rdb` target.
+pub fn effects_payload(data: &[u8]) -> Option<Vec<u8>> {
+    let mut project = Project::new();
+    for (_, _, words) in records(data) {
+        if let Ok(effect) = Effect::parse(&words).and_then(|effect| {
+            effect.check_fences(NOW_MS)?;
+            Ok(effect)
+        }) {
+            effect.apply(&mut project);
+        }
+    }
+    (!project.locks().is_empty()).then(|| encode(project.locks()))
 }
 
 /// Applies a sequence of effects (records as for [`command`]; the command byte is ignored and
@@ -255,6 +333,7 @@ pub fn effect(data: &[u8]) {
         if let Err(problem) = project.locks().check_integrity() {
             panic!("{effect:?} left a table whose indexes disagree: {problem}");
         }
+        reloads(project.locks(), &format!("{effect:?}"));
         let counter = project.locks().next_fence();
         assert!(
             counter <= fences::ceiling(NOW_MS),
@@ -317,6 +396,43 @@ mod tests {
     #[test]
     fn the_effect_corpus_and_its_crashers_replay_cleanly() {
         replay("effect", super::effect);
+    }
+
+    /// Writes seeds of today's RDB encoding into `fuzz/corpus/rdb/`: the table each input of
+    /// `fuzz/regressions/effect` and the first `PATHLOCK_RDB_SEEDS` (default 200) inputs of
+    /// `fuzz/corpus/effect` leave, encoded by the encoder the module saves with. Those tables
+    /// have the shapes (cuts, crowds, big owners, notes) a payload mutated from an older
+    /// encoding's seed would hardly reach. Run on demand, as fuzz/README.md says:
+    /// `cargo test --release --lib harness::tests::write_rdb_seeds -- --ignored`.
+    #[test]
+    #[ignore]
+    fn write_rdb_seeds() {
+        let limit: usize = std::env::var("PATHLOCK_RDB_SEEDS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(200);
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        let out = root.join("corpus").join("rdb");
+        let (mut regressions, mut corpus): (Vec<_>, Vec<_>) = inputs("effect")
+            .into_iter()
+            .partition(|(path, _)| path.starts_with(root.join("regressions")));
+        corpus.truncate(limit);
+        regressions.append(&mut corpus);
+        let mut written = 0;
+        for (path, bytes) in regressions {
+            let Some(payload) = super::effects_payload(&bytes) else {
+                continue;
+            };
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("input");
+            let name: String = name.chars().take(40).collect();
+            std::fs::write(
+                out.join(format!("v{}-{name}", pathlock_core::persist::VERSION)),
+                payload,
+            )
+            .expect("a seed written");
+            written += 1;
+        }
+        eprintln!("wrote {written} seeds to {}", out.display());
     }
 }
 

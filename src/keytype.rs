@@ -398,6 +398,13 @@ impl persist::Source for Rdb {
             .ok()
             .map(|buffer| buffer.as_ref().to_vec())
     }
+
+    /// The server's own copy of the string, read in place and freed after.
+    fn read_buffer<R>(&mut self, read: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        raw::load_string_buffer(self.0)
+            .ok()
+            .map(|buffer| read(buffer.as_ref()))
+    }
 }
 
 impl persist::Sink for Rdb {

@@ -522,7 +522,7 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
         "a module value with a 64-bit module id"
     );
     let module_id = u64::from_be_bytes(real[2..10].try_into().expect("8 bytes"));
-    assert_eq!(module_id & 0x3ff, 2, "encoding version 2");
+    assert_eq!(module_id & 0x3ff, 3, "encoding version 3");
     let rdb_version = [real[real.len() - 10], real[real.len() - 9]];
     // The payloads below are written in version 1's layout (a lock without its note), which a
     // server still loads, so they carry version 1 in their module id.
@@ -532,6 +532,36 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
         body: Vec::new(),
     };
     let far = 4_000_000_000_000u64;
+    let dense = || Payload {
+        module_id,
+        rdb_version,
+        body: Vec::new(),
+    };
+    // Positive control in version 3: one owner, `t` (a plain token) with a lease far ahead,
+    // then `WRITE /A` of owner 0 at fence 1 (the fence after 0, zigzag 2).
+    let mut lease = Vec::new();
+    let mut n = far;
+    while n >= 0x80 {
+        lease.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    lease.push(n as u8);
+    let owner_t = [&[1, 0, 1, b't'][..], &lease].concat();
+    let good3 = dense()
+        .unsigned(9)
+        .buffer(&[&owner_t[..], &[0, 1, 1, b'A', 2, 0, 2]].concat())
+        .buffer(b"")
+        .seal();
+    let _: () = cmd("RESTORE")
+        .arg("ok3")
+        .arg(0)
+        .arg(&good3)
+        .query(&mut con)
+        .expect("RESTORE of a version 3 payload");
+    assert_eq!(
+        lock_set(&mut con, "ok3"),
+        vec![(b"/A".to_vec(), "WRITE".to_string(), b"t".to_vec(), 1)]
+    );
 
     // Positive control: a payload built by hand the way the module writes one is accepted.
     let good = new()
@@ -643,6 +673,40 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
             "a string where a number belongs",
             new().buffer(b"2").unsigned(0).seal(),
         ),
+        // Version 3, the dense encoding: the counter, chunks of records, an empty chunk.
+        (
+            "version 3: two writers of one path",
+            dense()
+                .unsigned(9)
+                .buffer(&[
+                    2, 0, 1, b't', 9, 0, 1, b'u', 0, 0, 1, 1, b'A', 2, 0, 2, 0, 0, 3, 1, 2,
+                ])
+                .buffer(b"")
+                .seal(),
+        ),
+        (
+            "version 3: no end",
+            dense()
+                .unsigned(9)
+                .buffer(&[1, 0, 1, b't', 9, 0, 1, 1, b'A', 2, 0, 2])
+                .seal(),
+        ),
+        (
+            "version 3: a chunk cut inside a lock",
+            dense()
+                .unsigned(9)
+                .buffer(&[1, 0, 1, b't', 9, 0, 1, 1, b'A'])
+                .buffer(b"")
+                .seal(),
+        ),
+        (
+            "version 3: a segment holding a terminator",
+            dense()
+                .unsigned(9)
+                .buffer(&[1, 0, 1, b't', 9, 0, 1, 2, b'A', 0, 2, 0, 2])
+                .buffer(b"")
+                .seal(),
+        ),
     ];
     for (name, payload) in cases {
         let result = cmd("RESTORE")
@@ -656,8 +720,8 @@ fn forged_or_truncated_restore_payloads_are_refused_and_the_server_lives() {
         let exists: i64 = cmd("EXISTS").arg("bad").query(&mut con).expect("EXISTS");
         assert_eq!(exists, 0, "{name}: left a key");
     }
-    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 2);
-    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 2);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_locks"), 3);
+    assert_eq!(info_number(&mut con, "pathlock", "pathlock_keys"), 3);
 }
 
 #[test]
@@ -841,4 +905,79 @@ fn memory_usage_grows_with_the_project_and_returns_when_locks_go() {
         base,
         "a released lock leaves nothing behind"
     );
+}
+
+/// What `tests/data/encoding-v2.rdb` holds, as the server that wrote it digested each key:
+/// `(key, DEBUG DIGEST-VALUE, locks)`. `tests/data/README.md` says how it was made.
+const ENCODING_V2_KEYS: [(&str, &str, usize); 3] = [
+    ("tree", "013ae424a658156048e7a5d980b542a3f1655a41", 12),
+    ("big", "1368ac1ae070927c5fd0f0196f220a2399dfafb8", 100),
+    ("many", "28b82814701bf813a37afaa5b03e3b69bed08c41", 300),
+];
+
+/// An RDB file of encoding version 2, written before the dense encoding (version 3), loads with
+/// every lock, note, fence and deadline as that server digested them; the locks hold as they
+/// did, and the value survives being written again (`DEBUG RELOAD`, `DUMP`/`RESTORE`) in the
+/// encoding of today.
+#[test]
+fn an_rdb_of_encoding_version_2_loads_and_is_written_again_unchanged() {
+    let mut server = Server::start();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/encoding-v2.rdb");
+    std::fs::copy(&fixture, server.dir.join("dump.rdb")).expect("the fixture");
+    server.crash_and_restart();
+    let mut con = server.conn();
+    let check = |con: &mut Connection, when: &str| {
+        for (key, digest, locks) in ENCODING_V2_KEYS {
+            assert_eq!(digest_of(con, key), digest, "{key} {when}");
+            assert_eq!(lock_set(con, key).len(), locks, "{key} {when}");
+        }
+    };
+    check(&mut con, "as loaded");
+    let size: i64 = cmd("DBSIZE").query(&mut con).expect("DBSIZE");
+    assert_eq!(size, 3);
+    // The locks hold as they were taken: three readers share /docs, alice's move keeps /A/C
+    // with its note, and the big owner's folder is its own.
+    let readers: Vec<LockEntry> = cmd("PATHLOCK.CHECK")
+        .arg(&["tree", "WRITE", "/docs"])
+        .query(&mut con)
+        .expect("CHECK");
+    let tokens: Vec<&[u8]> = readers.iter().map(|entry| entry.2.as_slice()).collect();
+    // The three readers of /docs, then r1's noted READ of /docs/a/x beneath it.
+    assert_eq!(tokens, [&b"r1"[..], b"r2", b"r3", b"r1"]);
+    assert_eq!(readers[3].5.as_deref(), Some(&b"r1 reads x"[..]));
+    let mover: Vec<LockEntry> = cmd("PATHLOCK.CHECK")
+        .arg(&["tree", "WRITE", "/A/C/D"])
+        .query(&mut con)
+        .expect("CHECK");
+    assert_eq!(
+        mover[0].5.as_deref(),
+        Some(&b"alice: move /A/C into /B"[..])
+    );
+    assert!(acquire(&mut con, "big", &["WRITE", "/big"]).is_none());
+    check(&mut con, "after the checks");
+    let _: () = cmd("DEBUG")
+        .arg("RELOAD")
+        .query(&mut con)
+        .expect("DEBUG RELOAD");
+    check(&mut con, "after DEBUG RELOAD");
+    for (key, digest, _) in ENCODING_V2_KEYS {
+        let payload: Vec<u8> = cmd("DUMP").arg(key).query(&mut con).expect("DUMP");
+        let copy = format!("{key}:restored");
+        let _: () = cmd("RESTORE")
+            .arg(&copy)
+            .arg(0)
+            .arg(&payload)
+            .query(&mut con)
+            .expect("RESTORE");
+        assert_eq!(digest_of(&mut con, &copy), digest, "{key} through DUMP");
+    }
+    // The owner of a hundred locks still takes more in its own folder, and nobody else does.
+    assert!(acquire(
+        &mut con,
+        "big:restored",
+        &["TOKEN", "bulk", "WRITE", "/big/new"]
+    )
+    .is_some());
+    assert!(acquire(&mut con, "big:restored", &["WRITE", "/big/f7"]).is_none());
 }

@@ -169,6 +169,14 @@ impl PackedToken {
                     return PackedToken::Uuid(uuid);
                 }
             }
+        }
+        PackedToken::from_text(bytes)
+    }
+
+    /// The form of a token given as its text, which the caller checked is 1 to
+    /// [`MAX_TOKEN_BYTES`] bytes (a payload being loaded).
+    pub(crate) fn from_text(bytes: &[u8]) -> PackedToken {
+        if bytes.len() == UUID_TEXT {
             if let Some(uuid) = parse_uuid(bytes) {
                 return PackedToken::Uuid(uuid);
             }

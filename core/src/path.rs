@@ -176,6 +176,26 @@ impl Path {
         Some(path)
     }
 
+    /// Whether `escaped` is a segment as a parsed path's key holds it (escaped, without its
+    /// terminator): not empty, no terminator, every escape followed by what it stands for, and
+    /// neither `.` nor `..`. Used when loading persisted data, segment by segment.
+    pub(crate) fn is_stored_segment(escaped: &[u8]) -> bool {
+        let mut escaped_byte = false;
+        for &b in escaped {
+            if escaped_byte {
+                if b != 0x01 && b != 0x02 {
+                    return false;
+                }
+                escaped_byte = false;
+            } else if b == ESCAPE {
+                escaped_byte = true;
+            } else if b == TERMINATOR {
+                return false;
+            }
+        }
+        !escaped_byte && !matches!(escaped, b"" | b"." | b"..")
+    }
+
     /// Wraps a key that came out of the engine's own index, so is known to be well formed.
     pub(crate) fn from_trusted_key(key: &[u8]) -> Path {
         Path {

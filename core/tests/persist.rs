@@ -1,7 +1,10 @@
 //! The RDB payload's decoder refuses what `encode` cannot have written, and takes back exactly
-//! what it wrote; payloads of version 1 (before notes) still load.
+//! what it wrote; payloads of versions 1 (before notes) and 2 (one item per field, before the
+//! dense encoding) still load.
 
-use pathlock_core::persist::{decode, decode_version, encode, ByteSink, ByteSource, DecodeError};
+use pathlock_core::persist::{
+    decode, decode_version, encode, ByteSink, ByteSource, DecodeError, CHUNK_BYTES, VERSION,
+};
 use pathlock_core::{LockTable, Mode, Note, Path, PathLimits, Token, NOTE_CEILING};
 
 fn u(n: u64) -> Vec<u8> {
@@ -25,6 +28,10 @@ fn noted(key: &[u8], mode: u64, token: &[u8], deadline: u64, fence: u64, note: &
 /// ceiling of its own: the fence rule is the module's, tested below on its own.
 fn decoded(payload: &[u8]) -> Result<LockTable, DecodeError> {
     decode_version(&mut ByteSource::new(payload), 1, u64::MAX)
+}
+
+fn decode_v2(payload: &[u8]) -> Result<LockTable, DecodeError> {
+    decode_version(&mut ByteSource::new(payload), 2, u64::MAX)
 }
 
 fn path(text: &str) -> Path {
@@ -137,7 +144,7 @@ fn version_two_carries_notes_and_version_one_loads_without_them() {
         noted(b"B\0", 1, b"t2", 9, 2, b""),
     ]
     .concat();
-    let table = decode(&mut ByteSource::new(&v2), u64::MAX).expect("a version 2 payload");
+    let table = decode_v2(&v2).expect("a version 2 payload");
     let notes: Vec<Option<Note>> = table.iter().map(|l| l.note).collect();
     assert_eq!(notes, [Some(Note::from(&b"move \x00 \r\n"[..])), None]);
     table.check_integrity().expect("consistent");
@@ -153,19 +160,19 @@ fn version_two_carries_notes_and_version_one_loads_without_them() {
     assert!(old.iter().all(|l| l.note.is_none()));
     assert_eq!(old.len(), 2);
     // Read as version 2, version 1's payload is short: each lock lacks its note.
-    assert!(decode(&mut ByteSource::new(&v1), u64::MAX).is_err());
+    assert!(decode_v2(&v1).is_err());
     let too_long = [
         u(2),
         u(1),
         noted(b"A\0", 0, b"t", 9, 1, &vec![b'x'; NOTE_CEILING + 1]),
     ];
     assert_eq!(
-        decode(&mut ByteSource::new(&too_long.concat()), u64::MAX).err(),
+        decode_v2(&too_long.concat()).err(),
         Some(DecodeError::NoteTooLong(NOTE_CEILING + 1))
     );
     assert_eq!(
-        decode_version(&mut ByteSource::new(&v2), 3, u64::MAX).err(),
-        Some(DecodeError::UnknownVersion(3))
+        decode_version(&mut ByteSource::new(&v2), VERSION + 1, u64::MAX).err(),
+        Some(DecodeError::UnknownVersion(VERSION + 1))
     );
 }
 
@@ -173,14 +180,12 @@ fn version_two_carries_notes_and_version_one_loads_without_them() {
 fn a_counter_above_the_ceiling_is_refused_before_anything_is_read() {
     let one_lock = |counter: u64| [u(counter), u(1), noted(b"a\0", 0, b"t", 9, 5, b"")].concat();
     let ceiling = 1_000;
-    assert_eq!(
-        decode(&mut ByteSource::new(&one_lock(ceiling)), ceiling).map(|t| t.next_fence()),
-        Ok(ceiling)
-    );
+    let v2 = |payload: &[u8]| decode_version(&mut ByteSource::new(payload), 2, ceiling);
+    assert_eq!(v2(&one_lock(ceiling)).map(|t| t.next_fence()), Ok(ceiling));
     // The payload: one lock, its counter set to 2^53 + 5.
     let poisoned = (1 << 53) + 5;
     assert_eq!(
-        decode(&mut ByteSource::new(&one_lock(poisoned)), ceiling).err(),
+        v2(&one_lock(poisoned)).err(),
         Some(DecodeError::CounterAboveCeiling {
             next: poisoned,
             ceiling
@@ -194,4 +199,516 @@ fn a_counter_above_the_ceiling_is_refused_before_anything_is_read() {
             ceiling
         })
     );
+}
+
+/// A payload of version 3 (the dense encoding), written by hand: the counter, the chunks, and
+/// the empty chunk that ends them.
+fn dense(counter: u64, chunks: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = u(counter);
+    for chunk in chunks {
+        out.extend(buf(chunk));
+    }
+    out.extend(buf(&[]));
+    out
+}
+
+fn decode_v3(payload: &[u8]) -> Result<LockTable, DecodeError> {
+    decode(&mut ByteSource::new(payload), u64::MAX)
+}
+
+/// The bytes of a chunk of the dense encoding, field by field.
+#[derive(Clone, Default)]
+struct Chunk(Vec<u8>);
+
+impl Chunk {
+    fn varint(mut self, mut value: u64) -> Chunk {
+        while value >= 0x80 {
+            self.0.push(value as u8 | 0x80);
+            value >>= 7;
+        }
+        self.0.push(value as u8);
+        self
+    }
+
+    fn raw(mut self, bytes: &[u8]) -> Chunk {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+
+    fn counted(self, bytes: &[u8]) -> Chunk {
+        self.varint(bytes.len() as u64).raw(bytes)
+    }
+
+    /// A step of the path: `up` segments to leave, then `down` to descend.
+    fn step(self, up: u64, down: &[&[u8]]) -> Chunk {
+        let mut chunk = self.varint(up).varint(down.len() as u64);
+        for segment in down {
+            chunk = chunk.counted(segment);
+        }
+        chunk
+    }
+
+    /// A signed difference, folded as the encoding folds it.
+    fn zigzag(self, delta: i64) -> Chunk {
+        self.varint(((delta << 1) ^ (delta >> 63)) as u64)
+    }
+
+    /// The owners: their number, then each with a plain token and its lease after the
+    /// previous one's.
+    fn owners(self, owners: &[(&[u8], u64)]) -> Chunk {
+        let mut chunk = self.varint(owners.len() as u64);
+        for (token, lease) in owners {
+            chunk = chunk.raw(&[0]).counted(token).varint(*lease);
+        }
+        chunk
+    }
+
+    /// A lock's flags, its owner's number when it is named, and its fence after the previous.
+    fn lock(self, mode: u8, owner: Option<u64>, fence: i64) -> Chunk {
+        match owner {
+            Some(number) => self.raw(&[mode | 1 << 1]).varint(number),
+            None => self.raw(&[mode]),
+        }
+        .zigzag(fence)
+    }
+}
+
+#[test]
+fn the_dense_encoding_takes_back_every_shape() {
+    let t = |s: &str| Token::new(s.as_bytes()).expect("a token");
+    let mut table = LockTable::with_small_owners_up_to(8);
+    let grant_note = Note::from(&b"one grant, one note"[..]);
+    let items: Vec<(Mode, Path)> = (0..5)
+        .map(|i| (Mode::Write, path(&format!("/grant/f{i}"))))
+        .collect();
+    table.grant_noted(&t("granter"), 900, 1, &items, Some(&grant_note));
+    // Readers sharing a folder, and two of them a path beneath it.
+    for (i, reader) in ["r3", "r1", "r2"].iter().enumerate() {
+        table.grant(
+            &t(reader),
+            500 + i as u64,
+            10 + i as u64,
+            &[(Mode::Read, path("/docs"))],
+        );
+    }
+    table.grant(&t("r3"), 500, 13, &[(Mode::Read, path("/docs/mine"))]);
+    table.grant(&t("r1"), 500, 14, &[(Mode::Read, path("/docs/mine"))]);
+    // A big owner (over 8 locks here) whose locks lie among others'.
+    for i in 0..40u64 {
+        table.grant(
+            &t("big"),
+            700,
+            20 + i,
+            &[(Mode::Write, path(&format!("/m/{i:02}/b")))],
+        );
+        table.grant(
+            &t(&format!("s{i}")),
+            300 + i,
+            100 + i,
+            &[(Mode::Write, path(&format!("/m/{i:02}/s")))],
+        );
+    }
+    // Generated, upper-case and long tokens, binary and long segments, a deep path.
+    let generated = Token::generate();
+    table.grant(&generated, 800, 200, &[(Mode::Write, path("/gen"))]);
+    table.grant(&generated, 800, 199, &[(Mode::Read, path("/gen"))]);
+    table.grant(
+        &t("123E4567-E89B-12D3-A456-426614174000"),
+        800,
+        201,
+        &[(Mode::Read, path("/upper"))],
+    );
+    table.grant(
+        &t(&"x".repeat(128)),
+        800,
+        202,
+        &[(Mode::Write, path(&format!("/long/{}", "s".repeat(300))))],
+    );
+    let binary = Path::parse(b"/\x00\x01/%s/\xff\xfe", &PathLimits::default()).expect("a path");
+    table.grant(&t("bin"), 800, 203, &[(Mode::Write, binary)]);
+    let deep = Path::parse("/d".repeat(300).as_bytes(), &PathLimits::CEILING).expect("a path");
+    table.grant(&t("deep"), 800, 204, &[(Mode::Read, deep)]);
+    // A lapsed lock that a later grant passed over (as a replica applies a master's grant) is
+    // cut, so left out; a released big owner's locks, still being freed, are left out too.
+    table.grant(&t("lapsed"), 50, 205, &[(Mode::Write, path("/cut"))]);
+    table.grant(&t("over"), 1_000, 206, &[(Mode::Read, path("/cut"))]);
+    let cut = |lock: &pathlock_core::LockInfo| lock.token == t("lapsed");
+    assert!(table.stored().iter().any(cut) && !table.iter().any(|lock| cut(&lock)));
+    assert_eq!(table.stored().len(), table.iter().count() + 1);
+    for i in 0..20 {
+        table.grant(
+            &t("gone"),
+            900,
+            300 + i,
+            &[(Mode::Read, path(&format!("/gone/{i}")))],
+        );
+    }
+    table.release(0, &t("gone"), None, false);
+    assert!(table.freeing() > 0);
+
+    let mut sink = ByteSink::default();
+    encode(&table, &mut sink);
+    let again = decode_v3(&sink.bytes).expect("its own payload");
+    again.check_integrity().expect("consistent");
+    assert_eq!(
+        again.iter().collect::<Vec<_>>(),
+        table.iter().collect::<Vec<_>>()
+    );
+    assert_eq!(again.next_fence(), table.next_fence());
+    assert!(again
+        .iter()
+        .all(|lock| lock.path != path("/cut") || lock.token == t("over")));
+    assert!(again.iter().all(|lock| lock.token != t("gone")));
+    // What it loaded is a table like any other: a reader's request passes the readers of /docs,
+    // a writer's does not, and the big owner still takes what it holds beneath.
+    assert!(!again.is_blocked(0, &t("r9"), Mode::Read, &path("/docs")));
+    assert!(again.is_blocked(0, &t("r9"), Mode::Write, &path("/docs")));
+    assert!(!again.is_blocked(0, &t("big"), Mode::Write, &path("/m/07/b/c")));
+    // The owner whose only lock was cut is written with the owners but holds nothing there,
+    // so loading forgets it; from then on a round trip writes the same bytes.
+    let mut twice = ByteSink::default();
+    encode(&again, &mut twice);
+    assert!(twice.bytes.len() < sink.bytes.len());
+    let third = decode_v3(&twice.bytes).expect("its own payload");
+    let mut thrice = ByteSink::default();
+    encode(&third, &mut thrice);
+    assert!(
+        thrice.bytes == twice.bytes,
+        "a round trip changed the bytes"
+    );
+}
+
+#[test]
+fn a_big_project_spans_chunks_and_comes_back_whole() {
+    let mut table = LockTable::new();
+    for i in 0..20_000u64 {
+        let token = Token::new(format!("owner-{}", i % 5_000).as_bytes()).expect("a token");
+        let path = path(&format!("/folder-{}/file-with-a-longer-name-{i}", i % 97));
+        let mode = if i % 3 == 0 { Mode::Read } else { Mode::Write };
+        table.grant(&token, 1_000_000 + i % 7, 1 + i, &[(mode, path)]);
+    }
+    let mut sink = ByteSink::default();
+    encode(&table, &mut sink);
+    // Count the chunks: the counter, then buffers up to the empty one.
+    let mut source = ByteSource::new(&sink.bytes);
+    use pathlock_core::persist::Source;
+    source.unsigned().expect("the counter");
+    let mut chunks = 0;
+    while let Some(chunk) = source.buffer() {
+        if chunk.is_empty() {
+            break;
+        }
+        assert!(chunk.len() < CHUNK_BYTES + 1_000, "{}", chunk.len());
+        chunks += 1;
+    }
+    assert!(chunks >= 3, "{chunks} chunks");
+    let again = decode_v3(&sink.bytes).expect("its own payload");
+    again.check_integrity().expect("consistent");
+    assert_eq!(
+        again.iter().collect::<Vec<_>>(),
+        table.iter().collect::<Vec<_>>()
+    );
+    assert_eq!(again.len(), 20_000);
+}
+
+#[test]
+fn dense_payloads_that_no_encoder_writes_are_refused_with_their_reason() {
+    let one = |chunk: Chunk| dense(100, &[chunk.0]);
+    let tu = || Chunk::default().owners(&[(b"t", 9), (b"u", 0)]);
+    let a = || tu().step(0, &[b"a"]).lock(0, Some(0), 1);
+    // Positive control: a well-formed chunk loads, and so does the same split in two.
+    let good = a().step(1, &[b"b"]).lock(1, Some(1), 1);
+    assert_eq!(decode_v3(&one(good.clone())).map(|t| t.len()), Ok(2));
+    let split = dense(
+        100,
+        &[
+            a().0,
+            Chunk::default().step(1, &[b"b"]).lock(1, Some(1), 1).0,
+        ],
+    );
+    assert_eq!(decode_v3(&split).map(|t| t.len()), Ok(2));
+    let w = |chunk: Chunk| chunk.raw(&[0]).zigzag(1);
+    let cases: Vec<(&str, Vec<u8>, DecodeError)> = vec![
+        ("no end", [u(100), buf(&a().0)].concat(), DecodeError::Short),
+        (
+            "cut short",
+            one(Chunk(a().0[..a().0.len() - 1].to_vec())),
+            DecodeError::Short,
+        ),
+        (
+            "fewer owners than counted",
+            one(Chunk::default().varint(2).raw(&[0]).counted(b"t").varint(9)),
+            DecodeError::Short,
+        ),
+        (
+            "a writer beneath another's writer",
+            one(a().step(0, &[b"b"]).lock(0, Some(1), 1)),
+            DecodeError::Conflicting,
+        ),
+        (
+            "a reader beside another's writer",
+            one(a().step(0, &[]).lock(1, Some(1), 1)),
+            DecodeError::Conflicting,
+        ),
+        (
+            "a sibling before the one it follows",
+            one(tu()
+                .step(0, &[b"b"])
+                .lock(0, Some(0), 1)
+                .step(1, &[b"a"])
+                .lock(0, Some(1), 1)),
+            DecodeError::OutOfOrder,
+        ),
+        (
+            "an ancestor after its descendant",
+            one(a().step(1, &[]).lock(1, Some(1), 1)),
+            DecodeError::OutOfOrder,
+        ),
+        (
+            "a climb above the root",
+            one(a().step(2, &[b"b"]).lock(1, Some(1), 1)),
+            DecodeError::OutOfOrder,
+        ),
+        (
+            "one lock twice",
+            one(a().step(0, &[]).lock(0, None, 1)),
+            DecodeError::OutOfOrder,
+        ),
+        (
+            "readers out of token order",
+            one(tu()
+                .step(0, &[b"a"])
+                .lock(1, Some(1), 1)
+                .step(0, &[])
+                .lock(1, Some(0), 1)),
+            DecodeError::OutOfOrder,
+        ),
+        (
+            "a lease past 64 bits",
+            one(Chunk::default()
+                .varint(2)
+                .raw(&[0])
+                .counted(b"t")
+                .varint(9)
+                .raw(&[0])
+                .counted(b"u")
+                .raw(&[0xff; 9])
+                .raw(&[1])),
+            DecodeError::Malformed("a lease above 64 bits"),
+        ),
+        (
+            "one token introduced twice",
+            one(Chunk::default()
+                .owners(&[(b"t", 9), (b"t", 0)])
+                .step(0, &[b"a"])
+                .lock(1, Some(0), 1)
+                .step(0, &[])
+                .lock(1, Some(1), 1)),
+            DecodeError::OutOfOrder,
+        ),
+        (
+            "one token introduced twice, on two paths",
+            one(Chunk::default()
+                .owners(&[(b"t", 9), (b"t", 0)])
+                .step(0, &[b"a"])
+                .lock(0, Some(0), 1)
+                .step(1, &[b"b"])
+                .lock(0, Some(1), 1)),
+            DecodeError::RepeatedOwner,
+        ),
+        (
+            "an owner never introduced",
+            one(a().step(1, &[b"b"]).lock(0, Some(2), 1)),
+            DecodeError::Malformed("an owner that was never introduced"),
+        ),
+        (
+            "the previous owner of the first lock",
+            one(tu().step(0, &[b"a"]).lock(0, None, 1)),
+            DecodeError::Malformed("no previous owner"),
+        ),
+        (
+            "unknown flags",
+            one(tu().step(0, &[b"a"]).raw(&[0x80]).zigzag(1)),
+            DecodeError::Malformed("unknown flags"),
+        ),
+        (
+            "an unknown kind of token",
+            one(Chunk::default().varint(1).raw(&[2]).counted(b"t").varint(9)),
+            DecodeError::Malformed("unknown kind of token"),
+        ),
+        (
+            "the last note of the first",
+            one(tu()
+                .step(0, &[b"a"])
+                .raw(&[1 << 1 | 1 << 2])
+                .varint(0)
+                .zigzag(1)),
+            DecodeError::Malformed("no note before"),
+        ),
+        (
+            "an empty note",
+            one(tu()
+                .step(0, &[b"a"])
+                .raw(&[1 << 1 | 2 << 2])
+                .varint(0)
+                .zigzag(1)
+                .counted(b"")),
+            DecodeError::Malformed("an empty note"),
+        ),
+        (
+            "a number of eleven bytes",
+            one(Chunk::default().raw(&[0xff; 10]).raw(&[0])),
+            DecodeError::Malformed("a number above 64 bits"),
+        ),
+        (
+            "an empty token",
+            one(Chunk::default().owners(&[(b"", 9)])),
+            DecodeError::BadToken,
+        ),
+        (
+            "a token of 129 bytes",
+            one(Chunk::default().owners(&[(&[b'x'; 129], 9)])),
+            DecodeError::BadToken,
+        ),
+        (
+            "fence zero",
+            one(tu().step(0, &[b"a"]).lock(0, Some(0), 0)),
+            DecodeError::FenceOutOfRange {
+                fence: 0,
+                next: 100,
+            },
+        ),
+        (
+            "a fence at the counter",
+            one(tu().step(0, &[b"a"]).lock(0, Some(0), 100)),
+            DecodeError::FenceOutOfRange {
+                fence: 100,
+                next: 100,
+            },
+        ),
+        (
+            "a fence below zero",
+            one(tu().step(0, &[b"a"]).lock(0, Some(0), -1)),
+            DecodeError::FenceOutOfRange {
+                fence: u64::MAX,
+                next: 100,
+            },
+        ),
+        (
+            "a dot-dot segment",
+            one(w(tu().step(0, &[b".."]))),
+            DecodeError::MalformedPath,
+        ),
+        (
+            "an empty segment",
+            one(w(tu().step(0, &[b""]))),
+            DecodeError::MalformedPath,
+        ),
+        (
+            "a terminator inside a segment",
+            one(w(tu().step(0, &[b"a\0b"]))),
+            DecodeError::MalformedPath,
+        ),
+        (
+            "an escape of nothing",
+            one(w(tu().step(0, &[b"a\x01"]))),
+            DecodeError::MalformedPath,
+        ),
+        (
+            "too deep",
+            one(w(tu().step(
+                0,
+                &vec![&b"d"[..]; PathLimits::CEILING.max_depth + 1],
+            ))),
+            DecodeError::MalformedPath,
+        ),
+        (
+            "a note over the ceiling",
+            one(tu()
+                .step(0, &[b"a"])
+                .raw(&[1 << 1 | 2 << 2])
+                .varint(0)
+                .zigzag(1)
+                .counted(&vec![b'n'; NOTE_CEILING + 1])),
+            DecodeError::NoteTooLong(NOTE_CEILING + 1),
+        ),
+    ];
+    for (name, payload, reason) in cases {
+        assert_eq!(decode_v3(&payload).err(), Some(reason), "{name}");
+    }
+    // The deepest path allowed loads; an owner that holds nothing is forgotten.
+    let deepest = tu()
+        .step(0, &vec![&b"d"[..]; PathLimits::CEILING.max_depth])
+        .lock(0, Some(0), 1);
+    let table = decode_v3(&one(deepest)).expect("the deepest path");
+    assert_eq!(table.len(), 1);
+    table.check_integrity().expect("consistent");
+    // A UUID token comes back as its text.
+    let uuid = Chunk::default()
+        .varint(1)
+        .raw(&[1])
+        .raw(&[0xab; 16])
+        .varint(9)
+        .step(0, &[b"a"])
+        .lock(0, Some(0), 1);
+    let table = decode_v3(&one(uuid)).expect("a UUID owner");
+    let token = table.iter().next().map(|lock| lock.token);
+    assert_eq!(
+        token,
+        Token::new(b"abababab-abab-abab-abab-abababababab").ok()
+    );
+}
+
+/// Either form writes the payload of its locks (owners of one lease may come in another
+/// order), and a load builds the form a table of that size takes: a small project (at most the
+/// compact form's 8 locks) comes back compact, whichever form wrote it, and a larger one as a
+/// tree; from the first load on, the payload is the same.
+#[test]
+fn both_forms_write_their_locks_and_a_load_builds_the_form_that_fits() {
+    let t = |s: &str| Token::new(s.as_bytes()).expect("a token");
+    let note = Note::from(&b"moving"[..]);
+    let fill = |table: &mut LockTable, n: u64| {
+        for i in 0..n {
+            let noted = (i % 2 == 0).then_some(&note);
+            let mode = if i % 3 == 0 { Mode::Read } else { Mode::Write };
+            let items = [(mode, path(&format!("/d{}/f{i}", i % 3)))];
+            table.grant_noted(
+                &t(&format!("o{}", i % 4)),
+                1_000 + i % 2,
+                1 + i,
+                &items,
+                noted,
+            );
+        }
+    };
+    let payload = |table: &LockTable| {
+        let mut sink = ByteSink::default();
+        encode(table, &mut sink);
+        sink.bytes
+    };
+    let load = |bytes: &[u8]| {
+        let table = decode(&mut ByteSource::new(bytes), u64::MAX).expect("its own payload");
+        table.check_integrity().expect("consistent");
+        table
+    };
+    for n in [1, 5, 8, 9, 40] {
+        let mut compact = LockTable::new();
+        fill(&mut compact, n);
+        assert_eq!(compact.is_compact(), n <= 8, "{n} locks");
+        let mut tree = LockTable::with_limits(64, 0);
+        fill(&mut tree, n);
+        assert!(!tree.is_compact());
+        for written in [payload(&compact), payload(&tree)] {
+            let again = load(&written);
+            assert_eq!(again.is_compact(), n <= 8, "{n} locks loaded");
+            assert_eq!(
+                again.iter().collect::<Vec<_>>(),
+                tree.iter().collect::<Vec<_>>()
+            );
+            assert_eq!(again.locks(0, &path("/d0/f0"))[0].note, Some(note.clone()));
+            assert_eq!(again.next_fence(), tree.next_fence());
+            let stable = payload(&again);
+            assert_eq!(payload(&load(&stable)), stable, "{n} locks: written again");
+        }
+    }
 }

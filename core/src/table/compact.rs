@@ -641,6 +641,22 @@ impl Compact {
     /// and down around a limit does not turn back and forth) and holds nothing the compact form
     /// does not keep: cuts, big owners, owners being freed, two conflicting locks.
     pub(super) fn from_tree(tree: &Tree) -> Option<Compact> {
+        Compact::from_tree_within(tree, 2)
+    }
+
+    /// The compact form of a tree a load built, when it fits in the whole limits: a load does
+    /// not go up and down around them, and a project of up to the limit's locks costs what the
+    /// compact form costs once reloaded, as it did before it was saved.
+    pub(super) fn from_loaded(tree: &Tree) -> Option<Compact> {
+        let (limit, _) = tree.limits();
+        if tree.len() > limit || !tree.may_compact_within(1) {
+            return None;
+        }
+        Compact::from_tree_within(tree, 1)
+    }
+
+    /// The compact form of `tree` when it fits in the limits divided by `share`.
+    fn from_tree_within(tree: &Tree, share: usize) -> Option<Compact> {
         let locks = tree.stored();
         let tokens: SmallVec<[PackedToken; 4]> =
             locks.iter().map(|l| PackedToken::new(&l.token)).collect();
@@ -671,11 +687,16 @@ impl Compact {
                 .iter()
                 .any(|b| a.owner != b.owner && State::conflicts(a, b.mode, b.key))
         });
-        if conflicting || state.locks.len() > usize::from(state.limit) / 2 {
+        if conflicting || state.locks.len() > usize::from(state.limit) / share {
             return None;
         }
         let bytes = state.write()?;
-        (bytes.len() <= MAX_BYTES / 2).then_some(Compact { bytes })
+        (bytes.len() <= MAX_BYTES / share).then_some(Compact { bytes })
+    }
+
+    /// The same locks as a tree (see `State::to_tree`), for the dense encoding's walk.
+    pub(super) fn to_tree(&self) -> Tree {
+        self.state().to_tree()
     }
 
     fn state(&self) -> State<'_> {

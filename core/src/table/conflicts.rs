@@ -126,7 +126,7 @@ impl Tree {
         dead: &mut Vec<OwnerId>,
         budget: &mut usize,
     ) -> Verdict {
-        let total = blocking_count(mode, self.nodes[node as usize].below);
+        let total = blocking_count(mode, self.below(node));
         if total == 0 {
             return Verdict::Free;
         }
@@ -155,7 +155,7 @@ impl Tree {
             Some(me) if !self.is_big(me) => blocking_count(mode, self.small_beneath(me, node)),
             _ => 0,
         };
-        if small == own || self.nodes[node as usize].latest <= now {
+        if small == own || self.latest(node) <= now {
             return Verdict::Free;
         }
         self.search_beneath(me, mode, node, now, dead, budget)
@@ -163,7 +163,7 @@ impl Tree {
 
     /// The conflicting locks of small owners strictly beneath `node`.
     fn small_below(&self, mode: Mode, node: NodeId) -> u64 {
-        let total = blocking_count(mode, self.nodes[node as usize].below);
+        let total = blocking_count(mode, self.below(node));
         let big: u64 = self
             .big_marks_at(node)
             .iter()
@@ -195,7 +195,7 @@ impl Tree {
                 Some(false) => {}
                 None => return Verdict::Unsure,
             }
-            if self.nodes[child as usize].latest > now && self.small_below(mode, child) > 0 {
+            if self.latest(child) > now && self.small_below(mode, child) > 0 {
                 stack.extend(self.children(child));
             }
         }
@@ -212,10 +212,10 @@ impl Tree {
         mode: Mode,
         excluded: &dyn Fn(OwnerId) -> bool,
     ) -> bool {
-        if blocking_count(mode, self.nodes[node as usize].below) == 0 {
+        if blocking_count(mode, self.below(node)) == 0 {
             return false;
         }
-        (self.nodes[node as usize].latest > now && self.small_below(mode, node) > 0)
+        (self.latest(node) > now && self.small_below(mode, node) > 0)
             || self.big_marks_at(node).iter().any(|mark| {
                 blocking_count(mode, mark.below) > 0
                     && !excluded(mark.owner)
@@ -326,7 +326,7 @@ impl Tree {
         if !self.is_live(owner, now) {
             return Vec::new();
         }
-        let below = self.nodes[top as usize].below;
+        let below = self.below(top);
         let stored = self.holder_count(top) as u64 + u64::from(below[0]) + u64::from(below[1]);
         let mut out = Vec::new();
         if self.lock_count(owner) as u64 <= stored {

@@ -25,6 +25,10 @@ use super::tree::{push_segment, Held};
 use super::Tree;
 use crate::lock::{LockInfo, Mode};
 
+/// What `walk_persisted` calls for each lock: the nodes from the root down to the lock's (the
+/// root first), the trie key of its path, the lock.
+pub(super) type PersistedVisit<'a> = dyn FnMut(&[NodeId], &[u8], &Held) + 'a;
+
 /// A grant that passed over conflicting locks: its fence (0 for none) and its owner.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Cut {
@@ -71,7 +75,7 @@ impl Tree {
             }
             at = self.nodes[at as usize].parent;
         }
-        if blocking_count(mode, self.nodes[node as usize].below) > 0 {
+        if blocking_count(mode, self.below(node)) > 0 {
             self.cuts_mut(node).beneath[m] = cut;
         }
     }
@@ -96,13 +100,26 @@ impl Tree {
     /// lock, lapsed or not, but those of owners being freed (`big`) and those cut. It reads no
     /// clock, so a master and its replicas, which store the same locks, carry the same ones.
     pub(super) fn visit_persisted(&self, visit: &mut dyn FnMut(LockInfo)) {
+        self.walk_persisted(&mut |path, key, held| {
+            if let Some(&node) = path.last() {
+                visit(self.info(node, key, held));
+            }
+        });
+    }
+
+    /// The walk of `visit_persisted`: each lock it carries, with the nodes from the root down to
+    /// the lock's (the root first) and the trie key of its path.
+    pub(super) fn walk_persisted(&self, visit: &mut PersistedVisit<'_>) {
         let none = [Cut::default(); 2];
-        // Each entry: a node, its parent's key length, and the newest `beneath` cuts of its
-        // ancestors, by mode.
-        let mut stack: Vec<(NodeId, usize, [Cut; 2])> = vec![(ROOT, 0, none)];
+        // Each entry: a node, its depth, its parent's key length, and the newest `beneath` cuts
+        // of its ancestors, by mode.
+        let mut stack: Vec<(NodeId, usize, usize, [Cut; 2])> = vec![(ROOT, 0, 0, none)];
         let mut key = Vec::new();
-        while let Some((node, parent_length, inherited)) = stack.pop() {
+        let mut path: Vec<NodeId> = Vec::new();
+        while let Some((node, depth, parent_length, inherited)) = stack.pop() {
             key.truncate(parent_length);
+            path.truncate(depth);
+            path.push(node);
             if node != ROOT {
                 push_segment(&mut key, &self.nodes[node as usize].segment);
             }
@@ -119,7 +136,7 @@ impl Tree {
                             || cuts(here[mode.index()], mode, &held)
                     });
                 if !out {
-                    visit(self.info(node, &key, &held));
+                    visit(&path, &key, &held);
                 }
             }
             let mut below = inherited;
@@ -133,7 +150,7 @@ impl Tree {
                 self.sorted_children(node)
                     .into_iter()
                     .rev()
-                    .map(|child| (child, length, below)),
+                    .map(|child| (child, depth + 1, length, below)),
             );
         }
     }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use super::compact::Compact;
 use super::owners::Owner;
 use super::Tree;
-use crate::bytes::SmallBytes;
+use crate::bytes::{ShortBytes, SmallBytes};
 use crate::lock::PackedToken;
 
 /// The mover a walk is handed: the server's defragmenter, or a test's.
@@ -192,9 +192,12 @@ fn tree_piece<R: Relocate + ?Sized>(tree: &mut Tree, to: &mut R, part: u64, piec
                 return false;
             }
             tree.nodes.defrag_buffers(to);
+            // A fork holds indexes only: moving the arena's chunks moves all of it.
+            tree.forks.defrag_buffers(to);
             tree.tables.defrag_buffers(to);
             tree.owners.defrag_buffers(to);
             tree.free_nodes.defrag(to);
+            tree.free_forks.defrag(to);
             tree.free_tables.defrag(to);
             tree.free_owners.defrag(to);
             tree.owner_index.defrag_spine(to);
@@ -217,8 +220,10 @@ fn tree_piece<R: Relocate + ?Sized>(tree: &mut Tree, to: &mut R, part: u64, piec
         NODES => tree
             .nodes
             .defrag_slots(slot, SLOTS_PER_PIECE, to, |node, to| {
-                if let SmallBytes::Heap(bytes) = &mut node.segment {
-                    move_slice(bytes, to);
+                // A long segment is two allocations: the bytes, and the thin box pointing at them.
+                if let ShortBytes::Heap(outer) = &mut node.segment {
+                    move_slice(&mut **outer, to);
+                    move_box(outer, to);
                 }
             }),
         CHILDREN => tree.tables.defrag_slots(

@@ -15,6 +15,8 @@
 //! conversions, against one reference (`core/tests/model.rs`, `waits.rs`), with the compact
 //! form's limit as a parameter (0 keeps a table a tree).
 
+use std::borrow::Cow;
+
 use super::compact::{self, Compact};
 use super::defrag::{self, Progress, Relocate};
 use super::{Acquired, Released, Request, Tree};
@@ -104,6 +106,26 @@ impl LockTable {
                     self.form = Form::Compact(compact);
                 }
             }
+        }
+    }
+
+    /// The table a load built as a tree: kept so, or in the compact form when it fits in its
+    /// limits (`Compact::from_loaded`), as it would have been before it was saved.
+    pub(crate) fn from_tree(tree: Box<Tree>) -> LockTable {
+        let form = match Compact::from_loaded(&tree) {
+            Some(compact) => Form::Compact(compact),
+            None => Form::Tree(tree),
+        };
+        LockTable { form }
+    }
+
+    /// The table as a tree, for the dense encoding's walk (`persist`): the tree itself, or the
+    /// compact form's locks made into one, which its limit bounds (8 locks by default). The
+    /// payload does not say which form wrote it, so either form loads from it.
+    pub(crate) fn as_tree(&self) -> Cow<'_, Tree> {
+        match &self.form {
+            Form::Compact(compact) => Cow::Owned(compact.to_tree()),
+            Form::Tree(tree) => Cow::Borrowed(tree),
         }
     }
 

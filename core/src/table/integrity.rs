@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::ids::{NodeId, OwnerId, Tagged, BIG, NONE, ROOT, SPILLED};
 use super::Tree;
-use crate::alloc::allocation;
 use crate::lock::{Mode, PackedToken};
 
 impl Tree {
@@ -19,6 +18,7 @@ impl Tree {
         let mut parents: Vec<(NodeId, NodeId)> = Vec::new();
         let (mut live, mut segment_bytes, mut segment_heap, mut inner) = (0, 0, 0, 0);
         let mut order = Vec::new();
+        let mut forks = BTreeSet::new();
         let mut stack = vec![ROOT];
         while let Some(id) = stack.pop() {
             order.push(id);
@@ -29,19 +29,30 @@ impl Tree {
             if id != ROOT {
                 live += 1;
                 segment_bytes += node.segment.len();
-                segment_heap += allocation(node.segment.heap_bytes());
+                segment_heap += node.segment.heap_allocation();
                 if node.is_unused() {
                     return Err(format!("unused node {id}"));
                 }
             }
-            if node.child != NONE && node.table != NONE {
+            let table = self.table_of(id);
+            if node.child != NONE && table != NONE {
                 return Err(format!("node {id} has both an only child and a table"));
             }
-            if node.table != NONE && self.tables[node.table as usize].is_empty() {
+            if table != NONE && self.tables[table as usize].is_empty() {
                 return Err(format!("node {id} keeps an empty table"));
             }
-            if node.table != NONE {
-                inner += self.tables[node.table as usize].heap_bytes();
+            if (node.fork != NONE) != (node.child != NONE || table != NONE) {
+                return Err(format!(
+                    "node {id} has a fork without children, or the reverse"
+                ));
+            }
+            if node.fork != NONE
+                && (self.free_forks.contains(node.fork) || !forks.insert(node.fork))
+            {
+                return Err(format!("node {id}'s fork is free or another node's"));
+            }
+            if table != NONE {
+                inner += self.tables[table as usize].heap_bytes();
             }
             inner += self.crowd(id).map_or(0, |crowd| crowd.readers.heap_bytes());
             let spilled = node.lock.owner.0 == SPILLED;
@@ -108,6 +119,9 @@ impl Tree {
         }
         if self.free_nodes.len() + live + 1 != self.nodes.len() {
             return Err("free node slots disagree with the tree".into());
+        }
+        if self.free_forks.len() + forks.len() != self.forks.len() {
+            return Err("free fork slots disagree with the tree".into());
         }
         self.check_marks(&order)?;
         if self.crowded.keys().any(|node| {
@@ -193,17 +207,17 @@ impl Tree {
         for &id in order.iter().rev() {
             let node = &self.nodes[id as usize];
             let counts = below.remove(&id).unwrap_or([0, 0]);
-            if counts != node.below {
+            if counts != self.below(id) {
                 return Err(format!(
                     "marks at node {id} are {:?}, expected {counts:?}",
-                    node.below
+                    self.below(id)
                 ));
             }
             let bound = latest.remove(&id).unwrap_or(0);
-            if node.latest < bound {
+            if self.latest(id) < bound {
                 return Err(format!(
                     "latest at node {id} is {}, below a lease of {bound} beneath",
-                    node.latest
+                    self.latest(id)
                 ));
             }
             let marks = bigs.remove(&id).unwrap_or_default();

@@ -21,7 +21,8 @@
 //! project and the owner hold.
 //!
 //! Memory is what a million locks cost, so the common case is kept inline and the rare one
-//! spills: a node (64 bytes, one cache line) holds its one lock and its one child, an owner
+//! spills: a node (40 bytes) holds its segment, its one lock and its one child, and only a node
+//! with children has a fork beside it (its marks, bound and children's table); an owner
 //! holds its one lock and, when short or a canonical UUID, its token. Paths with several locks
 //! and owners with several locks keep them in side maps. Free slots are handed out lowest first
 //! (`free`), so that the arenas' tails empty as locks go and `trim_some` gives them back.
@@ -66,6 +67,7 @@ mod conflicts;
 mod crowd;
 mod cuts;
 mod defrag;
+pub(crate) mod dense;
 mod expiry;
 mod form;
 mod free;
@@ -103,7 +105,7 @@ use notes::Notes;
 use owners::Owner;
 use rehash::LinearTable;
 use sorted::SortedRuns;
-use tree::Node;
+use tree::{Fork, Node};
 
 /// The locks of one project in the tree form. `clone` copies what the table does not share
 /// with a copy; [`Tree::share`] is the copy that costs a step per chunk.
@@ -111,7 +113,10 @@ use tree::Node;
 pub(crate) struct Tree {
     nodes: Chunks<Node>,
     free_nodes: FreeSlots,
-    /// The children's tables of nodes with two or more children, found by `Node::table`.
+    /// The forks of nodes with children (marks, bound, children's table), by `Node::fork`.
+    forks: Chunks<Fork>,
+    free_forks: FreeSlots,
+    /// The children's tables of nodes with two or more children, found by `Fork::table`.
     tables: Chunks<LinearTable<NodeId>>,
     free_tables: FreeSlots,
     /// The locks of paths that several hold (readers sharing a path), by node.
@@ -209,6 +214,8 @@ impl Tree {
         let mut table = Tree {
             nodes: Chunks::default(),
             free_nodes: FreeSlots::default(),
+            forks: Chunks::default(),
+            free_forks: FreeSlots::default(),
             tables: Chunks::default(),
             free_tables: FreeSlots::default(),
             crowded: IdMap::default(),
@@ -250,6 +257,8 @@ impl Tree {
             // The free sets are bitmaps, a bit per slot: a copy of one is 1.25 MB at ten
             // million slots.
             free_nodes: self.free_nodes.clone(),
+            forks: self.forks.share(),
+            free_forks: self.free_forks.clone(),
             tables: self.tables.share(),
             free_tables: self.free_tables.clone(),
             // The hash tables and the expiry index always keep their pieces behind `Arc`s
@@ -292,6 +301,12 @@ impl Tree {
         }
     }
 
+    /// An empty table with the limits of [`LockTable::new`]'s, for a load to fill: it turns
+    /// into the compact form when it shrinks, as a table that grew does.
+    pub(super) fn loaded() -> Tree {
+        Tree::with_limits(owners::SMALL, compact::DEFAULT_LOCKS)
+    }
+
     /// The limits [`Tree::with_limits`] took: the compact form's, then a small owner's.
     pub(super) fn limits(&self) -> (usize, usize) {
         (self.compact, self.small)
@@ -301,13 +316,19 @@ impl Tree {
     /// bytes, and nothing that only the tree keeps (cuts, big owners, owners being freed).
     /// [`compact::Compact::from_tree`] decides.
     pub(super) fn may_compact(&self) -> bool {
+        self.may_compact_within(2)
+    }
+
+    /// [`Tree::may_compact`] against the limits divided by `share` (1 for a table just loaded,
+    /// see `compact::Compact::from_loaded`).
+    pub(super) fn may_compact_within(&self, share: usize) -> bool {
         self.compact > 0
-            && self.len <= self.compact / 2
+            && self.len <= self.compact / share
             && self.buried_locks == 0
             && self.graveyard.is_empty()
             && self.bigs.is_empty()
             && self.cuts.is_empty()
-            && self.segment_bytes + self.token_bytes < compact::MAX_BYTES / 2
+            && self.segment_bytes + self.token_bytes < compact::MAX_BYTES / share
     }
 
     /// The number of locks stored, lapsed ones not yet reclaimed included, but not those of a
@@ -344,6 +365,8 @@ impl Tree {
             + self.free_nodes.heap_bytes()
             + self.free_owners.heap_bytes()
             + self.free_tables.heap_bytes()
+            + self.forks.heap_bytes()
+            + self.free_forks.heap_bytes()
             + self.inner_bytes
             + self.crowded.heap_bytes()
             + self.owner_locks.heap_bytes()
@@ -645,6 +668,7 @@ impl Tree {
     fn has_free_tail(&self) -> bool {
         let tail = |len: usize, free: &FreeSlots| len > 0 && free.contains((len - 1) as u32);
         tail(self.nodes.len(), &self.free_nodes)
+            || tail(self.forks.len(), &self.free_forks)
             || tail(self.owners.len(), &self.free_owners)
             || tail(self.tables.len(), &self.free_tables)
     }
@@ -668,6 +692,11 @@ impl Tree {
             let last = self.tables.len().saturating_sub(1) as u32;
             if !self.tables.is_empty() && self.free_tables.remove(last) {
                 self.tables.pop();
+                done += 1;
+            }
+            let last = self.forks.len().saturating_sub(1) as u32;
+            if !self.forks.is_empty() && self.free_forks.remove(last) {
+                self.forks.pop();
                 done += 1;
             }
             if done == before {
@@ -699,11 +728,15 @@ mod tests {
         let mut copy = table.share();
         let chunks = table.nodes.shared_with(&copy.nodes);
         assert!(chunks >= 3, "{chunks}");
-        // Releasing one lock on the copy writes to the chunks of its node and of its ancestors
-        // (the folder and the root, both in the first chunk), not to the others.
+        let forks = table.forks.shared_with(&copy.forks);
+        assert_eq!(forks, 1, "the root's and the folders' forks");
+        // Releasing one lock on the copy writes to the chunk of its node, and to the forks of
+        // its ancestors (the folder and the root, both in the first chunk of forks), not to the
+        // others.
         let path = Path::parse(b"/d7/f9907", &Default::default()).expect("a path");
         assert_eq!(copy.release_decided(&token, Some(&[path])), 1);
-        assert_eq!(table.nodes.shared_with(&copy.nodes), chunks - 2);
+        assert_eq!(table.nodes.shared_with(&copy.nodes), chunks - 1);
+        assert_eq!(table.forks.shared_with(&copy.forks), 0);
         assert_eq!(table.len(), copy.len() + 1);
         copy.check_integrity().expect("the copy's integrity");
         table.check_integrity().expect("the original's integrity");

@@ -163,6 +163,88 @@ impl<T: Clone> LinearTable<T> {
         self.segments.iter().flat_map(|segment| segment.iter())
     }
 
+    /// A table of `entries`, each with its hash, built at once: the segments that inserting
+    /// them one by one would reach, each sized for what it holds and filled in turn, so that
+    /// building it reads and writes memory in order and re-hashes nothing (`rehasher` is there
+    /// for form's sake). `same` tells apart two entries of one hash; an entry the same as one
+    /// before it is not added but returned.
+    pub(super) fn build(
+        entries: Vec<(u64, T)>,
+        same: impl Fn(&T, &T) -> bool,
+        rehasher: impl Rehasher<T>,
+    ) -> Result<LinearTable<T>, T> {
+        let len = entries.len();
+        if len == 0 {
+            return Ok(LinearTable::default());
+        }
+        if len <= SEGMENT_LOAD {
+            // One segment: no sorting by segment.
+            let mut built = HashTable::with_capacity(len);
+            for (hash, value) in entries {
+                if built.find(hash, |other| same(other, &value)).is_some() {
+                    return Err(value);
+                }
+                built.insert_unique(hash, value, |v| rehasher.hash(v));
+            }
+            return Ok(LinearTable {
+                slots: slot_bytes(&built),
+                segments: vec![Arc::new(built)],
+                level: 0,
+                split: 0,
+                len: len as u32,
+            });
+        }
+        let mut level = 0;
+        while (1usize << level) * SEGMENT_LOAD < len {
+            level += 1;
+        }
+        let mut table = LinearTable {
+            segments: Vec::new(),
+            level,
+            split: 0,
+            len: 0,
+            slots: 0,
+        };
+        // The entries sorted by segment in place (a counting sort that swaps each entry to its
+        // segment's next free place), then each segment built in turn.
+        let mut entries = entries;
+        let mut starts = vec![0usize; (1 << level) + 1];
+        for (hash, _) in &entries {
+            starts[table.segment_of(*hash) + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut next = starts.clone();
+        for segment in 0..1usize << level {
+            while next[segment] < starts[segment + 1] {
+                let at = table.segment_of(entries[next[segment]].0);
+                if at == segment {
+                    next[segment] += 1;
+                } else {
+                    entries.swap(next[segment], next[at]);
+                    next[at] += 1;
+                }
+            }
+        }
+        let mut sorted = entries.into_iter();
+        for segment in 0..1usize << level {
+            let count = starts[segment + 1] - starts[segment];
+            let mut built = HashTable::with_capacity(count);
+            for (hash, value) in sorted.by_ref().take(count) {
+                if built.find(hash, |other| same(other, &value)).is_some() {
+                    return Err(value);
+                }
+                // Sized for every entry of the segment, so nothing is re-hashed.
+                built.insert_unique(hash, value, |v| rehasher.hash(v));
+            }
+            table.slots += slot_bytes(&built);
+            table.segments.push(Arc::new(built));
+        }
+        table.len = len as u32;
+        Ok(table)
+    }
+
     /// Inserts an entry known to be absent.
     pub(super) fn insert_unique(&mut self, hash: u64, value: T, rehasher: impl Rehasher<T>) {
         if self.segments.is_empty() {
@@ -374,6 +456,31 @@ mod tests {
         let mut listed: Vec<u64> = original.iter().copied().collect();
         listed.sort_unstable();
         assert!(listed.into_iter().eq(90_000..100_000));
+    }
+
+    #[test]
+    fn a_table_built_at_once_agrees_with_one_built_by_insertions() {
+        for n in [0u64, 1, 1_000, 1_025, 5_000, 70_000] {
+            let entries: Vec<(u64, u64)> = (0..n).map(|i| (hash(&i), i)).collect();
+            let mut built = LinearTable::build(entries, |a, b| a == b, hash).expect("no repeats");
+            assert_eq!(built.len(), n as usize);
+            for i in 0..n {
+                assert_eq!(built.find(hash(&i), |&v| v == i), Some(&i));
+            }
+            // It grows and shrinks from there as any other.
+            for i in n..n + 3_000 {
+                built.insert_unique(hash(&i), i, hash);
+            }
+            for i in 0..n + 3_000 {
+                assert_eq!(built.remove(hash(&i), |&v| v == i, hash), Some(i));
+            }
+            assert!(built.is_empty());
+        }
+        let repeated = vec![(hash(&1), 1u64), (hash(&2), 2), (hash(&1), 1)];
+        assert_eq!(
+            LinearTable::build(repeated, |a, b| a == b, hash).err(),
+            Some(1)
+        );
     }
 
     #[test]

@@ -52,6 +52,26 @@ impl<K: Ord + Copy, V: Copy> SortedRuns<K, V> {
         Some(self.runs.partition_point(below).min(n - 1))
     }
 
+    /// The map of `entries`, whose keys are strictly increasing, in runs three quarters full,
+    /// so that the insertions after it split few of them.
+    pub(super) fn from_sorted(entries: impl IntoIterator<Item = (K, V)>) -> SortedRuns<K, V> {
+        let mut runs = Vec::new();
+        let mut run = VecDeque::with_capacity(RUN);
+        for entry in entries {
+            if run.len() == RUN * 3 / 4 {
+                runs.push(Arc::new(std::mem::replace(
+                    &mut run,
+                    VecDeque::with_capacity(RUN),
+                )));
+            }
+            run.push_back(entry);
+        }
+        if !run.is_empty() {
+            runs.push(Arc::new(run));
+        }
+        SortedRuns { runs }
+    }
+
     /// The bytes the runs take on the heap, as the allocator rounds them, for the memory
     /// estimate: a read of each run's capacity, one per hundred entries or more.
     pub(super) fn heap_bytes(&self) -> usize {
@@ -220,6 +240,22 @@ mod tests {
         }
         check(&map, &model);
         assert!(map.runs.is_empty());
+    }
+
+    #[test]
+    fn a_map_built_from_sorted_entries_agrees_with_a_btree_map() {
+        let mut model: BTreeMap<u64, u32> = (0..2_000u64).map(|k| (k * 3, k as u32)).collect();
+        let mut map = SortedRuns::from_sorted(model.iter().map(|(&k, &v)| (k, v)));
+        check(&map, &model);
+        for k in 0..3_000u64 {
+            if k % 2 == 0 {
+                assert_eq!(map.insert(k * 2 + 1, 7), model.insert(k * 2 + 1, 7));
+            } else {
+                assert_eq!(map.remove(&(k * 3)), model.remove(&(k * 3)));
+            }
+        }
+        check(&map, &model);
+        assert!(SortedRuns::<u64, u32>::from_sorted([]).runs.is_empty());
     }
 
     #[test]

@@ -9,8 +9,7 @@ use super::chunks::Chunks;
 use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT};
 use super::rehash::{prefetch, LinearTable, Rehasher};
 use super::Tree;
-use crate::alloc::allocation;
-use crate::bytes::SmallBytes;
+use crate::bytes::ShortBytes;
 use crate::lock::{LockInfo, Mode};
 use crate::path::Path;
 
@@ -39,12 +38,15 @@ impl Held {
     }
 }
 
-/// A segment's bytes, kept inside the node when short, as most file and folder names are.
-pub(super) type Segment = SmallBytes;
+/// A segment's bytes, kept inside the node when short (up to 15 bytes), as most file and folder
+/// names are.
+pub(super) type Segment = ShortBytes;
 
-/// One path segment of the tree. A million locks make a million nodes, so the node is laid out
-/// to take one 64-byte cache line: the common cases (one lock on the path, one child) are kept
-/// inline, and the rare ones spill into the table's side structures.
+/// One path segment of the tree. A million locks make a million nodes, nearly all of them
+/// leaves (the files), so the node keeps what every node needs in 40 bytes: its segment, its
+/// one lock inline (the common case; the rare ones spill into the table's side structures), its
+/// parent and its only child. What only a node with children needs, its intention marks, its
+/// bound and its children's table, is a [`Fork`] beside it.
 #[derive(Clone, Debug)]
 pub(super) struct Node {
     /// The segment as it appears in trie keys (escaped, without its terminator); empty for the
@@ -55,23 +57,42 @@ pub(super) struct Node {
     /// `crowd`).
     pub(super) lock: Held,
     pub(super) parent: NodeId,
-    /// The intention marks: locks of each mode held strictly beneath, by `Mode::index`.
-    pub(super) below: [u32; 2],
     /// The only child, when there is exactly one and no table: chains of folders with one
     /// locked file cost no allocation.
     pub(super) child: NodeId,
-    /// The index in `Tree::tables` of the children's table, or `NONE`.
-    pub(super) table: u32,
-    /// No lock of a small owner strictly beneath this node has a deadline after this one: an
+    /// The index in `Tree::forks` of the node's fork, `NONE` for a node without children.
+    pub(super) fork: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Node>() == 40);
+
+/// What a node with children keeps beside it, in `Tree::forks`. A node has a fork exactly
+/// when it has children, which is when locks lie beneath it.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed(4))]
+pub(super) struct Fork {
+    /// The intention marks: locks of each mode held strictly beneath, by `Mode::index`.
+    pub(super) below: [u32; 2],
+    /// No lock of a small owner strictly beneath the node has a deadline after this one: an
     /// upper bound, raised when such a lock comes or its owner's lease moves later, and never
     /// lowered when one goes. When it is not after `now`, everything small owners hold beneath
     /// has lapsed, so a request is decided without looking at a mountain of lapsed locks (see
     /// `conflicts`). Big owners' locks are not in it: their leases move in one step, and their
     /// liveness is read from their marks (`big`).
     pub(super) latest: u64,
+    /// The index in `Tree::tables` of the children's table, or `NONE`.
+    pub(super) table: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Node>() == 64);
+const _: () = assert!(std::mem::size_of::<Fork>() == 20);
+
+impl Fork {
+    pub(super) const EMPTY: Fork = Fork {
+        below: [0, 0],
+        latest: 0,
+        table: NONE,
+    };
+}
 
 impl Default for Node {
     fn default() -> Self {
@@ -79,17 +100,16 @@ impl Default for Node {
             segment: Segment::default(),
             lock: Held::EMPTY,
             parent: ROOT,
-            below: [0, 0],
             child: NONE,
-            table: NONE,
-            latest: 0,
+            fork: NONE,
         }
     }
 }
 
 impl Node {
+    /// Neither a lock here nor anything beneath (a node without a fork has no children).
     pub(super) fn is_unused(&self) -> bool {
-        self.lock.owner.0 == NONE && self.below == [0, 0]
+        self.lock.owner.0 == NONE && self.fork == NONE
     }
 }
 
@@ -106,9 +126,9 @@ pub(super) enum Walk {
 /// The children's tables' view of their entries: a child is filed under its segment's hash,
 /// and as the entries are ids, re-hashing one reads its node.
 #[derive(Clone, Copy)]
-struct NodeKeys<'a> {
-    nodes: &'a Chunks<Node>,
-    hasher: &'a DefaultHashBuilder,
+pub(super) struct NodeKeys<'a> {
+    pub(super) nodes: &'a Chunks<Node>,
+    pub(super) hasher: &'a DefaultHashBuilder,
 }
 
 impl Rehasher<NodeId> for NodeKeys<'_> {
@@ -122,23 +142,55 @@ impl Rehasher<NodeId> for NodeKeys<'_> {
 }
 
 impl Tree {
+    /// The intention marks of `node`: locks of each mode strictly beneath it.
+    pub(super) fn below(&self, node: NodeId) -> [u32; 2] {
+        match self.nodes[node as usize].fork {
+            NONE => [0, 0],
+            fork => self.forks[fork as usize].below,
+        }
+    }
+
+    /// The bound of the leases of small owners' locks strictly beneath `node`.
+    pub(super) fn latest(&self, node: NodeId) -> u64 {
+        match self.nodes[node as usize].fork {
+            NONE => 0,
+            fork => self.forks[fork as usize].latest,
+        }
+    }
+
+    /// The index of `node`'s children's table, or `NONE`.
+    pub(super) fn table_of(&self, node: NodeId) -> u32 {
+        match self.nodes[node as usize].fork {
+            NONE => NONE,
+            fork => self.forks[fork as usize].table,
+        }
+    }
+
+    /// The fork of a node with children.
+    pub(super) fn fork_mut(&mut self, node: NodeId) -> &mut Fork {
+        let fork = self.nodes[node as usize].fork;
+        &mut self.forks[fork as usize]
+    }
+
     pub(super) fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        let node = &self.nodes[node as usize];
-        let only = (node.child != NONE).then_some(node.child);
-        let table = (node.table != NONE).then(|| self.tables[node.table as usize].iter().copied());
+        let child = self.nodes[node as usize].child;
+        let only = (child != NONE).then_some(child);
+        let table = self.table_of(node);
+        let table = (table != NONE).then(|| self.tables[table as usize].iter().copied());
         only.into_iter().chain(table.into_iter().flatten())
     }
 
     pub(super) fn child(&self, node: NodeId, segment: &[u8]) -> Option<NodeId> {
-        let node = &self.nodes[node as usize];
-        if node.child != NONE {
-            return (*self.nodes[node.child as usize].segment == *segment).then_some(node.child);
+        let only = self.nodes[node as usize].child;
+        if only != NONE {
+            return (*self.nodes[only as usize].segment == *segment).then_some(only);
         }
-        if node.table == NONE {
+        let table = self.table_of(node);
+        if table == NONE {
             return None;
         }
         let hash = self.hasher.hash_one(segment);
-        self.tables[node.table as usize]
+        self.tables[table as usize]
             .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
             .copied()
     }
@@ -211,20 +263,40 @@ impl Tree {
         };
         self.live_nodes += 1;
         self.segment_bytes += segment.len();
-        self.segment_heap += allocation(self.nodes[id as usize].segment.heap_bytes());
+        self.segment_heap += self.nodes[id as usize].segment.heap_allocation();
         self.add_child(node, id);
         id
     }
 
+    /// Gives `node` a fork, when it has none: it is getting its first child.
+    pub(super) fn new_fork(&mut self, node: NodeId, fork: Fork) -> u32 {
+        let slot = match self.free_forks.pop_lowest() {
+            Some(slot) => {
+                self.forks[slot as usize] = fork;
+                slot
+            }
+            None => {
+                self.forks.push(fork);
+                (self.forks.len() - 1) as u32
+            }
+        };
+        self.nodes[node as usize].fork = slot;
+        slot
+    }
+
     pub(super) fn add_child(&mut self, parent: NodeId, child: NodeId) {
+        if self.nodes[parent as usize].fork == NONE {
+            self.new_fork(parent, Fork::EMPTY);
+        }
+        let fork = self.nodes[parent as usize].fork as usize;
         let p = &mut self.nodes[parent as usize];
-        if p.child == NONE && p.table == NONE {
+        if p.child == NONE && self.forks[fork].table == NONE {
             p.child = child;
             return;
         }
         let mut moved = None;
-        if p.table == NONE {
-            p.table = match self.free_tables.pop_lowest() {
+        if self.forks[fork].table == NONE {
+            self.forks[fork].table = match self.free_tables.pop_lowest() {
                 Some(slot) => slot,
                 None => {
                     self.tables.push(LinearTable::default());
@@ -233,7 +305,7 @@ impl Tree {
             };
             moved = Some(std::mem::replace(&mut p.child, NONE));
         }
-        let slot = p.table as usize;
+        let slot = self.forks[fork].table as usize;
         let keys = NodeKeys {
             nodes: &self.nodes,
             hasher: &self.hasher,
@@ -245,29 +317,38 @@ impl Tree {
         self.inner_bytes = self.inner_bytes + self.tables[slot].heap_bytes() - before;
     }
 
+    /// Takes `child` off `parent`'s children; a parent left without any gives its fork back
+    /// (its marks are zero by then: nothing lies beneath it).
     pub(super) fn remove_child(&mut self, parent: NodeId, child: NodeId) {
-        let p = &mut self.nodes[parent as usize];
-        if p.child == child {
-            p.child = NONE;
+        let fork = self.nodes[parent as usize].fork;
+        if fork == NONE {
             return;
         }
-        if p.table == NONE {
-            return;
+        if self.nodes[parent as usize].child == child {
+            self.nodes[parent as usize].child = NONE;
+        } else {
+            let slot = self.forks[fork as usize].table;
+            if slot == NONE {
+                return;
+            }
+            let keys = NodeKeys {
+                nodes: &self.nodes,
+                hasher: &self.hasher,
+            };
+            let table = &mut self.tables[slot as usize];
+            let before = table.heap_bytes();
+            table.remove(keys.hash(&child), |&c| c == child, keys);
+            self.inner_bytes = self.inner_bytes + table.heap_bytes() - before;
+            // A table lives until its node has no child left; converting back at one child
+            // would allocate and free a table each time a second child comes and goes.
+            if table.is_empty() {
+                self.forks[fork as usize].table = NONE;
+                self.free_tables.insert(slot);
+            }
         }
-        let slot = p.table;
-        let keys = NodeKeys {
-            nodes: &self.nodes,
-            hasher: &self.hasher,
-        };
-        let table = &mut self.tables[slot as usize];
-        let before = table.heap_bytes();
-        table.remove(keys.hash(&child), |&c| c == child, keys);
-        self.inner_bytes = self.inner_bytes + table.heap_bytes() - before;
-        // A table lives until its node has no child left; converting back at one child would
-        // allocate and free a table each time a second child comes and goes.
-        if table.is_empty() {
-            self.nodes[parent as usize].table = NONE;
-            self.free_tables.insert(slot);
+        if self.nodes[parent as usize].child == NONE && self.forks[fork as usize].table == NONE {
+            self.nodes[parent as usize].fork = NONE;
+            self.free_forks.insert(fork);
         }
     }
 
@@ -294,7 +375,7 @@ impl Tree {
         let mut up = node;
         while up != ROOT {
             up = self.nodes[up as usize].parent;
-            let ancestor = &mut self.nodes[up as usize];
+            let ancestor = self.fork_mut(up);
             ancestor.below[mode.index()] += 1;
             if !big && ancestor.latest < deadline {
                 ancestor.latest = deadline;
@@ -316,7 +397,7 @@ impl Tree {
         let mut up = node;
         while up != ROOT {
             up = self.nodes[up as usize].parent;
-            let ancestor = &mut self.nodes[up as usize];
+            let ancestor = self.fork_mut(up);
             if ancestor.latest >= deadline {
                 return;
             }
@@ -358,7 +439,7 @@ impl Tree {
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
-            self.nodes[parent as usize].below[mode.index()] -= 1;
+            self.fork_mut(parent).below[mode.index()] -= 1;
             if self.nodes[current as usize].is_unused() {
                 self.unlink_node(current);
             }
@@ -379,7 +460,7 @@ impl Tree {
         self.drop_cuts(id);
         self.live_nodes -= 1;
         self.segment_bytes -= node.segment.len();
-        self.segment_heap -= allocation(node.segment.heap_bytes());
+        self.segment_heap -= node.segment.heap_allocation();
         self.free_nodes.insert(id);
     }
 

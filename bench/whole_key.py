@@ -1,0 +1,219 @@
+"""Whole-key operations on one big project, beside a hash with as many fields, in one run.
+
+A project of WHOLE_KEY_LOCKS locks (default 1,000,000; paths /d<i % 1000>/f<i>, a token each,
+`t<i>` as `make bench` names them, or one token for all with WHOLE_KEY_OWNERS=one) and a hash
+with as many fields (the same paths as fields, the tokens as values) go through the operations
+that take a whole key at once:
+
+  - DUMP: its time and the payload's size;
+  - RESTORE of that payload on a second server: its time; then a DEL of the restored key
+    (what MIGRATE does on the source once the target has it);
+  - DEBUG RELOAD of a server holding only that key (a save and a load of its RDB), wall time;
+  - MIGRATE to a second server, wall time of the command (dump, transfer, restore there, delete
+    here);
+  - a replica's full sync (diskless, no delay): from REPLICAOF until the link is up and the
+    replica has loaded, polled every 5 ms;
+  - fork: `latest_fork_usec` of a BGSAVE, beside the server's RSS.
+
+Each time is given twice: the wall clock, and the CPU time the servers involved used (their
+threads and the children they reaped included), which a shared machine disturbs less. Each
+system runs on a fresh redis-server of its own, one after the other, WHOLE_KEY_ROUNDS
+times (default 3), and each figure is the median of its rounds. Markdown on stdout, and the rows
+to bench/whole_key.csv. Run it as `python3 bench/whole_key.py` after a release build;
+REDIS_SERVER picks the server binary, PATHLOCK_MODULE the module.
+
+The section is a function of its own (`whole_key`), for `make bench-projects` to call.
+"""
+
+import csv
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import MODULE, ROOT, free_port  # noqa: E402
+from owners import Client, command_usec, info  # noqa: E402
+
+LOCKS = int(os.environ.get("WHOLE_KEY_LOCKS", "1000000"))
+ROUNDS = int(os.environ.get("WHOLE_KEY_ROUNDS", "3"))
+OWNERS = os.environ.get("WHOLE_KEY_OWNERS", "each")
+FORKS = int(os.environ.get("WHOLE_KEY_FORKS", "5"))
+SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+TTL_MS = 3_600_000
+KEY = "whole:proj"
+
+
+class Node:
+    """One redis-server with the module loaded, in a directory of its own."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="pathlock-whole-key-")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--save", "", "--appendonly", "no", "--loadmodule", MODULE,
+             "--enable-debug-command", "local", "--repl-diskless-sync", "yes",
+             "--repl-diskless-sync-delay", "0", "--logfile", os.path.join(self.dir, "log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(400):
+            try:
+                self.c = Client(self.port)
+                self.c.call("PING")
+                return
+            except (ConnectionError, OSError):
+                time.sleep(0.025)
+        raise RuntimeError("redis-server did not start")
+
+    def cpu(self):
+        """Seconds of CPU the server has used, its threads and the children it reaped (the
+        fork that writes an RDB) included: on a shared machine, what the work itself cost."""
+        fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        try:
+            self.c.call("SHUTDOWN", "NOSAVE")
+        except (ConnectionError, OSError, RuntimeError):
+            pass
+        self.proc.wait(timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def path(i):
+    return f"/d{i % 1000}/f{i}"
+
+
+def token(i):
+    return "one" if OWNERS == "one" else f"t{i:012d}"
+
+
+def fill(node, system):
+    if system == "pathlock":
+        node.c.pipeline(("PATHLOCK.ACQUIRE", KEY, "TOKEN", token(i), "TTL", TTL_MS, "WRITE",
+                         path(i)) for i in range(LOCKS))
+        assert int(info(node.c, "pathlock", "pathlock_locks")) == LOCKS
+    else:
+        # HSET of a thousand fields a call, as a hash of this size is usually filled.
+        batch = 1000
+        node.c.pipeline(("HSET", KEY, *[x for i in range(start, min(start + batch, LOCKS))
+                                        for x in (path(i), token(i))])
+                        for start in range(0, LOCKS, batch))
+        assert node.c.call("HLEN", KEY) == LOCKS
+
+
+def digest(node, key):
+    return node.c.call("DEBUG", "DIGEST-VALUE", key)
+
+
+class Timed:
+    """Times what runs inside it: the wall clock, and the CPU seconds the given servers used."""
+
+    def __init__(self, out, name, *nodes):
+        self.out, self.name, self.nodes = out, name, nodes
+
+    def __enter__(self):
+        self.cpu = sum(n.cpu() for n in self.nodes)
+        self.wall = time.perf_counter()
+
+    def __exit__(self, *exc):
+        wall = time.perf_counter() - self.wall
+        # The CPU clock ticks in hundredths: a figure under that reads as 0.
+        cpu = sum(n.cpu() for n in self.nodes) - self.cpu
+        self.out[f"{self.name} (ms)"] = wall * 1000
+        self.out[f"{self.name} CPU (ms)"] = cpu * 1000
+
+
+def one_round(system):
+    """Every measure of one system, each on a server holding only the key."""
+    out = {}
+    a = Node()
+    b = Node()
+    try:
+        fill(a, system)
+        before = digest(a, KEY)
+        with Timed(out, "DUMP", a):
+            payload = a.c.call("DUMP", KEY)
+        out["DUMP size (MB)"] = len(payload) / 1e6
+        with Timed(out, "RESTORE", b):
+            b.c.call("RESTORE", KEY, 0, payload)
+        assert digest(b, KEY) == before, "RESTORE changed the value"
+        # Freeing the value, which MIGRATE does on the source after the transfer.
+        with Timed(out, "DEL", b):
+            b.c.call("DEL", KEY)
+        del payload
+        with Timed(out, "DEBUG RELOAD", a):
+            a.c.call("DEBUG", "RELOAD")
+        assert digest(a, KEY) == before, "DEBUG RELOAD changed the value"
+        out["RSS (MB)"] = int(info(a.c, "memory", "used_memory_rss")) / 1e6
+        # Fork time follows the pages mapped, and a loaded machine makes it swing: the least
+        # of a few BGSAVEs.
+        forks = []
+        for _ in range(FORKS):
+            a.c.call("BGSAVE")
+            while int(info(a.c, "persistence", "rdb_bgsave_in_progress")):
+                time.sleep(0.01)
+            forks.append(int(info(a.c, "stats", "latest_fork_usec")) / 1000)
+        out["fork (ms)"] = min(forks)
+        # A replica's full sync: b is empty, so what it loads is the one key.
+        with Timed(out, "full sync", a, b):
+            b.c.call("REPLICAOF", "127.0.0.1", a.port)
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                if (info(b.c, "replication", "master_link_status") == "up"
+                        and info(b.c, "replication", "master_sync_in_progress") == "0"):
+                    break
+                time.sleep(0.005)
+            else:
+                raise RuntimeError("the replica never synced")
+        assert digest(b, KEY) == before, "the full sync changed the value"
+        b.c.call("REPLICAOF", "NO", "ONE")
+        b.c.call("FLUSHALL")
+        with Timed(out, "MIGRATE", a, b):
+            a.c.call("MIGRATE", "127.0.0.1", b.port, KEY, 0, 600000)
+        assert digest(b, KEY) == before, "MIGRATE changed the value"
+    finally:
+        a.stop()
+        b.stop()
+    return out
+
+
+def whole_key(rows=None):
+    """The section: each operation of the project beside the hash's, medians of ROUNDS."""
+    owners = "one token" if OWNERS == "one" else "a token each"
+    print(f"\n## Whole-key operations: {LOCKS:,} locks ({owners}) beside a hash of "
+          f"{LOCKS:,} fields, median of {ROUNDS} rounds\n")
+    runs = {"pathlock": [], "hash": []}
+    for _ in range(ROUNDS):
+        for system in ("pathlock", "hash"):
+            runs[system].append(one_round(system))
+    print("| operation | pathlock | hash | ratio |")
+    print("|---|---:|---:|---:|")
+    for measure in runs["pathlock"][0]:
+        mine = statistics.median(r[measure] for r in runs["pathlock"])
+        theirs = statistics.median(r[measure] for r in runs["hash"])
+        ratio = mine / theirs if theirs else float("nan")
+        spread = ", ".join(f"{r[measure]:,.1f}" for r in runs["pathlock"])
+        spread_h = ", ".join(f"{r[measure]:,.1f}" for r in runs["hash"])
+        print(f"| {measure} | {mine:,.1f} ({spread}) | {theirs:,.1f} ({spread_h}) "
+              f"| {ratio:.2f} |", flush=True)
+        if rows is not None:
+            rows.append(("whole-key", measure, mine, theirs, ratio))
+    return runs
+
+
+def main():
+    rows = []
+    whole_key(rows)
+    with open(os.path.join(ROOT, "bench", "whole_key.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["section", "measure", "pathlock", "hash", "ratio"])
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
