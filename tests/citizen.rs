@@ -227,16 +227,7 @@ fn the_expiry_cycles_ticks_are_shown_to_the_latency_monitor() {
     assert!(take(&mut con, "p", "other", &["WRITE", "/other"]));
     // One token's locks, released whole: the release answers at once and the ticks free them,
     // each for as long as its budget allows.
-    for chunk in (0..LOCKS).collect::<Vec<_>>().chunks(1000) {
-        let mut pipe = redis::pipe();
-        for i in chunk {
-            pipe.cmd("PATHLOCK.ACQUIRE")
-                .arg(&["p", "TOKEN", "big", "TTL", "600000", "WRITE"])
-                .arg(format!("/d{}/f{i}", i % 100))
-                .ignore();
-        }
-        let _: () = pipe.query(&mut con).expect("pipelined acquires");
-    }
+    big_owner_holds(&mut con, "p", LOCKS);
     assert_eq!(release(&mut con, "p", "big", &[]), LOCKS as i64);
     wait_until(Duration::from_secs(60), "the background to free", || {
         info_number(&mut con, "pathlock", "pathlock_background_keys") == 0

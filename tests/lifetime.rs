@@ -290,16 +290,7 @@ fn a_big_owner_released_whole_leaves_no_key_while_its_locks_are_freed() {
     let server = Server::start();
     let mut con = server.conn();
     let locks = 20_000;
-    for chunk in (0..locks).collect::<Vec<_>>().chunks(1000) {
-        let mut pipe = redis::pipe();
-        for i in chunk {
-            pipe.cmd("PATHLOCK.ACQUIRE")
-                .arg(&["p", "TOKEN", "big", "TTL", "600000", "WRITE"])
-                .arg(format!("/d{}/f{i}", i % 100))
-                .ignore();
-        }
-        let _: () = pipe.query(&mut con).expect("pipelined acquires");
-    }
+    big_owner_holds(&mut con, "p", locks);
     assert_eq!(release(&mut con, "p", "big", &[]), locks as i64);
     assert!(
         !exists(&mut con, "p"),

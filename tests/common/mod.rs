@@ -616,6 +616,21 @@ pub fn hold_many_for(
     }
 }
 
+/// Grants one token (`big`, a big owner) `n` write locks in `key`, pipelined: `/d{i % 100}/f{i}`
+/// with a 10-minute lease.
+pub fn big_owner_holds(con: &mut Connection, key: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("PATHLOCK.ACQUIRE")
+                .arg(&[key, "TOKEN", "big", "TTL", "600000", "WRITE"])
+                .arg(format!("/d{}/f{i}", i % 100))
+                .ignore();
+        }
+        let _: () = pipe.query(con).expect("pipelined acquires");
+    }
+}
+
 /// Stops a master's writes (its expiry cycle included, which avoids replica traffic while
 /// clients are paused) and waits until one replica has acknowledged everything it sent, so that
 /// master and replica can be compared. `resume_writes` undoes it.
