@@ -7,7 +7,8 @@
 //! and every question is answered by a linear scan of it, which its size limit bounds
 //! (`DEFAULT_LOCKS` locks, `MAX_BYTES` bytes). A change reads the string into a view on the
 //! stack ([`State`], borrowing the bytes), edits the view, and writes a new string: one
-//! allocation per change, as a listpack reallocates per insertion.
+//! allocation per change, as a listpack reallocates per insertion. A live owner's renewal is
+//! the exception: its deadline has a fixed width, so it is written over the old one in place.
 //!
 //! ```text
 //! u64 LE   next fence
@@ -209,6 +210,18 @@ impl<'a> Reader<'a> {
         u64::from_le_bytes(bytes)
     }
 
+    /// An owner's token: its tag, then a canonical UUID's 16 bytes or the token's own.
+    fn token(&mut self) -> Tok<'a> {
+        match self.byte() {
+            UUID_TAG => {
+                let mut uuid = [0; 16];
+                uuid.copy_from_slice(self.take(16));
+                Tok::Uuid(uuid)
+            }
+            len => Tok::Text(self.take(usize::from(len))),
+        }
+    }
+
     fn varint(&mut self) -> u64 {
         let mut value = 0u64;
         let mut shift = 0;
@@ -232,14 +245,7 @@ impl<'a> State<'a> {
         let owners = (0..bytes[OWNERS_AT])
             .map(|_| {
                 let deadline = read.u64();
-                let token = match read.byte() {
-                    UUID_TAG => {
-                        let mut uuid = [0; 16];
-                        uuid.copy_from_slice(read.take(16));
-                        Tok::Uuid(uuid)
-                    }
-                    len => Tok::Text(read.take(usize::from(len))),
-                };
+                let token = read.token();
                 Owner {
                     token,
                     deadline,
@@ -943,6 +949,13 @@ impl Compact {
 
     /// Sets `token`'s lease, unless it lapsed by `now` (`None` for a master's decision, which
     /// reads no clock): then it is reclaimed and nothing is renewed.
+    ///
+    /// A live owner's renewal writes its new deadline over the old one in the string, as the
+    /// tree moves one number: the deadline has a fixed width, so nothing else moves, the
+    /// string keeps its length (and the memory estimate its figure), and only the locks are
+    /// scanned to count the owner's. Reading the whole string into a view and writing a new
+    /// one made a renewal dearer here than in the tree (`docs/performance.md`, "Small
+    /// projects"). A lapsed owner is reclaimed through the view, as every other change is.
     pub(super) fn renew(
         &mut self,
         now: Option<u64>,
@@ -950,23 +963,61 @@ impl Compact {
         deadline: u64,
     ) -> ((usize, Freed), Option<Box<Tree>>) {
         let packed = PackedToken::new(token);
-        let (renewed, stored) = {
-            let mut state = self.state();
-            let mut lapsed = Freed::default();
-            let renewed = match state.find(Tok::of(&packed)) {
-                Some(owner) if now.is_some_and(|now| !state.is_live(owner, now)) => {
-                    state.reclaim(owner, true, &mut lapsed);
-                    0
-                }
-                Some(owner) => {
-                    state.set_lease(owner, deadline);
-                    state.count(owner)
-                }
-                None => 0,
-            };
-            ((renewed, lapsed), state.finish())
+        let (found, locks_at) = self.owner_at(Tok::of(&packed));
+        let Some((at, owner)) = found else {
+            return ((0, Freed::default()), None);
         };
-        (renewed, self.keep(stored))
+        let mut lease = [0; 8];
+        lease.copy_from_slice(&self.bytes[at..at + 8]);
+        if now.is_some_and(|now| u64::from_le_bytes(lease) <= now) {
+            let (lapsed, stored) = {
+                let mut state = self.state();
+                let mut lapsed = Freed::default();
+                state.reclaim(owner, true, &mut lapsed);
+                (lapsed, state.finish())
+            };
+            return ((0, lapsed), self.keep(stored));
+        }
+        self.bytes[at..at + 8].copy_from_slice(&deadline.to_le_bytes());
+        ((self.count_of(owner, locks_at), Freed::default()), None)
+    }
+
+    /// Where the owner of `token` starts in the string (at its deadline) and its index, if it
+    /// holds locks (every owner the string keeps does, since the writer leaves out the others),
+    /// and where the locks start.
+    fn owner_at(&self, token: Tok) -> (Option<(usize, u8)>, usize) {
+        let mut read = Reader {
+            bytes: &self.bytes,
+            at: HEADER,
+        };
+        let mut found = None;
+        for owner in 0..self.bytes[OWNERS_AT] {
+            let at = read.at;
+            read.take(8);
+            if read.token() == token {
+                found = Some((at, owner));
+            }
+        }
+        (found, read.at)
+    }
+
+    /// How many locks `owner` holds, read from the locks starting at `at` without a view.
+    fn count_of(&self, owner: u8, at: usize) -> usize {
+        let mut read = Reader {
+            bytes: &self.bytes,
+            at,
+        };
+        let mut count = 0;
+        for _ in 0..self.bytes[LOCKS_AT] {
+            if read.byte() & !READ_BIT == owner {
+                count += 1;
+            }
+            read.varint();
+            read.byte();
+            let len = read.varint() as usize;
+            read.take(len);
+        }
+        count
     }
 
     /// Reclaims up to `max_owners` owners whose lease lapsed by `now`, earliest first, or only
@@ -1132,5 +1183,62 @@ impl Compact {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(text: &str) -> Path {
+        Path::parse(text.as_bytes(), &Default::default()).expect("a path")
+    }
+
+    /// A renewal writes the deadline in place: the same allocation, the string the writer
+    /// would write for the renewed view, and the other owner's lease and the locks untouched;
+    /// a lapsed owner is reclaimed instead, as the view's path did.
+    #[test]
+    fn a_renewal_writes_the_deadline_in_place() {
+        let uuid = Token::new(b"0f9c2a3e-5b7d-4c1e-9a2b-3c4d5e6f7a8b").expect("a token");
+        let plain = Token::new(b"worker-7").expect("a token");
+        let mut table = Compact::new(DEFAULT_LOCKS, 8);
+        let (_, grown) = table.grant_noted(&plain, 500, 1, &[(Mode::Read, path("/a"))], None);
+        assert!(grown.is_none());
+        let items = [(Mode::Write, path("/b/c")), (Mode::Read, path("/a"))];
+        let (_, grown) = table.grant_noted(&uuid, 300, 2, &items, None);
+        assert!(grown.is_none());
+        let before = table.all();
+        let at = table.bytes.as_ptr();
+
+        let ((renewed, lapsed), grown) = table.renew(Some(100), &uuid, 900);
+        assert_eq!(renewed, 2);
+        assert!(lapsed.is_empty());
+        assert!(grown.is_none());
+        assert_eq!(table.bytes.as_ptr(), at, "the string is not reallocated");
+        table
+            .check_integrity()
+            .expect("the renewed string is the writer's");
+        for (old, new) in before.iter().zip(table.all()) {
+            let expected = if old.token == uuid { 900 } else { old.deadline };
+            assert_eq!(
+                (new.deadline, &new.path, new.fence),
+                (expected, &old.path, old.fence)
+            );
+        }
+        assert_eq!(table.next_deadline(), Some(500));
+
+        let ((renewed, _), _) = table.renew(None, &Token::new(b"nobody").expect("a token"), 900);
+        assert_eq!(renewed, 0, "a token holding nothing renews nothing");
+
+        // Past its lease the plain owner is reclaimed, not revived.
+        let ((renewed, lapsed), grown) = table.renew(Some(500), &plain, 2_000);
+        assert_eq!(renewed, 0);
+        assert_eq!((&lapsed.tokens[..], lapsed.locks), (&[plain][..], 1));
+        assert!(grown.is_none());
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.next_deadline(), Some(900));
+        table
+            .check_integrity()
+            .expect("the string after the reclaim");
     }
 }
