@@ -438,7 +438,10 @@ fn a_value_of_encoding_version_1_still_loads_without_notes() {
     let _: () = cmd("DEBUG").arg("RELOAD").query(&mut con).expect("RELOAD");
     let dump: Vec<u8> = cmd("DUMP").arg("old").query(&mut con).expect("DUMP");
     let module_id = u64::from_be_bytes(dump[2..10].try_into().expect("8 bytes"));
-    assert_eq!(module_id & 0x3ff, u64::from(pathlock_core::persist::VERSION));
+    assert_eq!(
+        module_id & 0x3ff,
+        u64::from(pathlock_core::persist::VERSION)
+    );
     assert_eq!(
         locks(&mut con, "old", &[b"/A/C"]),
         [entry("/A/C", "WRITE", "alice", Some(b"renamed"))]
