@@ -34,9 +34,9 @@ describe("faults", () => {
       const key = project();
       const locks = new PathLocks(await proxied(ownRetry), key);
       const admin = server.client();
-      // A first grant on the key shows where its fences start.
+      // A first grant on the key shows where its fences start; it stays held, for a key whose
+      // last lock is released is deleted and a new key's fences start afresh (higher).
       const probe = await new PathLocks(admin, key).read("/probe");
-      await probe.release();
       // The server grants the move; its reply is lost with the connection.
       proxy.dropReplies = 1;
       const lease = await locks.move("/A/C", "/B");
@@ -48,14 +48,16 @@ describe("faults", () => {
         [
           ["/A/C", "WRITE", lease.token],
           ["/B/C", "WRITE", lease.token],
+          ["/probe", "READ", probe.token],
         ],
       );
       // The lost grant took the probe's fence + 1, the retry the next (a re-acquire takes a new
       // fence).
       assert.equal(lease.fence, probe.fence + 2);
       const stats = String(await admin.info("pathlock"));
-      assert.match(stats, /pathlock_locks:2\r?\n/, "locks held on the whole server");
+      assert.match(stats, /pathlock_locks:3\r?\n/, "locks held on the whole server");
       await lease.release();
+      await probe.release();
       assert.deepEqual(await locks.locks(), []);
     });
   }
