@@ -12,6 +12,7 @@
 
 use std::os::raw::c_void;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use redis_module::{raw, Context, ContextFlags};
 
@@ -48,6 +49,16 @@ pub fn now_ms(ctx: &Context) -> u64 {
         }
     }
 }
+
+/// The longest delay any timer of the module is armed for; a later time is met by a timer that
+/// fires early, finds nothing due and is armed again. Redis before 7.4 (7.0 and 7.2) multiplies
+/// the period its module-timer handler asks for next by 1000 in an `int` (`processTimeEvents` in
+/// `ae.c`, fixed by redis/redis#12474), so a timer more than 2,147,483 ms (35.8 minutes) ahead
+/// schedules the handler in the past whenever it runs for another timer: the event loop then
+/// polls with a zero timeout, one core busy, until that timer is less than 35.8 minutes away.
+/// A lease of an hour did that after any other timer of the module fired (a deletion's signal
+/// worker, the expiry of a shorter lease). Thirty minutes keeps clear of the limit.
+pub const MAX_TIMER_DELAY: Duration = Duration::from_secs(30 * 60);
 
 /// Real time, for the expiry timer, which runs outside any command.
 pub fn wall_ms() -> u64 {

@@ -407,10 +407,10 @@ pub fn keep_armed(ctx: &Context) {
     arm(ctx, &mut armed, earliest, now);
 }
 
-/// The longest a timer is armed for. A later deadline (a lease of days, or one a hostile payload
-/// put beyond any clock) is met by a tick that finds nothing due and arms the timer again, so
-/// the timer's period always fits the server's.
-const MAX_DELAY: Duration = Duration::from_secs(3600);
+/// The longest a timer is armed for ([`clock::MAX_TIMER_DELAY`], which says why). A later
+/// deadline (a lease of hours, or one a hostile payload put beyond any clock) is met by a tick
+/// that finds nothing due and arms the timer again.
+const MAX_DELAY: Duration = clock::MAX_TIMER_DELAY;
 
 /// The timer's delay for wall-clock time `at`: one millisecond more than the distance, so that
 /// the tick finds the clock at `at` or later (the wall clock is read in whole milliseconds), and

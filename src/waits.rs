@@ -72,9 +72,14 @@ fn set_timeout_timer(ctx: &Context) {
             }
         }
     }
-    // Rounded up: a timer that fires early finds nobody due and is set again.
-    let delay = next.saturating_sub(registry::monotonic_us()).div_ceil(1000);
-    let delay = i64::try_from(delay).unwrap_or(i64::MAX);
+    // Rounded up: a timer that fires early finds nobody due and is set again, which is also how
+    // a wait longer than the longest timer (`clock::MAX_TIMER_DELAY`, which says why) is met.
+    let most = clock::MAX_TIMER_DELAY.as_millis() as u64;
+    let delay = next
+        .saturating_sub(registry::monotonic_us())
+        .div_ceil(1000)
+        .min(most);
+    let delay = i64::try_from(delay).unwrap_or(0);
     // SAFETY: the callback lives as long as the module; the timer has no data.
     let id = unsafe {
         raw::RedisModule_CreateTimer.map_or(0, |create| {

@@ -180,6 +180,83 @@ fn an_idle_server_wakes_no_more_often_with_the_module_than_without() {
     );
 }
 
+/// The CPU time a server's main thread has used so far, in milliseconds (`utime` and `stime` of
+/// its `/proc` stat, in the kernel's fixed 100 ticks a second).
+fn main_thread_cpu_ms(pid: i64) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat"))
+        .expect("the server's main thread in /proc");
+    // The fields after the command name, which is in parentheses and may hold spaces: `utime`
+    // and `stime` are the 14th and 15th fields, the 12th and 13th after the name.
+    let fields: Vec<i64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|field| field.parse().unwrap_or(0))
+        .collect();
+    (fields[11] + fields[12]) * 10
+}
+
+/// A lease and a wait that end hours from now arm no timer so far ahead that Redis 7.0's event
+/// loop stops sleeping. Redis before 7.4 computes the next period of its module-timer handler in
+/// an `int` of microseconds, so a timer more than 35.8 minutes away, once any other module timer
+/// fired, made the loop poll without a timeout: a whole core, with no voluntary context switch
+/// for the wake-up count above to see. Measured as the main thread's CPU time beside a server
+/// without the module over the same window; the spin used 500-970 ms a second.
+#[test]
+fn a_lease_or_a_wait_of_hours_leaves_the_event_loop_asleep() {
+    const WINDOW: Duration = Duration::from_secs(3);
+    let plain = Server::start_without_module(&[]);
+    let server = Server::start();
+    let mut p = plain.conn();
+    let mut con = server.conn();
+    assert!(take(
+        &mut con,
+        "p",
+        "long",
+        &["TTL", "7200000", "WRITE", "/A"]
+    ));
+    let mut waiter_con = server.conn();
+    let waiter = std::thread::spawn(move || {
+        acquire(
+            &mut waiter_con,
+            "p",
+            &["TOKEN", "waiter", "WAIT", "3600000", "WRITE", "/A"],
+        )
+    });
+    wait_for_waiters(&mut con, 1);
+    // Another timer of the module fires: the expiry of a brief lease.
+    assert!(take(&mut con, "q", "brief", &["TTL", "100", "WRITE", "/B"]));
+    wait_until(Duration::from_secs(5), "the brief lock's expiry", || {
+        info_number(&mut con, "pathlock", "pathlock_locks") == 1
+    });
+    let pids = (
+        info_number(&mut p, "server", "process_id"),
+        info_number(&mut con, "server", "process_id"),
+    );
+    let before = (main_thread_cpu_ms(pids.0), main_thread_cpu_ms(pids.1));
+    sleep(WINDOW);
+    let after = (main_thread_cpu_ms(pids.0), main_thread_cpu_ms(pids.1));
+    let (baseline, holding) = (after.0 - before.0, after.1 - before.1);
+    eprintln!(
+        "main-thread CPU over {WINDOW:?}: {holding} ms holding a lease of 2 h and a wait of 1 h, \
+         {baseline} ms without the module"
+    );
+    // A twentieth of the window: a spinning loop uses far more, even on a loaded machine that
+    // gives it a fraction of a core.
+    let slack = WINDOW.as_millis() as i64 / 20;
+    assert!(
+        holding <= baseline + slack,
+        "{holding} ms of CPU in {WINDOW:?}, {baseline} ms without the module"
+    );
+    assert!(release(&mut con, "p", "long", &[]) >= 0);
+    let granted = waiter.join().expect("the waiter's thread");
+    assert!(
+        granted.is_some(),
+        "the waiter is granted once the lease goes"
+    );
+}
+
 #[test]
 fn the_expiry_tick_comes_at_the_deadline() {
     const TTL: u64 = 300;
