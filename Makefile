@@ -161,7 +161,7 @@ bench-projects: build
 # Instructions per command inside redis-server (callgrind: repeatable where time is not), for
 # Whole-key operations of one project (WHOLE_KEY_LOCKS, default 1,000,000 locks) beside a hash of
 # as many fields: DUMP, RESTORE, DEL, DEBUG RELOAD, fork, a replica's full sync, MIGRATE; see
-# bench/README.md. About 5 minutes a round (WHOLE_KEY_ROUNDS, default 3).
+# bench/README.md. 2 to 5 minutes a round (WHOLE_KEY_ROUNDS, default 3).
 .PHONY: bench-whole-key
 bench-whole-key: build
 	@scripts/deps.sh bench
