@@ -22,7 +22,8 @@
 //!
 //! Memory is what a million locks cost, so the common case is kept inline and the rare one
 //! spills: a node (40 bytes) holds its segment, its one lock and its one child, and only a node
-//! with children has a fork beside it (its marks, bound and children's table); an owner
+//! with children has a fork beside it (its marks, bound and children's table), unless its only
+//! child is a leaf, whose own locks are then its marks (a folder of one locked file); an owner
 //! holds its one lock and, when short or a canonical UUID, its token. Paths with several locks
 //! and owners with several locks keep them in side maps. Free slots are handed out lowest first
 //! (`free`), so that the arenas' tails empty as locks go and `trim_some` gives them back.
@@ -113,7 +114,8 @@ use tree::{Fork, Node};
 pub(crate) struct Tree {
     nodes: Chunks<Node>,
     free_nodes: FreeSlots,
-    /// The forks of nodes with children (marks, bound, children's table), by `Node::fork`.
+    /// The forks of nodes with children (marks, bound, children's table), by `Node::fork`; a
+    /// node whose only child is a leaf has none.
     forks: Chunks<Fork>,
     free_forks: FreeSlots,
     /// The children's tables of nodes with two or more children, found by `Fork::table`.
