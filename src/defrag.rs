@@ -8,7 +8,8 @@
 //! key is done in one call, without a limit, which its size bounds. Where the server cannot
 //! defragment (no bundled jemalloc, `activedefrag no`) the callback is never called.
 //!
-//! Level 1: imports `contain`.
+//! Level 1: imports `contain`, `stats` (the module's allocator times its calls for the expiry
+//! cycle's figures).
 
 use std::alloc::Layout;
 use std::cell::Cell;
@@ -126,7 +127,8 @@ mod global {
                     let size = (layout.size() + layout.align() - 1) & !(layout.align() - 1);
                     unsafe { alloc_raw(ctx, size) }.cast()
                 }
-                _ => unsafe { RedisAlloc.alloc(layout) },
+                // The server's allocator is the server's work in an expiry tick's figures.
+                _ => crate::stats::in_server(|| unsafe { RedisAlloc.alloc(layout) }),
             }
         }
 
@@ -134,7 +136,7 @@ mod global {
             let ctx = rebuilding();
             match unsafe { raw::RedisModule_DefragFreeRaw } {
                 Some(free_raw) if !ctx.is_null() => unsafe { free_raw(ctx, at.cast()) },
-                _ => unsafe { RedisAlloc.dealloc(at, layout) },
+                _ => crate::stats::in_server(|| unsafe { RedisAlloc.dealloc(at, layout) }),
             }
         }
     }

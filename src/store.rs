@@ -140,11 +140,12 @@ impl<'a> ServerKey<'a> {
     /// selected for the time of `work`, and the database selected before is selected again.
     pub fn visit<R>(ctx: &Context, db: i32, name: &[u8], work: impl FnOnce(&ServerKey) -> R) -> R {
         in_db(ctx, db, || {
-            let name = RedisString::create_from_slice(ctx.ctx, name);
+            let name = stats::in_server(|| RedisString::create_from_slice(ctx.ctx, name));
             let key = ServerKey::new(ctx, &name);
             let result = work(&key);
             // The work ends here, in `db`: a project it emptied goes now.
             drop(key);
+            stats::in_server(|| drop(name));
             result
         })
     }
@@ -220,20 +221,25 @@ impl<'a> ServerKey<'a> {
         &self,
         maintain: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
-        let key = self
-            .ctx
-            .open_key_writable_with_flags(self.key, KeyFlags::NOTOUCH);
-        let project = key
-            .get_value::<Project>(&PATHLOCK_TYPE)
+        let key = stats::in_server(|| {
+            self.ctx
+                .open_key_writable_with_flags(self.key, KeyFlags::NOTOUCH)
+        });
+        let project = stats::in_server(|| key.get_value::<Project>(&PATHLOCK_TYPE))
             .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
-        Ok(project.map(maintain))
+        let result = project.map(maintain);
+        stats::in_server(|| drop(key));
+        Ok(result)
     }
 }
 
 impl Drop for ServerKey<'_> {
     fn drop(&mut self) {
         if self.emptied.get() {
-            contained("deleting an empty project", (), || self.delete_if_empty());
+            // All of it is the server's work but for a look at the value.
+            contained("deleting an empty project", (), || {
+                stats::in_server(|| self.delete_if_empty())
+            });
         }
     }
 }
@@ -267,15 +273,18 @@ impl Store for ServerKey<'_> {
         &self,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
-        let key = self.open_writable();
-        let project = key
-            .get_value::<Project>(&PATHLOCK_TYPE)
+        // The expiry cycle changes keys through here: the server's calls are timed for its
+        // figures (`stats::in_server`), the closing of the key included.
+        let key = stats::in_server(|| self.open_writable());
+        let project = stats::in_server(|| key.get_value::<Project>(&PATHLOCK_TYPE))
             .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
-        Ok(project.map(|project| {
+        let result = project.map(|project| {
             let result = write(project);
             self.note_emptied(project);
             result
-        }))
+        });
+        stats::in_server(|| drop(key));
+        Ok(result)
     }
 
     fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError> {
@@ -319,7 +328,7 @@ impl Store for ServerKey<'_> {
     #[inline]
     fn notify(&self, event: &'static CStr) {
         self.told.set(true);
-        notify(self.ctx, event, self.key);
+        stats::in_server(|| notify(self.ctx, event, self.key));
     }
 
     #[inline]
