@@ -99,6 +99,14 @@ mod global {
 
     use super::{REBUILDER, REBUILD_CTX};
 
+    /// The size from which an allocation or a free is timed as the server's work in an expiry
+    /// tick's figures (`stats::in_server`): where the allocator's upkeep lands. glibc's malloc
+    /// consolidates all its freed small blocks in a request of this size or more (one outside
+    /// its small bins), and in a free whose block, merged with its free neighbours, reaches
+    /// 64 KiB, which a free of this size is the likeliest to make. Smaller calls are not timed,
+    /// for two clock readings cost as much as one of them; they count as the module's work.
+    const LARGE: usize = 1024;
+
     /// The defrag context when this thread is rebuilding, else null.
     fn rebuilding() -> *mut raw::RedisModuleDefragCtx {
         let ctx = REBUILD_CTX.load(Ordering::Relaxed);
@@ -127,8 +135,10 @@ mod global {
                     let size = (layout.size() + layout.align() - 1) & !(layout.align() - 1);
                     unsafe { alloc_raw(ctx, size) }.cast()
                 }
-                // The server's allocator is the server's work in an expiry tick's figures.
-                _ => crate::stats::in_server(|| unsafe { RedisAlloc.alloc(layout) }),
+                _ if layout.size() >= LARGE => {
+                    crate::stats::in_server(|| unsafe { RedisAlloc.alloc(layout) })
+                }
+                _ => unsafe { RedisAlloc.alloc(layout) },
             }
         }
 
@@ -136,7 +146,10 @@ mod global {
             let ctx = rebuilding();
             match unsafe { raw::RedisModule_DefragFreeRaw } {
                 Some(free_raw) if !ctx.is_null() => unsafe { free_raw(ctx, at.cast()) },
-                _ => crate::stats::in_server(|| unsafe { RedisAlloc.dealloc(at, layout) }),
+                _ if layout.size() >= LARGE => {
+                    crate::stats::in_server(|| unsafe { RedisAlloc.dealloc(at, layout) })
+                }
+                _ => unsafe { RedisAlloc.dealloc(at, layout) },
             }
         }
     }

@@ -41,14 +41,16 @@ pub static CYCLES_OVER_1MS: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_LONGEST_US: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_LONGEST_CPU_US: AtomicU64 = AtomicU64::new(0);
 /// The same of the module's own work in a tick (the count: ticks whose own CPU time went over
-/// 1 ms): its time less the time the tick's calls into the
-/// server took (opening, closing and deleting keys, replicating, keyspace events, unblocking
-/// clients, and the server's allocator, which the module allocates with; see [`in_server`]). A
-/// tick's whole time includes the server's work inside those calls, such as its key table
-/// finishing a resize and freeing the old buckets, or glibc malloc consolidating its free
-/// lists; the own figures leave it out. The calls are timed by the wall clock only (the
-/// thread's CPU clock is a system call), so the own CPU time is the tick's CPU time less the
-/// calls' wall time.
+/// 1 ms): its time less the time of the tick's calls into the
+/// server that do its work or can hold it (see [`in_server`]): looking a key up, deleting it,
+/// replicating, unblocking a granted waiter, and allocating or
+/// freeing 1 KiB or more (`defrag`'s allocator). A tick's whole time includes the server's work
+/// inside those calls, such as its key table finishing a resize and freeing the old buckets, or
+/// glibc malloc consolidating its freed small blocks; the own figures leave it out. The small
+/// calls of constant cost (creating a name, reading a value, closing a key, raising a keyspace
+/// event, a small allocation) are not timed, as timing costs as much as they do, and count as
+/// the module's. The calls are timed by the wall clock only (the thread's CPU clock is a
+/// system call), so the own CPU time is the tick's CPU time less the calls' wall time.
 pub static CYCLES_OWN_OVER_1MS: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_OWN_LONGEST_US: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_OWN_LONGEST_CPU_US: AtomicU64 = AtomicU64::new(0);
@@ -90,9 +92,9 @@ fn timing() -> bool {
 
 /// Runs `call`, a call into the server (or a run of them with next to nothing of the module's
 /// between), and adds its wall time to the running tick's (`start_timing`); outside a tick it
-/// costs one load. Two readings of the monotonic clock (a vDSO call of some 20 ns) against
-/// calls of a microsecond or more. A call inside another timed one (the module's allocator
-/// inside a deletion that frees a project) is already counted.
+/// costs one load. Two readings of the monotonic clock (a vDSO call of 20 to 40 ns), so only
+/// for calls that do the server's work or can hold it. A call inside another timed one (the
+/// module's allocator inside a deletion that frees a project) is already counted.
 #[inline]
 pub fn in_server<R>(call: impl FnOnce() -> R) -> R {
     if !timing() || INSIDE.load(Ordering::Relaxed) {

@@ -140,12 +140,12 @@ impl<'a> ServerKey<'a> {
     /// selected for the time of `work`, and the database selected before is selected again.
     pub fn visit<R>(ctx: &Context, db: i32, name: &[u8], work: impl FnOnce(&ServerKey) -> R) -> R {
         in_db(ctx, db, || {
-            let name = stats::in_server(|| RedisString::create_from_slice(ctx.ctx, name));
+            let name = RedisString::create_from_slice(ctx.ctx, name);
             let key = ServerKey::new(ctx, &name);
             let result = work(&key);
-            // The work ends here, in `db`: a project it emptied goes now.
-            drop(key);
-            stats::in_server(|| drop(name));
+            // The work ends here, in `db`: a project it emptied goes now, which is the server's
+            // work but for a look at the value (`stats::in_server`).
+            stats::in_server(|| drop(key));
             result
         })
     }
@@ -225,21 +225,17 @@ impl<'a> ServerKey<'a> {
             self.ctx
                 .open_key_writable_with_flags(self.key, KeyFlags::NOTOUCH)
         });
-        let project = stats::in_server(|| key.get_value::<Project>(&PATHLOCK_TYPE))
+        let project = key
+            .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
-        let result = project.map(maintain);
-        stats::in_server(|| drop(key));
-        Ok(result)
+        Ok(project.map(maintain))
     }
 }
 
 impl Drop for ServerKey<'_> {
     fn drop(&mut self) {
         if self.emptied.get() {
-            // All of it is the server's work but for a look at the value.
-            contained("deleting an empty project", (), || {
-                stats::in_server(|| self.delete_if_empty())
-            });
+            contained("deleting an empty project", (), || self.delete_if_empty());
         }
     }
 }
@@ -273,18 +269,17 @@ impl Store for ServerKey<'_> {
         &self,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
-        // The expiry cycle changes keys through here: the server's calls are timed for its
-        // figures (`stats::in_server`), the closing of the key included.
+        // The expiry cycle changes keys through here: the lookup is timed for its figures
+        // (`stats::in_server`), as the server's table may finish a resize in it.
         let key = stats::in_server(|| self.open_writable());
-        let project = stats::in_server(|| key.get_value::<Project>(&PATHLOCK_TYPE))
+        let project = key
+            .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
-        let result = project.map(|project| {
+        Ok(project.map(|project| {
             let result = write(project);
             self.note_emptied(project);
             result
-        });
-        stats::in_server(|| drop(key));
-        Ok(result)
+        }))
     }
 
     fn write_or_create<R>(&self, write: impl FnOnce(&mut Project) -> R) -> Result<R, RedisError> {
@@ -328,7 +323,7 @@ impl Store for ServerKey<'_> {
     #[inline]
     fn notify(&self, event: &'static CStr) {
         self.told.set(true);
-        stats::in_server(|| notify(self.ctx, event, self.key));
+        notify(self.ctx, event, self.key);
     }
 
     #[inline]
