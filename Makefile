@@ -53,7 +53,9 @@ VENV := $(CURDIR)/.venv-py
 test-python: build
 	@scripts/deps.sh test
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python pytest
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python pytest mypy==2.4.1
+	# The package ships py.typed: its annotations are checked as its users' type checkers read them.
+	$(VENV)/bin/python -m mypy --strict --no-incremental clients/python/src/pathlock
 	cd clients/python && $(VENV)/bin/python -m pytest -q -p no:cacheprovider tests
 	scripts/with-redis.sh $(VENV)/bin/python examples/cloud_drive.py
 

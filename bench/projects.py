@@ -167,13 +167,16 @@ def pipe(server, commands):
 
 
 def slow_log(c):
-    """The slowest command in the slow log (us and its name) and how many took over 2 ms."""
+    """The slowest command in the slow log (us and its name), how many took over 2 ms, and the
+    five slowest as (us, key): the key's number tells how many keys the database held then."""
     entries = c.call("SLOWLOG", "GET", "-1") or []
     if not entries:
-        return 0, "-", 0
+        return 0, "-", 0, []
     worst = max(entries, key=lambda e: e[2])
     name = worst[3][0].decode(errors="replace") if worst[3] else "?"
-    return worst[2], name, sum(1 for e in entries if e[2] > 2000)
+    slowest = sorted(entries, key=lambda e: -e[2])[:5]
+    keys = [(e[2], e[3][1].decode(errors="replace") if len(e[3]) > 1 else "?") for e in slowest]
+    return worst[2], name, sum(1 for e in entries if e[2] > 2000), keys
 
 
 def latency_ms(c, event):
@@ -275,6 +278,11 @@ def fill(n):
         print(f"| {measure} | {fmt.format(a)} | {fmt.format(b)} | {ratio:.2f} |")
     print(f"\n(slowest: {p['slowest'][1]} and {s['slowest'][1]}; DBSIZE {p['dbsize']:,} and "
           f"{s['dbsize']:,})")
+    # Where the slowest commands fell: a key table that doubles at 2^k keys (Redis's dict) puts
+    # both systems' slowest commands at the same key numbers.
+    for name, f in ((PATHLOCK.name, p), (SET_NX.name, s)):
+        print(f"({name}'s five slowest: " +
+              ", ".join(f"{us / 1000:,.1f} ms at {key}" for us, key in f["slowest"][3]) + ")")
 
 
 def settle(server, c, start, gone):

@@ -100,14 +100,18 @@ def nice_prefix():
     return ["nice", "-n", str(level)]
 
 
+# The server binary, as bench/projects.py and the tests take it (Valkey or another Redis).
+SERVER = os.environ.get("REDIS_SERVER", "redis-server")
+
+
 class Server:
-    """One redis-server with the module; it inherits the raised file limit."""
+    """One redis-server (or `REDIS_SERVER`) with the module; it inherits the raised file limit."""
 
     def __init__(self, max_clients):
         self.dir = tempfile.mkdtemp(prefix="pathlock-waits-")
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [*nice_prefix(), "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+            [*nice_prefix(), SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
              "--save", "", "--appendonly", "no", "--loadmodule", MODULE,
              *(["--loadmodule", FLOOR_MODULE] if os.path.exists(FLOOR_MODULE) else []),
              "--maxclients", str(max_clients), "--latency-monitor-threshold", "1",
@@ -621,7 +625,9 @@ async def main():
         admin = await server.wait_ready()
         info = await admin.info("server")
         priority = "SCHED_FIFO" if FIFO else " ".join(nice_prefix()) or "default priority"
-        print(f"redis {info['redis_version']} ({priority}), "
+        name = (f"valkey {info['valkey_version']}" if "valkey_version" in info
+                else f"redis {info['redis_version']}")
+        print(f"{name} ({priority}), "
               f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; redis-py asyncio, "
               f"one connection per waiter; median of {ROUNDS} alternating pairs\n")
         if MEMORY:

@@ -33,6 +33,7 @@ mkdir -p "$out"
 package=redis-pathlock
 redis_path=/usr/lib/redis/modules/libpathlock.so
 valkey_path=/usr/lib/valkey/modules/libpathlock.so
+prometheus_dir=/usr/share/$package/prometheus
 
 # A field of `cargo metadata` for one package of the workspace.
 crate_version() {
@@ -89,6 +90,10 @@ build_deb() {
     snippet valkey /etc/valkey/valkey.conf "$valkey_path" valkey-server Valkey >"$work/valkey.conf"
     install -D -m 0644 "$work/redis.conf" "$stage/etc/redis/pathlock.conf"
     install -D -m 0644 "$work/valkey.conf" "$stage/etc/valkey/pathlock.conf"
+    # The Prometheus exporter's script and the Grafana dashboard (docs/operations.md), where the
+    # exporter's --script can name them as they are: data the package ships, not examples.
+    install -D -m 0644 "$root/packaging/prometheus/pathlock.lua" "$stage$prometheus_dir/pathlock.lua"
+    install -D -m 0644 "$root/packaging/prometheus/grafana-dashboard.json" "$stage$prometheus_dir/grafana-dashboard.json"
 
     local doc=$stage/usr/share/doc/$package
     mkdir -p "$doc"
@@ -134,7 +139,9 @@ Description: hierarchical path locks for Redis and Valkey (server module)
  from $(dirname "$valkey_path"), and puts a config snippet with every
  pathlock.* setting at its default in /etc/redis/pathlock.conf and
  /etc/valkey/pathlock.conf. The server loads nothing until its
- configuration says so: see the top of the snippet.
+ configuration says so: see the top of the snippet. The script for the
+ Prometheus redis_exporter's --script option and a Grafana dashboard
+ are in $prometheus_dir.
 EOF
     chmod 0644 "$stage/DEBIAN/"*
     deb=$out/${package}_${version}_$arch.deb

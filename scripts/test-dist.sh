@@ -31,6 +31,7 @@ work=$(mktemp -d)
 package=redis-pathlock
 redis_path=/usr/lib/redis/modules/libpathlock.so
 valkey_path=/usr/lib/valkey/modules/libpathlock.so
+prometheus_dir=/usr/share/$package/prometheus
 ports=()
 installed=""
 
@@ -101,6 +102,10 @@ fi
 [ -f "$prefix$redis_path" ] || fail "$redis_path is not installed"
 [ "$(readlink -f "$prefix$valkey_path")" = "$(readlink -f "$prefix$redis_path")" ] ||
     fail "$valkey_path does not lead to $redis_path"
+for file in pathlock.lua grafana-dashboard.json; do
+    cmp -s "$prefix$prometheus_dir/$file" "$root/packaging/prometheus/$file" ||
+        fail "$prometheus_dir/$file is not packaging/prometheus/$file"
+done
 
 # Starts a server from the packaged snippet, the way its header says: loadmodule uncommented,
 # the snippet included. Sets `port`.
@@ -147,6 +152,9 @@ $got"
     [ -z "$(redis-cli -p "$port" PATHLOCK.ACQUIRE proj:dist WRITE /A/C/D/new.txt)" ] ||
         fail "$name: a conflicting lock was granted"
     [ "$(redis-cli -p "$port" PATHLOCK.RELEASE proj:dist "$token")" = 1 ] || fail "$name: release"
+    # The packaged exporter script, as the exporter sends it: EVAL, every figure by name.
+    redis-cli -p "$port" EVAL "$(cat "$prefix$prometheus_dir/pathlock.lua")" 0 | grep -qx pathlock_total_grants ||
+        fail "$name: the packaged Prometheus script returned no pathlock_total_grants"
     say "$name: loaded $prefix$module with $(wc -l <<<"$want") settings at the snippet's values;" \
         "granted WRITE /A/C, refused WRITE /A/C/D/new.txt, released"
 }
@@ -164,7 +172,7 @@ if [ -n "$installed" ]; then
     dpkg --purge "$package" >/dev/null
     installed=""
     for path in "$redis_path" "$valkey_path" /etc/redis/pathlock.conf /etc/valkey/pathlock.conf \
-        "/usr/share/doc/$package"; do
+        "/usr/share/doc/$package" "/usr/share/$package"; do
         [ ! -e "$path" ] && [ ! -L "$path" ] || fail "dpkg --purge left $path"
     done
     ! dpkg-query -W "$package" >/dev/null 2>&1 || fail "dpkg still knows $package after --purge"

@@ -48,7 +48,7 @@ def whole(name: str, value: Any) -> int:
         number = False
     if not number or not math.isfinite(value) or value < low:
         raise ValueError(f"{name} must be {unit}, at least {low}; got {value!r}")
-    return math.ceil(value)
+    return int(math.ceil(value))
 
 
 class Attempts:
@@ -57,8 +57,9 @@ class Attempts:
     least once and while the wait budget lasts, each time asking the server to wait only for
     what is left of it."""
 
-    def __init__(self, wait_ms: int, now: float) -> None:
-        self.wait_ms = wait_ms
+    def __init__(self, wait_ms: float, now: float) -> None:
+        # The commands take whole milliseconds, rounded up as `whole` does.
+        self.wait_ms = int(math.ceil(wait_ms))
         self.budget_end = now + wait_ms / 1000.0
         #: How many attempts failed with a connection error so far.
         self.failed = 0
@@ -74,7 +75,7 @@ class Attempts:
         self.failed += 1
         if self.failed > 1 and now >= self.budget_end:
             return None
-        return min(0.01 * 2**self.failed, 0.2)
+        return min(0.01 * 2.0**self.failed, 0.2)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,11 @@ import io.lettuce.core.resource.ClientResources;
 import io.lettuce.core.resource.DefaultClientResources;
 import io.pathlock.Lease;
 import io.pathlock.PathLocks;
+import java.io.BufferedInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -52,6 +57,11 @@ import org.springframework.integration.redis.util.RedisLockRegistry;
  * ({@code BENCH_SIZES}); and a folder move (two paths) beside a Redisson {@code MultiLock} of two
  * locks. All on one redis-server with the module ({@code REDIS_PORT}, as scripts/with-redis.sh
  * starts it). {@code BENCH_SYSTEMS} names a subset.
+ *
+ * <p>"Plain socket" sends the same two commands as "raw commands" over a blocking JDK socket of
+ * its own per thread, with no client library and no thread hand-off: the most any client can do
+ * on this machine when it sends a lock and then its release, one after the other, from one
+ * thread. It bounds every ratio against the seed's script on one thread.
  *
  * <p>Side by side, in one run: at each size the systems take turns for {@code BENCH_SECONDS}
  * (default 15; at least {@code BENCH_TURNS}, default 5, turns), a batch of about 50 ms each per
@@ -102,7 +112,18 @@ public final class LockBench {
         // The same two commands the client sends, on Lettuce alone: what the client adds is the
         // difference (its token, note, watchdog timer, futures).
         StatefulRedisConnection<String, String> raw = lettuce.connect(StringCodec.UTF8);
+        int maxThreads = threadCounts.stream().mapToInt(Integer::intValue).max().orElse(1);
+        PlainSocket[] plain = new PlainSocket[maxThreads];
+        for (int t = 0; t < maxThreads; t++) {
+            plain[t] = new PlainSocket(port);
+        }
         List<System> onePath = List.of(
+                new System("plain socket", t -> {
+                    String token = UUID.randomUUID().toString();
+                    plain[t].call("PATHLOCK.ACQUIRE", "bench:pathlock", "TOKEN", token, "TTL", "30000", "NOTE",
+                            "upload " + path(t), "WRITE", path(t));
+                    plain[t].call("PATHLOCK.RELEASE", "bench:pathlock", token);
+                }),
                 new System("raw commands", t -> {
                     String token = UUID.randomUUID().toString();
                     raw.sync().dispatch(new Keyword("PATHLOCK.ACQUIRE"), new NestedMultiOutput<>(StringCodec.UTF8),
@@ -203,16 +224,16 @@ public final class LockBench {
             java.lang.System.out.println();
             java.lang.System.out.printf(Locale.ROOT, "Lock plus release of one path, operations per second, %d thread(s) per system "
                     + "(each its own path):%n%n", threads);
-            java.lang.System.out.println("| locks held | raw commands | pathlock | RLock | pathlock/RLock | RedisLockRegistry | "
-                    + "pathlock/registry | seed script | pathlock/seed |");
-            java.lang.System.out.println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+            java.lang.System.out.println("| locks held | plain socket | raw commands | pathlock | RLock | pathlock/RLock | "
+                    + "RedisLockRegistry | pathlock/registry | seed script | pathlock/seed | plain socket/seed |");
+            java.lang.System.out.println("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
             for (var entry : results.entrySet()) {
                 Map<String, double[]> r = entry.getValue().get(threads);
-                java.lang.System.out.printf(Locale.ROOT, "| %,d | %s | %s | %s | %s | %s | %s | %s | %s |%n", entry.getKey(),
-                        rate(r.get("raw commands")), rate(r.get("pathlock")), rate(r.get("RLock")),
-                        ratio(r.get("pathlock"), r.get("RLock")), rate(r.get("RedisLockRegistry")),
+                java.lang.System.out.printf(Locale.ROOT, "| %,d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |%n",
+                        entry.getKey(), rate(r.get("plain socket")), rate(r.get("raw commands")), rate(r.get("pathlock")),
+                        rate(r.get("RLock")), ratio(r.get("pathlock"), r.get("RLock")), rate(r.get("RedisLockRegistry")),
                         ratio(r.get("pathlock"), r.get("RedisLockRegistry")), rate(r.get("seed script")),
-                        ratio(r.get("pathlock"), r.get("seed script")));
+                        ratio(r.get("pathlock"), r.get("seed script")), ratio(r.get("plain socket"), r.get("seed script")));
             }
             java.lang.System.out.println();
             java.lang.System.out.printf(Locale.ROOT, "A folder move (two paths), operations per second, %d thread(s):%n%n", threads);
@@ -226,6 +247,9 @@ public final class LockBench {
         }
 
         admin.close();
+        for (PlainSocket socket : plain) {
+            socket.close();
+        }
         raw.close();
         pathlock.close();
         registry.destroy();
@@ -299,6 +323,77 @@ public final class LockBench {
             }
         }
         return (double) threads * opsPerThread / ((java.lang.System.nanoTime() - started) / 1e9);
+    }
+
+    /**
+     * One blocking connection of the JDK's own, speaking RESP by hand: a command is written in one
+     * write and its whole reply read before the next, so a call costs one round trip and nothing
+     * else (no event loop, no futures). Replies are read to their end and only errors looked at.
+     */
+    static final class PlainSocket implements AutoCloseable {
+        private final Socket socket;
+        private final OutputStream out;
+        private final InputStream in;
+
+        PlainSocket(int port) throws IOException {
+            socket = new Socket("127.0.0.1", port);
+            socket.setTcpNoDelay(true);
+            out = socket.getOutputStream();
+            in = new BufferedInputStream(socket.getInputStream());
+        }
+
+        void call(String... args) throws IOException {
+            StringBuilder request = new StringBuilder().append('*').append(args.length).append("\r\n");
+            for (String arg : args) {
+                byte[] bytes = arg.getBytes(StandardCharsets.UTF_8);
+                request.append('$').append(bytes.length).append("\r\n").append(arg).append("\r\n");
+            }
+            out.write(request.toString().getBytes(StandardCharsets.UTF_8));
+            out.flush();
+            skipReply();
+        }
+
+        /** Reads one reply to its end; an error reply throws, so that a refusal is not counted. */
+        private void skipReply() throws IOException {
+            int type = in.read();
+            String line = line();
+            switch (type) {
+                case '*', '%', '~' -> {
+                    long n = Long.parseLong(line) * (type == '%' ? 2 : 1);
+                    for (long i = 0; i < n; i++) {
+                        skipReply();
+                    }
+                }
+                case '$' -> {
+                    long n = Long.parseLong(line);
+                    if (n >= 0) {
+                        in.skipNBytes(n + 2);
+                    }
+                }
+                case '-' -> throw new IllegalStateException("error reply: " + line);
+                case -1 -> throw new IOException("connection closed");
+                default -> {
+                    // Simple strings, integers, nulls: the line was all of it.
+                }
+            }
+        }
+
+        private String line() throws IOException {
+            StringBuilder line = new StringBuilder();
+            for (int b = in.read(); b != '\r'; b = in.read()) {
+                if (b < 0) {
+                    throw new IOException("connection closed");
+                }
+                line.append((char) b);
+            }
+            in.read();
+            return line.toString();
+        }
+
+        @Override
+        public void close() throws IOException {
+            socket.close();
+        }
     }
 
     private record Keyword(String name) implements ProtocolKeyword {
