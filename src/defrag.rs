@@ -99,12 +99,13 @@ mod global {
 
     use super::{REBUILDER, REBUILD_CTX};
 
-    /// The size from which an allocation or a free is timed as the server's work in an expiry
-    /// tick's figures (`stats::in_server`): where the allocator's upkeep lands. glibc's malloc
-    /// consolidates all its freed small blocks in a request of this size or more (one outside
-    /// its small bins), and in a free whose block, merged with its free neighbours, reaches
-    /// 64 KiB, which a free of this size is the likeliest to make. Smaller calls are not timed,
-    /// for two clock readings cost as much as one of them; they count as the module's work.
+    /// The size from which an allocation is timed as the server's work in an expiry tick's
+    /// figures (`stats::in_server`), as every free is: where the allocator's upkeep lands.
+    /// glibc's malloc consolidates all its freed small blocks in a request of this size or more
+    /// (one outside its small bins), and in any free whose block, merged with its free
+    /// neighbours, reaches 64 KiB; jemalloc flushes its thread cache and purges pages in frees.
+    /// Smaller allocations are not timed, for two clock readings cost about as much as one of
+    /// them; they count as the module's work.
     const LARGE: usize = 1024;
 
     /// The defrag context when this thread is rebuilding, else null.
@@ -146,10 +147,8 @@ mod global {
             let ctx = rebuilding();
             match unsafe { raw::RedisModule_DefragFreeRaw } {
                 Some(free_raw) if !ctx.is_null() => unsafe { free_raw(ctx, at.cast()) },
-                _ if layout.size() >= LARGE => {
-                    crate::stats::in_server(|| unsafe { RedisAlloc.dealloc(at, layout) })
-                }
-                _ => unsafe { RedisAlloc.dealloc(at, layout) },
+                // Any free may start the allocator's upkeep (see `LARGE`).
+                _ => crate::stats::in_server(|| unsafe { RedisAlloc.dealloc(at, layout) }),
             }
         }
     }

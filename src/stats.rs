@@ -34,23 +34,24 @@ pub static EVICTED_PROJECTS: AtomicU64 = AtomicU64::new(0);
 
 /// The expiry cycle's ticks (`expiry`), finer than the latency monitor's whole milliseconds: how
 /// many ran, how many held the server over 1 ms, and the longest, in microseconds of wall time
-/// (what clients waited) and of the main thread's CPU time (the module's own work, which a
-/// busy machine's preemptions do not stretch). Since the server started, like the totals.
+/// (what clients waited) and of the main thread's CPU time (which a busy machine's preemptions
+/// do not stretch; the server's work inside the tick's calls included). Since the server
+/// started, like the totals.
 pub static CYCLES: AtomicU64 = AtomicU64::new(0);
 pub static CYCLES_OVER_1MS: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_LONGEST_US: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_LONGEST_CPU_US: AtomicU64 = AtomicU64::new(0);
 /// The same of the module's own work in a tick (the count: ticks whose own CPU time went over
-/// 1 ms): its time less the time of the tick's calls into the
-/// server that do its work or can hold it (see [`in_server`]): looking a key up, deleting it,
-/// replicating, unblocking a granted waiter, and allocating or
-/// freeing 1 KiB or more (`defrag`'s allocator). A tick's whole time includes the server's work
-/// inside those calls, such as its key table finishing a resize and freeing the old buckets, or
-/// glibc malloc consolidating its freed small blocks; the own figures leave it out. The small
-/// calls of constant cost (creating a name, reading a value, closing a key, raising a keyspace
-/// event, a small allocation) are not timed, as timing costs as much as they do, and count as
-/// the module's. The calls are timed by the wall clock only (the thread's CPU clock is a
-/// system call), so the own CPU time is the tick's CPU time less the calls' wall time.
+/// 1 ms): its time less the time of the tick's calls into the server that do the server's work
+/// or can hold it (see [`in_server`]): looking a key up, deleting it, replicating, unblocking a
+/// granted waiter, freeing memory, and allocating 1 KiB or more (`defrag`'s allocator). A tick's
+/// whole time includes the server's work inside those calls, such as its key table finishing a
+/// resize and freeing the old buckets, or glibc malloc consolidating its freed small blocks; the
+/// own figures leave it out. The small calls of constant cost (creating a name, reading a value,
+/// closing a key, raising a keyspace event, allocating less than 1 KiB) are not timed, as timing
+/// costs as much as they do, and count as the module's. The calls are timed by the wall clock
+/// only (the thread's CPU clock is a system call), so the own CPU time is the tick's CPU time
+/// less the calls' wall time.
 pub static CYCLES_OWN_OVER_1MS: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_OWN_LONGEST_US: AtomicU64 = AtomicU64::new(0);
 pub static CYCLE_OWN_LONGEST_CPU_US: AtomicU64 = AtomicU64::new(0);
