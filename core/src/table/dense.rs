@@ -291,7 +291,8 @@ impl Builder {
     }
 
     /// Leaves the current node: gives it its fork (marks, bound, children) when it has
-    /// children, and adds its marks and bound to its parent's.
+    /// children beneath its children or several (a node whose only child is a leaf reads its
+    /// marks from that child's locks), and adds its marks and bound to its parent's.
     fn leave(&mut self) {
         let Some(mut level) = self.stack.pop() else {
             return;
@@ -302,9 +303,14 @@ impl Builder {
             latest: level.latest,
             table: NONE,
         };
+        let mut forked = true;
         match level.children[..] {
-            [] => {}
-            [only] => table.nodes[level.node as usize].child = only,
+            [] => forked = false,
+            [only] => {
+                table.nodes[level.node as usize].child = only;
+                let child = &table.nodes[only as usize];
+                forked = child.child != NONE || child.fork != NONE;
+            }
             _ => {
                 let keys = NodeKeys {
                     nodes: &table.nodes,
@@ -323,7 +329,7 @@ impl Builder {
                 }
             }
         }
-        if !level.children.is_empty() {
+        if forked {
             table.new_fork(level.node, fork);
         }
         level.children.clear();

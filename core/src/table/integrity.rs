@@ -41,9 +41,20 @@ impl Tree {
             if table != NONE && self.tables[table as usize].is_empty() {
                 return Err(format!("node {id} keeps an empty table"));
             }
-            if (node.fork != NONE) != (node.child != NONE || table != NONE) {
+            if node.fork != NONE && node.child == NONE && table == NONE {
+                return Err(format!("node {id} has a fork without children"));
+            }
+            // Without a fork, the marks are read from the only child's locks: it must be a
+            // leaf.
+            if node.fork == NONE
+                && (table != NONE
+                    || (node.child != NONE && {
+                        let child = &self.nodes[node.child as usize];
+                        child.child != NONE || child.fork != NONE
+                    }))
+            {
                 return Err(format!(
-                    "node {id} has a fork without children, or the reverse"
+                    "node {id} has no fork but children beneath its children"
                 ));
             }
             if node.fork != NONE

@@ -22,7 +22,8 @@
 //!
 //! Memory is what a million locks cost, so the common case is kept inline and the rare one
 //! spills: a node (40 bytes) holds its segment, its one lock and its one child, and only a node
-//! with children has a fork beside it (its marks, bound and children's table); an owner
+//! with children has a fork beside it (its marks, bound and children's table), unless its only
+//! child is a leaf, whose own locks are then its marks (a folder of one locked file); an owner
 //! holds its one lock and, when short or a canonical UUID, its token. Paths with several locks
 //! and owners with several locks keep them in side maps. Free slots are handed out lowest first
 //! (`free`), so that the arenas' tails empty as locks go and `trim_some` gives them back.
@@ -113,7 +114,8 @@ use tree::{Fork, Node};
 pub(crate) struct Tree {
     nodes: Chunks<Node>,
     free_nodes: FreeSlots,
-    /// The forks of nodes with children (marks, bound, children's table), by `Node::fork`.
+    /// The forks of nodes with children (marks, bound, children's table), by `Node::fork`; a
+    /// node whose only child is a leaf has none.
     forks: Chunks<Fork>,
     free_forks: FreeSlots,
     /// The children's tables of nodes with two or more children, found by `Fork::table`.
@@ -740,5 +742,64 @@ mod tests {
         assert_eq!(table.len(), copy.len() + 1);
         copy.check_integrity().expect("the copy's integrity");
         table.check_integrity().expect("the original's integrity");
+    }
+
+    #[test]
+    fn a_folder_whose_only_child_is_a_leaf_keeps_no_fork() {
+        let path = |p: &str| Path::parse(p.as_bytes(), &Default::default()).expect("a path");
+        let mut table = Tree::new();
+        let token = |i: u64| Token::new(format!("t{i}").as_bytes()).expect("a token");
+        for i in 0..100 {
+            let grant = [(Mode::Write, path(&format!("/d{i}/f{i}")))];
+            table.grant_noted(&token(i), 60_000, i + 1, &grant, None);
+        }
+        table.check_integrity().expect("integrity");
+        // The root's fork alone: each folder reads its marks from its file's lock.
+        assert_eq!(table.forks.len() - table.free_forks.len(), 1);
+        let now = 1_000;
+        let request = |table: &mut Tree, t: u64, p: &str| {
+            let items = [(Mode::Write, path(p))];
+            let request = Request {
+                token: &token(t),
+                generated: false,
+                ttl: 1_000,
+                items: &items,
+                note: None,
+            };
+            table.acquire_with(now, &request, true).fence.is_some()
+        };
+        assert!(
+            !request(&mut table, 500, "/d7"),
+            "the folder's file is held"
+        );
+        // A file getting a child, and a folder a second child, give the folder its fork with
+        // the marks it read from the file.
+        table.grant_noted(
+            &token(7),
+            60_000,
+            200,
+            &[(Mode::Read, path("/d7/f7/x"))],
+            None,
+        );
+        table.grant_noted(&token(8), 60_000, 201, &[(Mode::Read, path("/d8/g"))], None);
+        table.check_integrity().expect("integrity");
+        assert_eq!(table.forks.len() - table.free_forks.len(), 3);
+        assert!(!request(&mut table, 500, "/d7"));
+        assert!(!request(&mut table, 500, "/d8"));
+        // Released again, the tree keeps no node and no fork beyond what it holds.
+        for i in 0..100 {
+            let paths = [path(&format!("/d{i}/f{i}"))];
+            assert_eq!(table.release_decided(&token(i), Some(&paths)), 1);
+            table.check_integrity().expect("integrity");
+        }
+        assert!(
+            request(&mut table, 500, "/d9"),
+            "nothing beneath /d9 any more"
+        );
+        assert!(
+            !request(&mut table, 500, "/d7/f7"),
+            "/d7/f7/x is still held"
+        );
+        table.check_integrity().expect("integrity");
     }
 }

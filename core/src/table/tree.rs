@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use hashbrown::DefaultHashBuilder;
 
 use super::chunks::Chunks;
-use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT};
+use super::ids::{NodeId, OwnerId, Tagged, MAX_ID, NONE, ROOT, SPILLED};
 use super::rehash::{prefetch, LinearTable, Rehasher};
 use super::Tree;
 use crate::bytes::ShortBytes;
@@ -46,7 +46,8 @@ pub(super) type Segment = ShortBytes;
 /// leaves (the files), so the node keeps what every node needs in 40 bytes: its segment, its
 /// one lock inline (the common case; the rare ones spill into the table's side structures), its
 /// parent and its only child. What only a node with children needs, its intention marks, its
-/// bound and its children's table, is a [`Fork`] beside it.
+/// bound and its children's table, is a [`Fork`] beside it; a node whose only child is a leaf
+/// has none, as its marks and bound are that leaf's own locks (see `below`).
 #[derive(Clone, Debug)]
 pub(super) struct Node {
     /// The segment as it appears in trie keys (escaped, without its terminator); empty for the
@@ -60,14 +61,18 @@ pub(super) struct Node {
     /// The only child, when there is exactly one and no table: chains of folders with one
     /// locked file cost no allocation.
     pub(super) child: NodeId,
-    /// The index in `Tree::forks` of the node's fork, `NONE` for a node without children.
+    /// The index in `Tree::forks` of the node's fork, `NONE` for a node without children or
+    /// whose only child is a leaf.
     pub(super) fork: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<Node>() == 40);
 
-/// What a node with children keeps beside it, in `Tree::forks`. A node has a fork exactly
-/// when it has children, which is when locks lie beneath it.
+/// What a node with children keeps beside it, in `Tree::forks`. A node has a fork when it has
+/// children, which is when locks lie beneath it, unless its only child is a leaf: a thousand
+/// folders of one locked file each would otherwise keep a thousand forks (20 bytes a lock), for
+/// marks that are the file's own locks. A fork is given to such a node when its child gets a
+/// child or a sibling comes, and taken back with its last child.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, packed(4))]
 pub(super) struct Fork {
@@ -86,14 +91,6 @@ pub(super) struct Fork {
 
 const _: () = assert!(std::mem::size_of::<Fork>() == 20);
 
-impl Fork {
-    pub(super) const EMPTY: Fork = Fork {
-        below: [0, 0],
-        latest: 0,
-        table: NONE,
-    };
-}
-
 impl Default for Node {
     fn default() -> Self {
         Node {
@@ -107,9 +104,9 @@ impl Default for Node {
 }
 
 impl Node {
-    /// Neither a lock here nor anything beneath (a node without a fork has no children).
+    /// Neither a lock here nor anything beneath.
     pub(super) fn is_unused(&self) -> bool {
-        self.lock.owner.0 == NONE && self.fork == NONE
+        self.lock.owner.0 == NONE && self.fork == NONE && self.child == NONE
     }
 }
 
@@ -142,20 +139,64 @@ impl Rehasher<NodeId> for NodeKeys<'_> {
 }
 
 impl Tree {
-    /// The intention marks of `node`: locks of each mode strictly beneath it.
+    /// The intention marks of `node`: locks of each mode strictly beneath it. A node without a
+    /// fork has none beneath it but its only child's own locks, that child being a leaf.
     pub(super) fn below(&self, node: NodeId) -> [u32; 2] {
-        match self.nodes[node as usize].fork {
-            NONE => [0, 0],
+        let node = &self.nodes[node as usize];
+        match node.fork {
+            NONE if node.child == NONE => [0, 0],
+            NONE => self.own_counts(node.child),
             fork => self.forks[fork as usize].below,
         }
     }
 
-    /// The bound of the leases of small owners' locks strictly beneath `node`.
+    /// The bound of the leases of small owners' locks strictly beneath `node`; for a node
+    /// without a fork, that of its only child's own locks (the child is a leaf).
     pub(super) fn latest(&self, node: NodeId) -> u64 {
-        match self.nodes[node as usize].fork {
-            NONE => 0,
+        let node = &self.nodes[node as usize];
+        match node.fork {
+            NONE if node.child == NONE => 0,
+            NONE => self.own_latest(node.child),
             fork => self.forks[fork as usize].latest,
         }
+    }
+
+    /// The locks of each mode on `node`'s exact path.
+    fn own_counts(&self, node: NodeId) -> [u32; 2] {
+        let mut counts = [0, 0];
+        match self.nodes[node as usize].lock.owner {
+            Tagged(NONE) => {}
+            Tagged(SPILLED) => {
+                if let Some(crowd) = self.crowd(node) {
+                    counts[Mode::Read.index()] = crowd.readers.len() as u32;
+                    counts[Mode::Write.index()] = crowd.writers.len() as u32;
+                }
+            }
+            one => counts[one.mode().index()] = 1,
+        }
+        counts
+    }
+
+    /// A bound of the leases of the small owners holding `node`'s exact path: the owner's own
+    /// lease for a lock kept in the node, the crowd's bound for several.
+    fn own_latest(&self, node: NodeId) -> u64 {
+        match self.nodes[node as usize].lock.owner {
+            Tagged(NONE) => 0,
+            Tagged(SPILLED) => self.crowd(node).map_or(0, |crowd| crowd.latest),
+            one if self.is_big(one.id()) => 0,
+            one => self.owner(one.id()).deadline,
+        }
+    }
+
+    /// Gives a node without a fork one, with the marks and bound it had without: it is getting
+    /// a second child, or its only child its first.
+    fn give_fork(&mut self, node: NodeId) {
+        let fork = Fork {
+            below: self.below(node),
+            latest: self.latest(node),
+            table: NONE,
+        };
+        self.new_fork(node, fork);
     }
 
     /// The index of `node`'s children's table, or `NONE`.
@@ -164,12 +205,6 @@ impl Tree {
             NONE => NONE,
             fork => self.forks[fork as usize].table,
         }
-    }
-
-    /// The fork of a node with children.
-    pub(super) fn fork_mut(&mut self, node: NodeId) -> &mut Fork {
-        let fork = self.nodes[node as usize].fork;
-        &mut self.forks[fork as usize]
     }
 
     pub(super) fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
@@ -284,9 +319,21 @@ impl Tree {
         slot
     }
 
+    /// Adds `child`, a new node without locks or children, to `parent`'s children.
     pub(super) fn add_child(&mut self, parent: NodeId, child: NodeId) {
         if self.nodes[parent as usize].fork == NONE {
-            self.new_fork(parent, Fork::EMPTY);
+            if self.nodes[parent as usize].child == NONE {
+                // The first child, a leaf: no fork. But `parent` is no leaf any more, so its
+                // own parent, if it has no fork, needs one now, with the marks it read from
+                // `parent`'s locks before the child came.
+                let grand = self.nodes[parent as usize].parent;
+                if parent != ROOT && self.nodes[grand as usize].fork == NONE {
+                    self.give_fork(grand);
+                }
+                self.nodes[parent as usize].child = child;
+                return;
+            }
+            self.give_fork(parent);
         }
         let fork = self.nodes[parent as usize].fork as usize;
         let p = &mut self.nodes[parent as usize];
@@ -322,6 +369,9 @@ impl Tree {
     pub(super) fn remove_child(&mut self, parent: NodeId, child: NodeId) {
         let fork = self.nodes[parent as usize].fork;
         if fork == NONE {
+            if self.nodes[parent as usize].child == child {
+                self.nodes[parent as usize].child = NONE;
+            }
             return;
         }
         if self.nodes[parent as usize].child == child {
@@ -375,7 +425,12 @@ impl Tree {
         let mut up = node;
         while up != ROOT {
             up = self.nodes[up as usize].parent;
-            let ancestor = self.fork_mut(up);
+            // An ancestor without a fork reads its marks from the lock itself.
+            let fork = self.nodes[up as usize].fork;
+            if fork == NONE {
+                continue;
+            }
+            let ancestor = &mut self.forks[fork as usize];
             ancestor.below[mode.index()] += 1;
             if !big && ancestor.latest < deadline {
                 ancestor.latest = deadline;
@@ -397,7 +452,12 @@ impl Tree {
         let mut up = node;
         while up != ROOT {
             up = self.nodes[up as usize].parent;
-            let ancestor = self.fork_mut(up);
+            // An ancestor without a fork reads the owner's lease itself.
+            let fork = self.nodes[up as usize].fork;
+            if fork == NONE {
+                continue;
+            }
+            let ancestor = &mut self.forks[fork as usize];
             if ancestor.latest >= deadline {
                 return;
             }
@@ -439,7 +499,10 @@ impl Tree {
         let mut current = node;
         while current != ROOT {
             let parent = self.nodes[current as usize].parent;
-            self.fork_mut(parent).below[mode.index()] -= 1;
+            let fork = self.nodes[parent as usize].fork;
+            if fork != NONE {
+                self.forks[fork as usize].below[mode.index()] -= 1;
+            }
             if self.nodes[current as usize].is_unused() {
                 self.unlink_node(current);
             }
