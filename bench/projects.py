@@ -17,7 +17,9 @@ section left (`take_filled`) or fill their own (`filled`).
   lapse    N projects whose locks lapse together (the server sleeps through every deadline with
            DEBUG SLEEP), beside N keys with a PX TTL: time until DBSIZE is 0 and the locks are
            gone, the module's worst tick (`pathlock_cycle_longest_us`) beside Redis's own
-           `expire-cycle` (the latency monitor), the worst PING meanwhile, used_memory back.
+           `expire-cycle` (the latency monitor), and the module's own work in its longest tick
+           (`pathlock_cycle_own_longest_cpu_us`: the tick less its calls into the server), the
+           worst PING meanwhile, used_memory back.
   memory   what a project costs in memory, each figure a rise of used_memory on a fresh server
            once it holds still, after one command on a key of its own (so that what the first
            command allocates for the whole server counts on neither side), with UUID v4 tokens:
@@ -356,7 +358,9 @@ def lapse(n):
             # A TTL well beyond the fill's time at the pace the fill section saw (a loaded
             # machine's pace varies by half from one fill to the next), so that nothing lapses
             # before the server sleeps.
-            pace = FILL_PACE[-1] if FILL_PACE else 1e-4
+            # Without the fill section (PROJECTS_SECTIONS=lapse), 10 us a project: two to three
+            # times the pace of fills seen at load 1 to 15 (3.0 to 8.5 s for 1,000,000).
+            pace = FILL_PACE[-1] if FILL_PACE else 1e-5
             ttl = max(5000, int(n * pace * 2500) + 2000)
             t = time.perf_counter()
             pipe(server, (system.take(i, ttl) for i in range(n)))
@@ -392,6 +396,9 @@ def lapse(n):
                 "above": after[3] - start,
                 "tick_us": info_int(c, "pathlock", "pathlock_cycle_longest_us", -1),
                 "tick_cpu_us": info_int(c, "pathlock", "pathlock_cycle_longest_cpu_us", -1),
+                "own_us": info_int(c, "pathlock", "pathlock_cycle_own_longest_us", -1),
+                "own_cpu_us": info_int(c, "pathlock", "pathlock_cycle_own_longest_cpu_us", -1),
+                "own_over_1ms": info_int(c, "pathlock", "pathlock_total_cycles_own_over_1ms", -1),
                 "ticks": info_int(c, "pathlock", "pathlock_total_cycles", -1),
                 "ticks_over_1ms": info_int(c, "pathlock", "pathlock_total_cycles_over_1ms", -1),
                 "cycle_ms": latency_ms(c, "pathlock-cycle"),
@@ -424,6 +431,19 @@ def lapse(n):
         print(f"| pathlock ticks over 1 ms (of all) | {p['ticks_over_1ms']:,} of {p['ticks']:,} "
               "| | |")
         row("lapse", "pathlock ticks over 1 ms", p["ticks_over_1ms"], p["ticks"], "ticks")
+    # The module's own work in a tick: its time less its calls into the server (the key table,
+    # replication, the allocator), beside the whole tick's above.
+    if p["own_cpu_us"] >= 0:
+        print(f"| longest pathlock tick's own work: CPU (wall) | {p['own_cpu_us']:,} us "
+              f"({p['own_us']:,} us) | | |")
+        row("lapse", "longest pathlock tick's own work in CPU time", p["own_cpu_us"],
+            p["tick_cpu_us"], "us")
+        row("lapse", "longest pathlock tick's own work in wall time", p["own_us"], p["tick_us"],
+            "us")
+        print(f"| pathlock ticks over 1 ms of own CPU (of all) | {p['own_over_1ms']:,} of "
+              f"{p['ticks']:,} | | |")
+        row("lapse", "pathlock ticks over 1 ms of own CPU", p["own_over_1ms"], p["ticks"],
+            "ticks")
     print(f"| latency monitor: pathlock-cycle / expire-cycle | {p['cycle_ms']} ms | "
           f"{s['expire_ms']} ms | |")
     print(f"| slowest command meanwhile | {p['slowest'][0]:,} us | {s['slowest'][0]:,} us | |")

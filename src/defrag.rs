@@ -8,7 +8,8 @@
 //! key is done in one call, without a limit, which its size bounds. Where the server cannot
 //! defragment (no bundled jemalloc, `activedefrag no`) the callback is never called.
 //!
-//! Level 1: imports `contain`.
+//! Level 1: imports `contain`, `stats` (the module's allocator times its calls for the expiry
+//! cycle's figures).
 
 use std::alloc::Layout;
 use std::cell::Cell;
@@ -98,6 +99,15 @@ mod global {
 
     use super::{REBUILDER, REBUILD_CTX};
 
+    /// The size from which an allocation is timed as the server's work in an expiry tick's
+    /// figures (`stats::in_server`), as every free is: where the allocator's upkeep lands.
+    /// glibc's malloc consolidates all its freed small blocks in a request of this size or more
+    /// (one outside its small bins), and in any free whose block, merged with its free
+    /// neighbours, reaches 64 KiB; jemalloc flushes its thread cache and purges pages in frees.
+    /// Smaller allocations are not timed, for two clock readings cost about as much as one of
+    /// them; they count as the module's work.
+    const LARGE: usize = 1024;
+
     /// The defrag context when this thread is rebuilding, else null.
     fn rebuilding() -> *mut raw::RedisModuleDefragCtx {
         let ctx = REBUILD_CTX.load(Ordering::Relaxed);
@@ -126,6 +136,9 @@ mod global {
                     let size = (layout.size() + layout.align() - 1) & !(layout.align() - 1);
                     unsafe { alloc_raw(ctx, size) }.cast()
                 }
+                _ if layout.size() >= LARGE => {
+                    crate::stats::in_server(|| unsafe { RedisAlloc.alloc(layout) })
+                }
                 _ => unsafe { RedisAlloc.alloc(layout) },
             }
         }
@@ -134,7 +147,8 @@ mod global {
             let ctx = rebuilding();
             match unsafe { raw::RedisModule_DefragFreeRaw } {
                 Some(free_raw) if !ctx.is_null() => unsafe { free_raw(ctx, at.cast()) },
-                _ => unsafe { RedisAlloc.dealloc(at, layout) },
+                // Any free may start the allocator's upkeep (see `LARGE`).
+                _ => crate::stats::in_server(|| unsafe { RedisAlloc.dealloc(at, layout) }),
             }
         }
     }

@@ -236,11 +236,13 @@ impl Effect {
         }
         let words = self.word_list();
         let words: Vec<&[u8]> = words.iter().map(Word::as_slice).collect();
-        if !replicate_buffers(ctx, key, &words) {
+        // The server's part is timed for the expiry cycle's figures (`stats::in_server`).
+        if !stats::in_server(|| replicate_buffers(ctx, key, &words)) {
             let mut args: Vec<&[u8]> = Vec::with_capacity(words.len() + 1);
             args.push(key.as_slice());
             args.extend(words);
-            ctx.replicate(&COMMAND.to_string_lossy(), args.as_slice());
+            let command = COMMAND.to_string_lossy();
+            stats::in_server(|| ctx.replicate(&command, args.as_slice()));
         }
     }
 

@@ -72,6 +72,7 @@ pub fn start(ctx: &Context) {
 fn tick(ctx: &Context) {
     let started = Instant::now();
     let cpu = thread_cpu_us();
+    stats::start_timing();
     let next = contained("the expiry cycle", None, || {
         // Background work, when there is some, keeps a quarter of the tick, so that a steady
         // expiry does not starve the freeing of a released owner's locks or the schedule's
@@ -95,15 +96,17 @@ fn tick(ctx: &Context) {
     if let Some(at) = next {
         schedule::wake_at(ctx, at);
     }
+    let in_server = stats::stop_timing() / 1000;
     // The CPU time is read inside the wall time's interval, so it never exceeds it.
     let cpu = thread_cpu_us().saturating_sub(cpu);
     let spent = started.elapsed();
     report_latency(spent);
-    count_tick(spent, cpu);
+    count_tick(spent, cpu, in_server);
 }
 
-/// Counts a tick in `INFO` (`stats`): its wall time and the CPU time it took.
-fn count_tick(spent: Duration, cpu_us: u64) {
+/// Counts a tick in `INFO` (`stats`): its wall time and the CPU time it took, whole and without
+/// the `in_server_us` its calls into the server took (`stats::in_server`).
+fn count_tick(spent: Duration, cpu_us: u64, in_server_us: u64) {
     let us = u64::try_from(spent.as_micros()).unwrap_or(u64::MAX);
     stats::count(&stats::CYCLES, 1);
     if us > 1000 {
@@ -111,6 +114,16 @@ fn count_tick(spent: Duration, cpu_us: u64) {
     }
     stats::peak(&stats::CYCLE_LONGEST_US, us);
     stats::peak(&stats::CYCLE_LONGEST_CPU_US, cpu_us);
+    stats::peak(
+        &stats::CYCLE_OWN_LONGEST_US,
+        us.saturating_sub(in_server_us),
+    );
+    // The module's work is its CPU time, which a busy machine's preemptions do not stretch.
+    let own_cpu_us = cpu_us.saturating_sub(in_server_us);
+    if own_cpu_us > 1000 {
+        stats::count(&stats::CYCLES_OWN_OVER_1MS, 1);
+    }
+    stats::peak(&stats::CYCLE_OWN_LONGEST_CPU_US, own_cpu_us);
 }
 
 /// The CPU time of the calling thread so far, in microseconds (0 where it cannot be read).

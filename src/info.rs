@@ -46,6 +46,9 @@ fn section(ctx: &InfoContext) {
         ("total_cycles_over_1ms", &CYCLES_OVER_1MS),
         ("cycle_longest_us", &CYCLE_LONGEST_US),
         ("cycle_longest_cpu_us", &CYCLE_LONGEST_CPU_US),
+        ("total_cycles_own_over_1ms", &CYCLES_OWN_OVER_1MS),
+        ("cycle_own_longest_us", &CYCLE_OWN_LONGEST_US),
+        ("cycle_own_longest_cpu_us", &CYCLE_OWN_LONGEST_CPU_US),
     ] {
         raw::add_info_field_unsigned_long_long(ctx.ctx, name, stats::total(total));
     }

@@ -116,21 +116,26 @@ unsafe fn name_of<'a>(key: *mut raw::RedisModuleString) -> Option<&'a [u8]> {
 /// that announces it), and its waiters are only signalled to the registry, whose worker decides
 /// what they are answered.
 extern "C" fn unlink(key: *mut raw::RedisModuleString, value: *const c_void) {
-    contained("unlink", (), || {
-        // SAFETY: see `project`; called on the main thread before the value is freed.
-        let project = unsafe { project(value) };
-        schedule::unscheduled(project);
-        // SAFETY: the server passes the key's live name.
-        let name = unsafe { name_of(key) };
-        // An eviction is told apart by the `evicted` event that follows (`eviction`).
-        if let Some(name) = name {
-            eviction::leaving(name, project.locks().len());
-        }
-        // The requests are copied: a value that was deleted is freed after this, and its
-        // waiters start over on the key name with them (see `registry`).
-        let waiters = registry::requests_of(project);
-        registry::unlinked(waiters, value as usize, name.unwrap_or_default());
-    })
+    // Inside the expiry cycle's deletion of a key, this is the module's work within the server's
+    // call (`stats::own`).
+    contained("unlink", (), || stats::own(|| unlink_value(key, value)))
+}
+
+/// What `unlink` does.
+fn unlink_value(key: *mut raw::RedisModuleString, value: *const c_void) {
+    // SAFETY: see `project`; called on the main thread before the value is freed.
+    let project = unsafe { project(value) };
+    schedule::unscheduled(project);
+    // SAFETY: the server passes the key's live name.
+    let name = unsafe { name_of(key) };
+    // An eviction is told apart by the `evicted` event that follows (`eviction`).
+    if let Some(name) = name {
+        eviction::leaving(name, project.locks().len());
+    }
+    // The requests are copied: a value that was deleted is freed after this, and its
+    // waiters start over on the key name with them (see `registry`).
+    let waiters = registry::requests_of(project);
+    registry::unlinked(waiters, value as usize, name.unwrap_or_default());
 }
 
 /// `COPY`: a new project that shares the source's storage (`Project::copy`), which costs a step

@@ -143,8 +143,9 @@ impl<'a> ServerKey<'a> {
             let name = RedisString::create_from_slice(ctx.ctx, name);
             let key = ServerKey::new(ctx, &name);
             let result = work(&key);
-            // The work ends here, in `db`: a project it emptied goes now.
-            drop(key);
+            // The work ends here, in `db`: a project it emptied goes now, which is the server's
+            // work but for a look at the value (`stats::in_server`).
+            stats::in_server(|| drop(key));
             result
         })
     }
@@ -220,9 +221,10 @@ impl<'a> ServerKey<'a> {
         &self,
         maintain: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
-        let key = self
-            .ctx
-            .open_key_writable_with_flags(self.key, KeyFlags::NOTOUCH);
+        let key = stats::in_server(|| {
+            self.ctx
+                .open_key_writable_with_flags(self.key, KeyFlags::NOTOUCH)
+        });
         let project = key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
@@ -267,7 +269,9 @@ impl Store for ServerKey<'_> {
         &self,
         write: impl FnOnce(&mut Project) -> R,
     ) -> Result<Option<R>, RedisError> {
-        let key = self.open_writable();
+        // The expiry cycle changes keys through here: the lookup is timed for its figures
+        // (`stats::in_server`), as the server's table may finish a resize in it.
+        let key = stats::in_server(|| self.open_writable());
         let project = key
             .get_value::<Project>(&PATHLOCK_TYPE)
             .map_err(|_| RedisError::String(wrong_type(self.key.as_slice())))?;
