@@ -79,7 +79,10 @@ fn set_timeout_timer(ctx: &Context) {
         .saturating_sub(registry::monotonic_us())
         .div_ceil(1000)
         .min(most);
-    let delay = i64::try_from(delay).unwrap_or(0);
+    // The conversion cannot fail (the delay is at most `most`, 30 minutes). Were it to, `most`
+    // is the safe fallback: a zero delay would fire at once, find the same wait and set the same
+    // zero delay again, a loop that keeps the event loop busy.
+    let delay = i64::try_from(delay).unwrap_or(i64::MAX).min(most as i64);
     // SAFETY: the callback lives as long as the module; the timer has no data.
     let id = unsafe {
         raw::RedisModule_CreateTimer.map_or(0, |create| {
