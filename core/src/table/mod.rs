@@ -772,8 +772,10 @@ mod tests {
             !request(&mut table, 500, "/d7"),
             "the folder's file is held"
         );
-        // A file getting a child, and a folder a second child, give the folder its fork with
-        // the marks it read from the file.
+        // Each folder and its file are one node (see `tree::Node`). The file getting a child
+        // gives that node no fork, its only child being a leaf; the folder getting a second
+        // child splits the node and gives the folder its fork, with the marks it read from the
+        // file.
         table.grant_noted(
             &token(7),
             60_000,
@@ -783,7 +785,9 @@ mod tests {
         );
         table.grant_noted(&token(8), 60_000, 201, &[(Mode::Read, path("/d8/g"))], None);
         table.check_integrity().expect("integrity");
-        assert_eq!(table.forks.len() - table.free_forks.len(), 3);
+        assert_eq!(table.forks.len() - table.free_forks.len(), 2);
+        // The hundred folders with their files, `x`, `/d8` split off its file, and `g`.
+        assert_eq!(table.live_nodes, 100 + 3);
         assert!(!request(&mut table, 500, "/d7"));
         assert!(!request(&mut table, 500, "/d8"));
         // Released again, the tree keeps no node and no fork beyond what it holds.
