@@ -1,5 +1,6 @@
-//! The node arena: one node per path segment, its children, the locks held on its exact path,
-//! and the intention marks counting the locks beneath it.
+//! The node arena: one node per path segment, or per chain of segments with nothing held or
+//! branching between them, its children, the locks held on its exact path, and the intention
+//! marks counting the locks beneath it.
 
 use std::hash::BuildHasher;
 
@@ -158,22 +159,15 @@ fn meet(stored: &[u8], rest: &[u8]) -> Meet {
     if rest.len() > stored.len() && rest[stored.len()] == 0 && rest.starts_with(stored) {
         return Meet::Through(stored.len() + 1);
     }
-    // The common prefix ends inside the node: the last terminator both share is where the
-    // common segments end. The first segment is common, so there is one.
-    let common = stored
-        .iter()
-        .zip(rest)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let end = stored[..common.min(stored.len())]
-        .iter()
-        .rposition(|&b| b == 0);
-    // `stored` has a terminator after its first segment when the key stops short of its
-    // end, and `rest` has one there too (its first segment is the node's first).
+    // The key stops or turns inside the node, so the node has several segments: the common
+    // ones end at the last terminator of the bytes both share, which include the first segment
+    // and its terminator.
+    let common = stored.iter().zip(rest).take_while(|(a, b)| a == b).count();
+    let end = stored[..common].iter().rposition(|&b| b == 0);
     Meet::Inside(end.unwrap_or(first_segment(stored).len()))
 }
 
-/// The children's tables' view of their entries: a child is filed under its segment's hash,
+/// The children's tables' view of their entries: a child is filed under its first segment's hash,
 /// and as the entries are ids, re-hashing one reads its node.
 #[derive(Clone, Copy)]
 pub(super) struct NodeKeys<'a> {
@@ -281,7 +275,9 @@ impl Tree {
         }
         let hash = self.hasher.hash_one(segment);
         self.tables[table as usize]
-            .find(hash, |&c| first_segment(&self.nodes[c as usize].segment) == segment)
+            .find(hash, |&c| {
+                first_segment(&self.nodes[c as usize].segment) == segment
+            })
             .copied()
     }
 
