@@ -465,6 +465,7 @@ proptest! {
             let again = decode(&mut ByteSource::new(&sink.bytes), u64::MAX)
                 .map_err(|e| TestCaseError::fail(format!("its own payload refused: {e}")))?;
             prop_assert!(again.iter().eq(project.locks().iter()), "the payload differs");
+            again.check_integrity().map_err(TestCaseError::fail)?;
             prop_assert_eq!(replica.next_fence(), project.locks().next_fence());
         }
     }

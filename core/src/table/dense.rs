@@ -10,9 +10,14 @@
 //!
 //! A payload lists its locks in tree order, so the path of each lock shares a prefix with the
 //! previous one: the walk says how many segments to climb and which to descend, and the builder
-//! keeps the current path as a stack of nodes. Every segment it descends is a new node (siblings
-//! come in increasing order, and a node's locks come before anything beneath it), so it never
-//! looks a child up. A node's children, intention marks and `latest` bound are gathered on the
+//! keeps the current path as a stack of nodes. What it descends is new (siblings come in
+//! increasing order, and a node's locks come before anything beneath it), so it never looks a
+//! child up, and it makes the shape a tree built by commands has (see `Node` in `tree`): the
+//! segments of one step's descent become one node, as a grant makes one node for the segments
+//! the tree lacks, and a climb that ends inside such a node, to descend to a sibling there, splits
+//! it at that point, as a grant beneath a virtual segment does. A node then stands for a lock or a
+//! branching, never for a lockless single-child chain, and a payload of folders holding one file
+//! each loads as one node a file. A node's children, intention marks and `latest` bound are gathered on the
 //! stack and written once, when the builder leaves the node, rather than on every ancestor of
 //! every lock. Whether a lock conflicts with one already placed is read from the stack too: each
 //! level keeps, for the locks on it and above it, the first owner holding any lock and whether
@@ -135,6 +140,8 @@ impl Owners {
 /// One node of the builder's current path.
 struct Level {
     node: NodeId,
+    /// How many segments the node stands for (none for the root).
+    segments: usize,
     /// The owners holding any lock on this node or above it, and those holding `WRITE`.
     any: Owners,
     writers: Owners,
@@ -142,6 +149,11 @@ struct Level {
     /// among them: written to the node when the builder leaves it.
     below: [u32; 2],
     latest: u64,
+    /// The locks on this node, by mode, and the latest lease of a small owner among them: added
+    /// to the parent's `below` and `latest` when the builder leaves the node, so that a split
+    /// (`split_level`) gives them to the node it puts between the two.
+    own: [u32; 2],
+    own_latest: u64,
     /// The last lock placed on this node: its mode and owner, for the order of the next.
     last: Option<(Mode, OwnerId)>,
     /// The node's children so far, in order: linked to it when the builder leaves it.
@@ -177,6 +189,10 @@ pub(crate) struct Builder {
     /// The first owner of the lease being listed, and the last one, for the next owner's links.
     lease: Option<(u64, OwnerId, OwnerId)>,
     heads: Vec<(u64, OwnerId)>,
+    /// Segments below the root on the current path: the sum of the stack's `segments`.
+    depth: usize,
+    /// The segments of one descent joined as a node stores them, kept for the next descent.
+    joined: Vec<u8>,
 }
 
 impl Builder {
@@ -187,8 +203,10 @@ impl Builder {
             spare: Vec::new(),
             lease: None,
             heads: Vec::new(),
+            depth: 0,
+            joined: Vec::new(),
         };
-        builder.push_level(ROOT);
+        builder.push_level(ROOT, 0);
         builder
     }
 
@@ -247,45 +265,147 @@ impl Builder {
         self.table.owners.len()
     }
 
-    /// Segments below the root on the current path.
-    pub(crate) fn depth(&self) -> usize {
-        self.stack.len() - 1
-    }
-
-    fn push_level(&mut self, node: NodeId) {
+    fn push_level(&mut self, node: NodeId, segments: usize) {
         let above = self.stack.last();
         let level = Level {
             node,
+            segments,
             any: above.map_or(Owners::NONE, |l| l.any),
             writers: above.map_or(Owners::NONE, |l| l.writers),
             below: [0, 0],
             latest: 0,
+            own: [0, 0],
+            own_latest: 0,
             last: None,
             children: self.spare.pop().unwrap_or_default(),
         };
+        self.depth += segments;
         self.stack.push(level);
     }
 
+    /// The segment at `index` (0 for the first below the root) of the current path, as stored.
+    fn segment_at(&self, index: usize) -> &[u8] {
+        let mut start = 0;
+        for level in &self.stack {
+            if index < start + level.segments {
+                let stored = &*self.table.nodes[level.node as usize].segment;
+                return stored
+                    .split(|&b| b == 0)
+                    .nth(index - start)
+                    .unwrap_or_default();
+            }
+            start += level.segments;
+        }
+        &[]
+    }
+
     /// Moves from the previous lock's node to the next one's: up `up` segments, then down to
-    /// a new child for each of `down`. A climb must descend again, to a segment after the one it
-    /// left (the locks of a node come before anything beneath it, and siblings in byte order).
+    /// one new child standing for all of `down`. A climb must descend again, to a segment after
+    /// the one it left (the locks of a node come before anything beneath it, and siblings in
+    /// byte order).
     pub(crate) fn reach(&mut self, up: usize, down: &[&[u8]]) -> Result<(), Refused> {
-        if up > self.depth() {
+        if up > self.depth {
             return Err(Refused::OutOfOrder);
         }
         if up > 0 {
-            let left = self.stack.len() - up;
-            let sibling = &*self.table.nodes[self.stack[left].node as usize].segment;
+            let sibling = self.segment_at(self.depth - up);
             if down.first().is_none_or(|&first| first <= sibling) {
                 return Err(Refused::OutOfOrder);
             }
         }
-        for _ in 0..up {
-            self.leave();
+        let mut remaining = up;
+        while remaining > 0 {
+            let Some(last) = self.stack.last() else {
+                return Err(Refused::OutOfOrder);
+            };
+            if last.segments <= remaining {
+                remaining -= last.segments;
+                self.leave();
+            } else {
+                // The climb ends on a virtual segment of this node: the descent that follows
+                // makes it a branching.
+                self.split_level(last.segments - remaining)?;
+                remaining = 0;
+            }
         }
-        for segment in down {
-            self.descend(segment)?;
+        if !down.is_empty() {
+            self.descend(down)?;
         }
+        Ok(())
+    }
+
+    /// Splits the current node, whose locks and everything beneath have all been placed, after
+    /// its first `keep` segments (fewer than it stands for), as `Tree::split` splits a node: a
+    /// new node takes those segments and the node's place under its parent, and the node keeps
+    /// the rest, its locks and everything beneath, as the new node's first child; the builder
+    /// leaves the node and stays on the new one.
+    fn split_level(&mut self, keep: usize) -> Result<(), Refused> {
+        let table = &mut self.table;
+        let top = table.nodes.len() as NodeId;
+        if top >= MAX_ID {
+            return Err(Refused::TooLarge);
+        }
+        let Some(mut level) = self.stack.pop() else {
+            return Err(Refused::OutOfOrder);
+        };
+        self.depth -= level.segments;
+        let id = level.node;
+        let whole = table.nodes[id as usize].segment.to_vec();
+        let Some(at) = whole
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b == 0)
+            .nth(keep - 1)
+            .map(|(at, _)| at)
+        else {
+            return Err(Refused::OutOfOrder);
+        };
+        let parent = self.stack.last_mut().ok_or(Refused::OutOfOrder)?;
+        // `id` is the last child the parent was given, and `top` takes its place.
+        if let Some(last) = parent.children.last_mut() {
+            *last = top;
+        }
+        table.nodes.push(Node {
+            segment: Segment::new(&whole[..at]),
+            parent: parent.node,
+            ..Node::default()
+        });
+        table.live_nodes += 1;
+        let node = &mut table.nodes[id as usize];
+        table.segment_heap -= node.segment.heap_allocation();
+        node.segment = Segment::new(&whole[at + 1..]);
+        node.parent = top;
+        table.segment_heap += node.segment.heap_allocation();
+        table.segment_heap += table.nodes[top as usize].segment.heap_allocation();
+        // The terminator between the two parts is in neither.
+        table.segment_bytes -= 1;
+        // The big owners' marks on `top` count what they hold on `id` and beneath it, which
+        // are `id`'s marks and locks (`mark_ancestors` gave them to `id`'s ancestors then).
+        let mut marks: Vec<(OwnerId, Mode, i32)> = Vec::new();
+        for mark in table.big_marks_at(id) {
+            for mode in Mode::ALL {
+                let count = mark.below[mode.index()];
+                if count > 0 {
+                    marks.push((mark.owner, mode, count as i32));
+                }
+            }
+        }
+        for held in table.holders(id) {
+            if table.is_big(held.owner()) {
+                marks.push((held.owner(), held.mode(), 1));
+            }
+        }
+        for (owner, mode, count) in marks {
+            table.mark(top, owner, mode, count);
+        }
+        self.push_level(top, keep);
+        if let Some(new) = self.stack.last_mut() {
+            new.children.push(id);
+        }
+        level.segments -= keep;
+        self.depth += level.segments;
+        self.stack.push(level);
+        self.leave();
         Ok(())
     }
 
@@ -333,16 +453,18 @@ impl Builder {
         }
         level.children.clear();
         self.spare.push(level.children);
+        self.depth -= level.segments;
         if let Some(parent) = self.stack.last_mut() {
-            parent.below[0] += level.below[0];
-            parent.below[1] += level.below[1];
-            parent.latest = parent.latest.max(level.latest);
+            parent.below[0] += level.below[0] + level.own[0];
+            parent.below[1] += level.below[1] + level.own[1];
+            parent.latest = parent.latest.max(level.latest).max(level.own_latest);
         }
     }
 
-    /// Descends to a new child of the current node, which has none with this segment: its
-    /// children so far all come before it.
-    fn descend(&mut self, segment: &[u8]) -> Result<(), Refused> {
+    /// Descends to a new child of the current node standing for `segments` (one or more), as
+    /// a grant creates the segments the tree lacks: the node has no child with the first one,
+    /// its children so far all coming before it.
+    fn descend(&mut self, segments: &[&[u8]]) -> Result<(), Refused> {
         let table = &mut self.table;
         let id = table.nodes.len() as NodeId;
         if id >= MAX_ID {
@@ -350,15 +472,22 @@ impl Builder {
         }
         let parent = self.stack.last_mut().ok_or(Refused::OutOfOrder)?;
         parent.children.push(id);
+        self.joined.clear();
+        for (i, segment) in segments.iter().enumerate() {
+            if i > 0 {
+                self.joined.push(0);
+            }
+            self.joined.extend_from_slice(segment);
+        }
         table.nodes.push(Node {
-            segment: Segment::new(segment),
+            segment: Segment::new(&self.joined),
             parent: parent.node,
             ..Node::default()
         });
         table.live_nodes += 1;
-        table.segment_bytes += segment.len();
+        table.segment_bytes += self.joined.len();
         table.segment_heap += table.nodes[id as usize].segment.heap_allocation();
-        self.push_level(id);
+        self.push_level(id, segments.len());
         Ok(())
     }
 
@@ -406,12 +535,9 @@ impl Builder {
         level.last = Some((mode, owner));
         let node = level.node;
         let big = table.is_big(owner);
-        if depth > 0 {
-            let parent = &mut self.stack[depth - 1];
-            parent.below[mode.index()] += 1;
-            if !big {
-                parent.latest = parent.latest.max(deadline);
-            }
+        level.own[mode.index()] += 1;
+        if !big {
+            level.own_latest = level.own_latest.max(deadline);
         }
         if big {
             table.mark_ancestors(node, owner, mode, 1);
