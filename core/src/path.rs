@@ -235,14 +235,6 @@ impl Path {
         )
     }
 
-    /// The segments as they appear in the key: escaped, without terminators.
-    pub(crate) fn escaped_segments(&self) -> impl Iterator<Item = &[u8]> {
-        // Segments are never empty, so the piece after the last terminator is the only empty one.
-        self.key
-            .split(|&b| b == TERMINATOR)
-            .filter(|segment| !segment.is_empty())
-    }
-
     /// The segments, unescaped.
     pub fn segments(&self) -> impl Iterator<Item = Vec<u8>> + '_ {
         self.key

@@ -378,6 +378,34 @@ fn the_dense_encoding_takes_back_every_shape() {
     );
 }
 
+/// A tree keeps a chain of segments as one node until a lock or a branch splits it; a table
+/// loaded from a payload keeps a node per segment. Both write the same bytes: a payload's steps
+/// count and name segments, not nodes.
+#[test]
+fn a_tree_of_chains_writes_what_a_tree_of_single_segments_writes() {
+    let t = |s: &str| Token::new(s.as_bytes()).expect("a token");
+    let mut table = LockTable::with_limits(64, 0);
+    for i in 0..20u64 {
+        let items = [(Mode::Write, path(&format!("/p{}/q/r{i}/s", i % 3)))];
+        table.grant(&t(&format!("t{i}")), 900 + i, 1 + i, &items);
+    }
+    // A lock on a segment inside a chain splits it.
+    table.grant(&t("t1"), 901, 100, &[(Mode::Read, path("/p1/q/r1"))]);
+    table.check_integrity().expect("consistent");
+    let mut sink = ByteSink::default();
+    encode(&table, &mut sink);
+    let loaded = decode_v3(&sink.bytes).expect("its own payload");
+    loaded.check_integrity().expect("consistent");
+    assert!(!loaded.is_compact());
+    assert!(loaded.node_count() > table.node_count());
+    let mut again = ByteSink::default();
+    encode(&loaded, &mut again);
+    assert!(
+        again.bytes == sink.bytes,
+        "the loaded tree wrote other bytes"
+    );
+}
+
 #[test]
 fn a_big_project_spans_chunks_and_comes_back_whole() {
     let mut table = LockTable::new();

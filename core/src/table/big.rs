@@ -70,7 +70,7 @@ impl Tree {
         }
     }
 
-    fn mark(&mut self, node: NodeId, owner: OwnerId, mode: Mode, delta: i32) {
+    pub(super) fn mark(&mut self, node: NodeId, owner: OwnerId, mode: Mode, delta: i32) {
         let m = mode.index();
         if let Some(marks) = self.big_marks.get_mut(node) {
             match marks.binary_search_by_key(&owner, |mark| mark.owner) {

@@ -90,6 +90,12 @@ impl Tree {
             Walk::Stopped => Verdict::Blocked,
             Walk::Left => Verdict::Free,
             Walk::Reached(node) => self.decide_beneath(me, mode, node, now, dead, budget),
+            // The path ends on a virtual segment of `node`: its locks lie beneath the path.
+            Walk::Within(node) => match self.blocked_here(node, mode, me, now, dead, budget) {
+                Some(true) => Verdict::Blocked,
+                None => Verdict::Unsure,
+                Some(false) => self.decide_beneath(me, mode, node, now, dead, budget),
+            },
         }
     }
 
@@ -245,8 +251,19 @@ impl Tree {
                 });
                 false
             });
-            if let Walk::Reached(node) = walk {
-                self.collect_beneath(node, &mut key, now, &excluded, *mode, &mut found);
+            match walk {
+                Walk::Reached(node) => {
+                    self.collect_beneath(node, &mut key, now, &excluded, *mode, &mut found);
+                }
+                // The path ends on a virtual segment of `node`: its locks lie beneath the path.
+                Walk::Within(node) => {
+                    push_segment(&mut key, &self.nodes[node as usize].segment);
+                    self.live_conflicting_here(node, *mode, now, &excluded, &mut |held| {
+                        found.insert(self.info(node, &key, held));
+                    });
+                    self.collect_beneath(node, &mut key, now, &excluded, *mode, &mut found);
+                }
+                Walk::Stopped | Walk::Left => {}
             }
         }
         found.into_iter().collect()
@@ -287,8 +304,12 @@ impl Tree {
     /// live are skipped, so a mountain of lapsed locks costs a look at its top.
     pub fn locks(&self, now: u64, under: &Path) -> Vec<LockInfo> {
         let mut out = Vec::new();
-        if let Some(node) = self.locate(under) {
-            let mut key = under.key().to_vec();
+        if let Some((node, own)) = self.locate_under(under) {
+            let mut key = if own {
+                under.key().to_vec()
+            } else {
+                self.key_of(node)
+            };
             self.walk_where(
                 node,
                 &mut key,
@@ -320,7 +341,7 @@ impl Tree {
         let Some(owner) = self.find_owner(&PackedToken::new(token)) else {
             return Vec::new();
         };
-        let Some(top) = self.locate(under) else {
+        let Some((top, own)) = self.locate_under(under) else {
             return Vec::new();
         };
         if !self.is_live(owner, now) {
@@ -342,7 +363,11 @@ impl Tree {
             // writers first, as `walk` lists a node's locks.
             out.sort_unstable();
         } else {
-            let mut key = under.key().to_vec();
+            let mut key = if own {
+                under.key().to_vec()
+            } else {
+                self.key_of(top)
+            };
             self.walk(top, &mut key, &mut |table, node, key, held| {
                 if held.owner() == owner {
                     out.push(table.info(node, key, held));

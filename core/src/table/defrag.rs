@@ -325,6 +325,10 @@ pub(crate) mod tests {
             let note: Note = format!("note {}", i % 7).into_bytes().into();
             table.grant_noted(&token, 1_000_000 + i, i + 1, &items, Some(&note));
         }
+        // A chain of segments kept as one node (see `tree::Node`), too long to be inline.
+        let chain = Token::new(b"chain").expect("a token");
+        let items = [(Mode::Write, path(&format!("/chain/{long}/file")))];
+        table.grant_noted(&chain, 2_000_000, 3_001, &items, None);
         let several = Token::new(b"several").expect("a token");
         let items: Vec<(Mode, Path)> = (0..3)
             .map(|i| (Mode::Write, path(&format!("/several/{i}"))))

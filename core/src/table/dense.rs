@@ -87,14 +87,13 @@ impl Tree {
                 .zip(path)
                 .take_while(|(a, b)| a == b)
                 .count();
+            // A node may stand for several segments (see `Node`); a step counts and names
+            // segments, so that the encoding does not depend on how the tree stores them.
+            let segments = |n: &NodeId| self.nodes[*n as usize].segment.split(|&b| b == 0);
             down.clear();
-            down.extend(
-                path[shared..]
-                    .iter()
-                    .map(|&n| &*self.nodes[n as usize].segment),
-            );
+            down.extend(path[shared..].iter().flat_map(segments));
             visit(&Step {
-                up: previous.len() - shared,
+                up: previous[shared..].iter().map(|n| segments(n).count()).sum(),
                 down: &down,
                 mode: held.mode(),
                 owner: numbers[held.owner() as usize],

@@ -334,8 +334,9 @@ impl LockTable {
         renewed
     }
 
-    /// The number of tree nodes the locks need: locked paths and their ancestors, the root
-    /// included. Zero once every lock is gone, which is how tests show that a released lock
+    /// The number of nodes the locks keep, the root included: the tree's (where a chain of
+    /// segments is one node), or for the compact form one per segment of a locked path and its
+    /// ancestors. Zero once every lock is gone, which is how tests show that a released lock
     /// leaves nothing behind.
     pub fn node_count(&self) -> usize {
         match &self.form {

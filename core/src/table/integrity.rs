@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ids::{NodeId, OwnerId, Tagged, BIG, NONE, ROOT, SPILLED};
+use super::tree::first_segment;
 use super::Tree;
 use crate::lock::{Mode, PackedToken};
 
@@ -32,6 +33,10 @@ impl Tree {
                 segment_heap += node.segment.heap_allocation();
                 if node.is_unused() {
                     return Err(format!("unused node {id}"));
+                }
+                // One or more segments, none of them empty (see `Node`).
+                if node.segment.split(|&b| b == 0).any(<[u8]>::is_empty) {
+                    return Err(format!("node {id} has an empty segment"));
                 }
             }
             let table = self.table_of(id);
@@ -73,7 +78,7 @@ impl Tree {
             self.check_crowd(id)?;
             for child in self.children(id) {
                 let c = &self.nodes[child as usize];
-                if c.parent != id || self.child(id, &c.segment) != Some(child) {
+                if c.parent != id || self.child(id, first_segment(&c.segment)) != Some(child) {
                     return Err(format!("node {child} is not linked to its parent {id}"));
                 }
                 parents.push((child, id));

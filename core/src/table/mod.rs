@@ -1,14 +1,17 @@
 //! The lock table of one project: where `WRITE /A` is decided.
 //!
-//! Every locked path has a node in a tree with one node per path segment, and so has every
-//! ancestor of a locked path. A node holds the locks taken on its exact path and, as Gray's
-//! intention marks, the number of `READ` and `WRITE` locks held strictly beneath it. A request
+//! Every locked path has a node in a tree of path segments, and so has every ancestor of a
+//! locked path where something else is held or branches off: the segments a path adds beneath
+//! the tree's nodes are one node, as a radix tree compresses its paths, until a lock or a branch
+//! on one of them splits it (see `tree::Node`). A node holds the locks taken on its exact path
+//! and, as Gray's intention marks, the number of `READ` and `WRITE` locks held strictly beneath
+//! it. A request
 //! for `mode` on `path` by `token` is then decided by looking at O(depth) nodes: the locks held
 //! on `path` and on each of its ancestors, and the marks on `path`'s own node (see `conflicts`
 //! for how the marks are read when the locks beneath are the requester's own or have lapsed).
 //!
 //! Nodes live in an arena. A node with one child points at it directly; a node with more finds
-//! them through a hash table of child ids keyed by the child's own segment, so a step down the
+//! them through a hash table of child ids keyed by the child's first segment, so a step down the
 //! tree is one comparison or one hash of one segment, and a segment is stored once. Owners
 //! (tokens) are interned in a hash table too; a lock refers to its owner by id.
 //!
@@ -660,8 +663,9 @@ impl Tree {
         }
     }
 
-    /// The number of nodes in use: locked paths and their ancestors. Zero once every lock is
-    /// gone, which is how tests show that a released lock leaves nothing behind.
+    /// The number of nodes in use: locked paths and the ancestors they keep (a chain of segments
+    /// being one node, see `tree::Node`). Zero once every lock is gone, which is how tests show
+    /// that a released lock leaves nothing behind.
     pub fn node_count(&self) -> usize {
         self.live_nodes + usize::from(!self.nodes[ROOT as usize].is_unused())
     }
@@ -772,8 +776,10 @@ mod tests {
             !request(&mut table, 500, "/d7"),
             "the folder's file is held"
         );
-        // A file getting a child, and a folder a second child, give the folder its fork with
-        // the marks it read from the file.
+        // Each folder and its file are one node (see `tree::Node`). The file getting a child
+        // gives that node no fork, its only child being a leaf; the folder getting a second
+        // child splits the node and gives the folder its fork, with the marks it read from the
+        // file.
         table.grant_noted(
             &token(7),
             60_000,
@@ -783,7 +789,9 @@ mod tests {
         );
         table.grant_noted(&token(8), 60_000, 201, &[(Mode::Read, path("/d8/g"))], None);
         table.check_integrity().expect("integrity");
-        assert_eq!(table.forks.len() - table.free_forks.len(), 3);
+        assert_eq!(table.forks.len() - table.free_forks.len(), 2);
+        // The hundred folders with their files, `x`, `/d8` split off its file, and `g`.
+        assert_eq!(table.live_nodes, 100 + 3);
         assert!(!request(&mut table, 500, "/d7"));
         assert!(!request(&mut table, 500, "/d8"));
         // Released again, the tree keeps no node and no fork beyond what it holds.
@@ -801,5 +809,80 @@ mod tests {
             "/d7/f7/x is still held"
         );
         table.check_integrity().expect("integrity");
+    }
+
+    #[test]
+    fn a_chain_of_segments_is_one_node_until_a_lock_or_a_sibling_splits_it() {
+        let path = |p: &str| Path::parse(p.as_bytes(), &Default::default()).expect("a path");
+        let token = |t: &str| Token::new(t.as_bytes()).expect("a token");
+        let mut table = Tree::new();
+        table.grant_noted(
+            &token("deep"),
+            60_000,
+            1,
+            &[(Mode::Write, path("/a/b/c/d"))],
+            None,
+        );
+        table.check_integrity().expect("integrity");
+        assert_eq!(table.live_nodes, 1, "one node for the four segments");
+        let now = 1_000;
+        // A path ending on a virtual segment has the node's lock beneath it; one leaving the
+        // chain has nothing.
+        for (p, blocked) in [
+            ("/a", true),
+            ("/a/b/c", true),
+            ("/a/b/x", false),
+            ("/a/bc", false),
+        ] {
+            assert_eq!(
+                table.is_blocked(now, &token("other"), Mode::Read, &path(p)),
+                blocked,
+                "{p}"
+            );
+        }
+        assert!(table.is_blocked(now, &token("other"), Mode::Read, &path("/a/b/c/d/e")));
+        let listed = |locks: Vec<crate::lock::LockInfo>| -> Vec<Path> {
+            locks.into_iter().map(|l| l.path).collect()
+        };
+        assert_eq!(listed(table.locks(now, &path("/a/b"))), [path("/a/b/c/d")]);
+        assert!(table.locks(now, &path("/a/x")).is_empty());
+        assert_eq!(
+            listed(table.locks_of_token(now, &path("/a/b/c"), &token("deep"))),
+            [path("/a/b/c/d")]
+        );
+        let blockers = table.blockers(now, Some(&token("other")), &[(Mode::Read, path("/a/b"))]);
+        assert_eq!(listed(blockers), [path("/a/b/c/d")]);
+        // A lock on a virtual segment, and a sibling beneath another, split the node there; the
+        // lock on `/a/b/c/d` keeps its node.
+        let node = table.locate(&path("/a/b/c/d")).expect("the lock's node");
+        table.grant_noted(
+            &token("reader"),
+            60_000,
+            2,
+            &[(Mode::Read, path("/a/b"))],
+            None,
+        );
+        table.grant_noted(
+            &token("side"),
+            60_000,
+            3,
+            &[(Mode::Write, path("/a/x"))],
+            None,
+        );
+        table.check_integrity().expect("integrity");
+        assert_eq!(table.locate(&path("/a/b/c/d")), Some(node));
+        assert!(
+            table.locate(&path("/a/b/c")).is_none(),
+            "still a virtual segment"
+        );
+        // `/a`, `/b` (the reader's), `c/d`, and `x`.
+        assert_eq!(table.live_nodes, 4);
+        assert!(table.is_blocked(now, &token("other"), Mode::Write, &path("/a/b/c")));
+        assert!(!table.is_blocked(now, &token("other"), Mode::Read, &path("/a/b/x")));
+        for (t, p) in [("deep", "/a/b/c/d"), ("reader", "/a/b"), ("side", "/a/x")] {
+            assert_eq!(table.release_decided(&token(t), Some(&[path(p)])), 1);
+            table.check_integrity().expect("integrity");
+        }
+        assert_eq!(table.live_nodes, 0);
     }
 }

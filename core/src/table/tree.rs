@@ -1,5 +1,6 @@
-//! The node arena: one node per path segment, its children, the locks held on its exact path,
-//! and the intention marks counting the locks beneath it.
+//! The node arena: one node per path segment, or per chain of segments with nothing held or
+//! branching between them, its children, the locks held on its exact path, and the intention
+//! marks counting the locks beneath it.
 
 use std::hash::BuildHasher;
 
@@ -42,16 +43,26 @@ impl Held {
 /// names are.
 pub(super) type Segment = ShortBytes;
 
-/// One path segment of the tree. A million locks make a million nodes, nearly all of them
-/// leaves (the files), so the node keeps what every node needs in 40 bytes: its segment, its
-/// one lock inline (the common case; the rare ones spill into the table's side structures), its
-/// parent and its only child. What only a node with children needs, its intention marks, its
-/// bound and its children's table, is a [`Fork`] beside it; a node whose only child is a leaf
-/// has none, as its marks and bound are that leaf's own locks (see `below`).
+/// One path segment of the tree, or a chain of them. A million locks make a million nodes,
+/// nearly all of them leaves (the files), so the node keeps what every node needs in 40 bytes:
+/// its segments, its one lock inline (the common case; the rare ones spill into the table's side
+/// structures), its parent and its only child. What only a node with children needs, its
+/// intention marks, its bound and its children's table, is a [`Fork`] beside it; a node whose
+/// only child is a leaf has none, as its marks and bound are that leaf's own locks (see
+/// `below`).
+///
+/// A node may stand for several segments, as a radix tree compresses its paths: a path created
+/// beneath a node gets one node for all the segments the tree lacks, and a folder holding one
+/// locked file costs one node, not two. The segments above the last one of such a node are
+/// virtual: nothing is held on them and nothing else lies beneath them, so what lies beneath one
+/// is the node's own locks and everything beneath the node. A lock or a second child on a
+/// virtual segment splits the node there first (`split`), so locks, crowds, notes, cuts and
+/// marks are only ever on nodes, and a node keeps its id for as long as it holds a lock.
 #[derive(Clone, Debug)]
 pub(super) struct Node {
-    /// The segment as it appears in trie keys (escaped, without its terminator); empty for the
-    /// root and for free slots.
+    /// The segments as they appear in trie keys (escaped, each but the last followed by its
+    /// terminator): one or more, never empty ones; empty for the root and for free slots. The
+    /// node is filed in its parent's children under the first one (`first_segment`).
     pub(super) segment: Segment,
     /// The lock on this exact path when there is one. Its owner is `NONE` when there is none,
     /// and `SPILLED` when several share the path; they are then in `Tree::crowded` (see
@@ -118,9 +129,45 @@ pub(super) enum Walk {
     Left,
     /// The path's own node.
     Reached(NodeId),
+    /// The path ends on a virtual segment of this node (see [`Node`]): nothing is held on the
+    /// path itself, and what lies beneath it is the node's own locks and what lies beneath the
+    /// node.
+    Within(NodeId),
 }
 
-/// The children's tables' view of their entries: a child is filed under its segment's hash,
+/// A node's first segment, under which its parent files it.
+pub(super) fn first_segment(stored: &[u8]) -> &[u8] {
+    match stored.iter().position(|&b| b == 0) {
+        Some(end) => &stored[..end],
+        None => stored,
+    }
+}
+
+/// How a node's segments meet the rest of a trie key, whose first segment is the node's first.
+enum Meet {
+    /// The key goes through every segment of the node; the rest of the key after them starts
+    /// at this offset.
+    Through(usize),
+    /// The key's common segments with the node end at the terminator at this offset of the
+    /// node's segments: the key ends there, or goes elsewhere.
+    Inside(usize),
+}
+
+/// How the node's `stored` segments meet `rest`, a trie key (each segment terminated) whose
+/// first segment is the node's first.
+fn meet(stored: &[u8], rest: &[u8]) -> Meet {
+    if rest.len() > stored.len() && rest[stored.len()] == 0 && rest.starts_with(stored) {
+        return Meet::Through(stored.len() + 1);
+    }
+    // The key stops or turns inside the node, so the node has several segments: the common
+    // ones end at the last terminator of the bytes both share, which include the first segment
+    // and its terminator.
+    let common = stored.iter().zip(rest).take_while(|(a, b)| a == b).count();
+    let end = stored[..common].iter().rposition(|&b| b == 0);
+    Meet::Inside(end.unwrap_or(first_segment(stored).len()))
+}
+
+/// The children's tables' view of their entries: a child is filed under its first segment's hash,
 /// and as the entries are ids, re-hashing one reads its node.
 #[derive(Clone, Copy)]
 pub(super) struct NodeKeys<'a> {
@@ -130,7 +177,8 @@ pub(super) struct NodeKeys<'a> {
 
 impl Rehasher<NodeId> for NodeKeys<'_> {
     fn hash(&self, &child: &NodeId) -> u64 {
-        self.hasher.hash_one(&*self.nodes[child as usize].segment)
+        self.hasher
+            .hash_one(first_segment(&self.nodes[child as usize].segment))
     }
 
     fn prefetch(&self, &child: &NodeId) {
@@ -215,10 +263,11 @@ impl Tree {
         only.into_iter().chain(table.into_iter().flatten())
     }
 
+    /// The child of `node` whose first segment is `segment`.
     pub(super) fn child(&self, node: NodeId, segment: &[u8]) -> Option<NodeId> {
         let only = self.nodes[node as usize].child;
         if only != NONE {
-            return (*self.nodes[only as usize].segment == *segment).then_some(only);
+            return (first_segment(&self.nodes[only as usize].segment) == segment).then_some(only);
         }
         let table = self.table_of(node);
         if table == NONE {
@@ -226,13 +275,15 @@ impl Tree {
         }
         let hash = self.hasher.hash_one(segment);
         self.tables[table as usize]
-            .find(hash, |&c| *self.nodes[c as usize].segment == *segment)
+            .find(hash, |&c| {
+                first_segment(&self.nodes[c as usize].segment) == segment
+            })
             .copied()
     }
 
-    /// Visits the root, then each node down `path` while the tree has it, with the segment that
-    /// led there (empty for the root); stops as soon as `visit` answers true. The one walk of
-    /// the conflict checks: O(depth), whatever the project holds.
+    /// Visits the root, then each node down `path` while the tree has it, with the segments
+    /// that led there (empty for the root); stops as soon as `visit` answers true. The one walk
+    /// of the conflict checks: O(depth), whatever the project holds.
     pub(super) fn walk_down(
         &self,
         path: &Path,
@@ -242,12 +293,20 @@ impl Tree {
             return Walk::Stopped;
         }
         let mut node = ROOT;
-        for segment in path.escaped_segments() {
-            match self.child(node, segment) {
-                Some(next) => node = next,
-                None => return Walk::Left,
+        let mut rest = path.key();
+        while !rest.is_empty() {
+            let Some(next) = self.child(node, first_segment(rest)) else {
+                return Walk::Left;
+            };
+            let stored = &*self.nodes[next as usize].segment;
+            match meet(stored, rest) {
+                Meet::Through(after) => rest = &rest[after..],
+                // The key ends on one of the node's virtual segments, or leaves the tree there.
+                Meet::Inside(end) if rest.len() == end + 1 => return Walk::Within(next),
+                Meet::Inside(_) => return Walk::Left,
             }
-            if visit(node, segment) {
+            node = next;
+            if visit(node, stored) {
                 return Walk::Stopped;
             }
         }
@@ -270,18 +329,124 @@ impl Tree {
 
     /// The node of `path`, when it exists.
     pub(super) fn locate(&self, path: &Path) -> Option<NodeId> {
-        path.escaped_segments()
-            .try_fold(ROOT, |node, segment| self.child(node, segment))
+        match self.walk_down(path, |_, _| false) {
+            Walk::Reached(node) => Some(node),
+            _ => None,
+        }
     }
 
-    /// The child of `node` for `segment`, created when missing.
-    pub(super) fn child_or_insert(&mut self, node: NodeId, segment: &[u8]) -> NodeId {
-        if let Some(child) = self.child(node, segment) {
-            return child;
+    /// The topmost node at or beneath `path`, when something is there, and whether it is the
+    /// path's own: when not, the path ends on one of its virtual segments (see [`Node`]), and
+    /// what lies on and beneath the path is what lies on and beneath that node.
+    pub(super) fn locate_under(&self, path: &Path) -> Option<(NodeId, bool)> {
+        match self.walk_down(path, |_, _| false) {
+            Walk::Reached(node) => Some((node, true)),
+            Walk::Within(node) => Some((node, false)),
+            _ => None,
         }
+    }
+
+    /// The node of `path`, with the nodes the tree lacks created: one node for all the missing
+    /// segments, after splitting a node whose virtual segments the path ends on or leaves.
+    fn node_or_insert(&mut self, path: &Path) -> NodeId {
+        let mut node = ROOT;
+        let mut rest = path.key();
+        while !rest.is_empty() {
+            let Some(next) = self.child(node, first_segment(rest)) else {
+                // The key ends with its terminator, which the node's segments leave out.
+                let created = self.new_node(node, &rest[..rest.len() - 1]);
+                self.add_child(node, created);
+                return created;
+            };
+            match meet(&self.nodes[next as usize].segment, rest) {
+                Meet::Through(after) => {
+                    node = next;
+                    rest = &rest[after..];
+                }
+                Meet::Inside(end) => {
+                    node = self.split(next, end);
+                    rest = &rest[end + 1..];
+                }
+            }
+        }
+        node
+    }
+
+    /// Splits `id` at the terminator at offset `at` of its segments: a new node takes the
+    /// segments before it and `id`'s place under its parent, and `id` keeps the rest, its locks
+    /// and everything beneath, as the new node's only child. The new node gets the marks and
+    /// bound of what is beneath it (a fork, unless `id` is a leaf) and the big owners' marks;
+    /// `id`'s parent gets a fork if it had none, its only child being no leaf any more.
+    fn split(&mut self, id: NodeId, at: usize) -> NodeId {
+        let whole = self.nodes[id as usize].segment.to_vec();
+        let parent = self.nodes[id as usize].parent;
+        let leaf = self.nodes[id as usize].child == NONE && self.nodes[id as usize].fork == NONE;
+        let own = self.own_counts(id);
+        let beneath = self.below(id);
+        let fork = Fork {
+            below: [own[0] + beneath[0], own[1] + beneath[1]],
+            latest: self.own_latest(id).max(self.latest(id)),
+            table: NONE,
+        };
+        let mut marks: Vec<(OwnerId, Mode, i32)> = Vec::new();
+        for mark in self.big_marks_at(id) {
+            for mode in Mode::ALL {
+                let count = mark.below[mode.index()];
+                if count > 0 {
+                    marks.push((mark.owner, mode, count as i32));
+                }
+            }
+        }
+        for held in self.holders(id) {
+            if self.is_big(held.owner()) {
+                marks.push((held.owner(), held.mode(), 1));
+            }
+        }
+        if self.nodes[parent as usize].fork == NONE {
+            // Its only child is `id`, a leaf until now: the marks it read from it become its
+            // fork's.
+            self.give_fork(parent);
+        }
+        let top = self.new_node(parent, &whole[..at]);
+        // The new node has `id`'s first segment, so it takes its place under the same hash.
+        if self.nodes[parent as usize].child == id {
+            self.nodes[parent as usize].child = top;
+        } else {
+            let slot = self.table_of(parent) as usize;
+            let keys = NodeKeys {
+                nodes: &self.nodes,
+                hasher: &self.hasher,
+            };
+            let hash = keys.hash(&id);
+            let table = &mut self.tables[slot];
+            let before = table.heap_bytes();
+            table.remove(hash, |&c| c == id, keys);
+            table.insert_unique(hash, top, keys);
+            self.inner_bytes = self.inner_bytes + table.heap_bytes() - before;
+        }
+        let node = &mut self.nodes[id as usize];
+        self.segment_heap -= node.segment.heap_allocation();
+        node.segment = Segment::new(&whole[at + 1..]);
+        node.parent = top;
+        self.segment_heap += node.segment.heap_allocation();
+        // `id` gave the new node its first part, and the terminator between the two is in
+        // neither.
+        self.segment_bytes -= at + 1;
+        self.nodes[top as usize].child = id;
+        if !leaf {
+            self.new_fork(top, fork);
+        }
+        for (owner, mode, count) in marks {
+            self.mark(top, owner, mode, count);
+        }
+        top
+    }
+
+    /// A new node under `parent` with `segments`, not yet among its children.
+    fn new_node(&mut self, parent: NodeId, segments: &[u8]) -> NodeId {
         let fresh = Node {
-            segment: Segment::new(segment),
-            parent: node,
+            segment: Segment::new(segments),
+            parent,
             ..Node::default()
         };
         let id = match self.free_nodes.pop_lowest() {
@@ -297,9 +462,8 @@ impl Tree {
             }
         };
         self.live_nodes += 1;
-        self.segment_bytes += segment.len();
+        self.segment_bytes += segments.len();
         self.segment_heap += self.nodes[id as usize].segment.heap_allocation();
-        self.add_child(node, id);
         id
     }
 
@@ -410,10 +574,7 @@ impl Tree {
             fence,
             owner: Tagged::new(owner, mode),
         };
-        let mut node = ROOT;
-        for segment in path.escaped_segments() {
-            node = self.child_or_insert(node, segment);
-        }
+        let node = self.node_or_insert(path);
         if let Some(existing) = self.holder_mut(node, held.owner) {
             // The path existed, so nothing was created on the way down.
             existing.fence = fence;
