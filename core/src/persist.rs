@@ -33,8 +33,9 @@
 //! it), an owner's token and lease are written once however many locks it holds, the locks of
 //! one grant share their note, and fences and leases, which come in runs, are differences.
 //! Loading builds the table in the same order (`table::dense`): owners come in the order the
-//! expiry index keeps them, every segment a lock descends is a new node, and conflicts are read
-//! from the path the builder holds, so no grant is decided again.
+//! expiry index keeps them, the segments a lock descends are a new node (one for all of them,
+//! split where a later lock branches off, in the shape commands give the tree), and conflicts are
+//! read from the path the builder holds, so no grant is decided again.
 //!
 //! Versions 1 and 2 wrote one RDB item per field, per lock in the same order:
 //!
