@@ -75,9 +75,17 @@ class Client:
             n = int(rest)
             if n < 0:
                 return None
-            while len(self.buf) < n + 2:
-                self.buf += self.sock.recv(1 << 16)
-            data, self.buf = self.buf[:n], self.buf[n + 2:]
+            # The pieces of a long string are joined once: adding each to the buffer copied
+            # it whole every time, minutes for a payload of 100 MB.
+            parts, have = [self.buf], len(self.buf)
+            while have < n + 2:
+                chunk = self.sock.recv(1 << 20)
+                if not chunk:
+                    raise ConnectionError("closed")
+                parts.append(chunk)
+                have += len(chunk)
+            buf = b"".join(parts) if len(parts) > 1 else self.buf
+            data, self.buf = buf[:n], buf[n + 2:]
             return data
         if kind == b"*":
             n = int(rest)

@@ -201,6 +201,11 @@ fn a_project_saved_copied_or_renamed_while_it_frees_keeps_only_what_counts() {
         .arg("RELOAD");
     let (freed, _): (i64, Value) = pipe.query(&mut con).expect("MULTI");
     assert_eq!(freed, BIG as i64);
+    // Valkey 9.1 reloads by handing the old database to its lazy-free thread, and the gauge
+    // counts the old value's buried owner until that thread has freed it: on a loaded machine it
+    // had not yet when this asked (300 left, 3 runs of 4). What the reload itself kept is read
+    // once those frees have run.
+    wait_for_lazy_frees(&mut con);
     assert_eq!(freeing(&mut con), 0, "nothing to free after a reload");
     assert_eq!(lock_set(&mut con, "p").len(), 1);
 }

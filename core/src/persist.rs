@@ -191,11 +191,16 @@ const NOTE_NEW: u8 = 2;
 const FLAGS_USED: u8 = 0b0000_1111;
 
 fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    // Built apart and appended at once: one check of the vector's capacity, not one a byte.
+    let mut bytes = [0u8; 10];
+    let mut len = 0;
     while value >= 0x80 {
-        out.push(value as u8 | 0x80);
+        bytes[len] = value as u8 | 0x80;
         value >>= 7;
+        len += 1;
     }
-    out.push(value as u8);
+    bytes[len] = value as u8;
+    out.extend_from_slice(&bytes[..=len]);
 }
 
 /// A fence as its difference from the previous one, folded so that a small step back is small.

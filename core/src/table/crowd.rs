@@ -117,6 +117,14 @@ impl Tree {
     /// The locks on `node`'s path in canonical order: writers first, then by token, which keeps
     /// listings, persistence and digests identical on every server.
     pub(super) fn canonical_holders(&self, node: NodeId) -> SmallVec<[Held; 2]> {
+        // The common cases, a path of no lock or of one, without the crowd's iterator: the
+        // walk of a payload asks this of every node.
+        let slot = self.nodes[node as usize].lock;
+        match slot.owner.0 {
+            NONE => return SmallVec::new(),
+            SPILLED => {}
+            _ => return SmallVec::from_buf_and_len([slot, Held::EMPTY], 1),
+        }
         let mut all: SmallVec<[Held; 2]> = self.holders(node).copied().collect();
         if all.len() > 1 {
             all.sort_by(|a, b| {

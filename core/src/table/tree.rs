@@ -779,19 +779,65 @@ impl Tree {
         key.truncate(start);
     }
 
+    /// The node's children in the byte order of their segments. Each child's segment is read
+    /// once, for a key of its first eight bytes, and the keys are sorted: comparing segments
+    /// in place read each child's node at every comparison, a cache miss each in a big folder
+    /// (a fifth of a `DUMP`'s time at a thousand children a folder). Children whose keys are
+    /// equal (a shared first eight bytes, or a segment that is a shorter one's padding) are
+    /// then ordered by their whole segments.
     pub(super) fn sorted_children(&self, node: NodeId) -> Vec<NodeId> {
-        let mut children: Vec<NodeId> = self.children(node).collect();
-        children.sort_unstable_by(|&a, &b| {
-            self.nodes[a as usize]
-                .segment
-                .cmp(&self.nodes[b as usize].segment)
-        });
-        children
+        let children: Vec<NodeId> = self.children(node).collect();
+        // The children's nodes lie anywhere in the arena: each is asked for a few children
+        // ahead of reading it.
+        const AHEAD: usize = 8;
+        // A node of 40 bytes may straddle two cache lines: its lock, which the walk reads
+        // next, is asked for too.
+        let ask = |child: NodeId| {
+            let node = &self.nodes[child as usize];
+            prefetch(node);
+            prefetch(&node.lock);
+        };
+        for &child in children.iter().take(AHEAD) {
+            ask(child);
+        }
+        let mut keyed: Vec<(u64, NodeId)> = Vec::with_capacity(children.len());
+        for (i, &child) in children.iter().enumerate() {
+            if let Some(&next) = children.get(i + AHEAD) {
+                ask(next);
+            }
+            keyed.push((order_key(&self.nodes[child as usize].segment), child));
+        }
+        keyed.sort_unstable();
+        let mut start = 0;
+        while start < keyed.len() {
+            let key = keyed[start].0;
+            let end = start
+                + keyed[start..]
+                    .iter()
+                    .take_while(|(other, _)| *other == key)
+                    .count();
+            if end - start > 1 {
+                keyed[start..end].sort_unstable_by(|&(_, a), &(_, b)| {
+                    (*self.nodes[a as usize].segment).cmp(&*self.nodes[b as usize].segment)
+                });
+            }
+            start = end;
+        }
+        keyed.into_iter().map(|(_, child)| child).collect()
     }
 }
 
 /// What `walk` calls for each lock: the table, the lock's node, the node's trie key, the lock.
 pub(super) type Visit<'a> = dyn FnMut(&Tree, NodeId, &[u8], &Held) + 'a;
+
+/// A segment's first eight bytes as a big-endian number, zeros past its end: two segments
+/// whose keys differ are in the order of their keys, and equal keys say nothing.
+fn order_key(segment: &[u8]) -> u64 {
+    let mut head = [0u8; 8];
+    let len = segment.len().min(8);
+    head[..len].copy_from_slice(&segment[..len]);
+    u64::from_be_bytes(head)
+}
 
 pub(super) fn push_segment(key: &mut Vec<u8>, escaped: &[u8]) {
     key.extend_from_slice(escaped);
