@@ -780,10 +780,13 @@ fn tricky_segments() -> Vec<Vec<u8>> {
     names
 }
 
+/// A grant as a replica applies it: the token, its lease, the paths it takes and their note.
+type Grant = (Token, u64, Vec<(Mode, Path)>, Option<Note>);
+
 /// The locks of a tree whose siblings are `tricky_segments`, each with a chain beneath it; some
 /// chains split by a lock on one of their virtual segments, crowds of readers, notes, and a big
 /// owner (more than 64 locks). No two owners' locks conflict, so that nothing is cut.
-fn tricky_grants() -> Vec<(Token, u64, Vec<(Mode, Path)>, Option<Note>)> {
+fn tricky_grants() -> Vec<Grant> {
     let t = |s: &str| Token::new(s.as_bytes()).expect("a token");
     let under = |top: &[u8], name: &[u8], rest: &[u8]| {
         Path::parse(&[top, name, rest].concat(), &PathLimits::default()).expect("a path")
