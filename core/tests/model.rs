@@ -124,6 +124,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The cases each property runs: `PROPTEST_CASES` when it is set, for a longer campaign, and
+/// `default` otherwise. proptest reads that variable only into a config whose `cases` is left
+/// at proptest's own default, so a config that names its count must read it itself.
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
 fn resolve(items: &[(Mode, usize)]) -> Vec<(Mode, Path)> {
     items.iter().map(|&(m, i)| (m, path(i))).collect()
 }
@@ -311,7 +321,7 @@ impl Twin {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(2000), ..ProptestConfig::default() })]
 
     #[test]
     fn engine_matches_the_reference(ops in prop::collection::vec(op(), 1..60), limits in limits()) {

@@ -5,7 +5,7 @@
 use pathlock_core::persist::{
     decode, decode_version, encode, ByteSink, ByteSource, DecodeError, CHUNK_BYTES, VERSION,
 };
-use pathlock_core::{LockTable, Mode, Note, Path, PathLimits, Token, NOTE_CEILING};
+use pathlock_core::{LockInfo, LockTable, Mode, Note, Path, PathLimits, Token, NOTE_CEILING};
 
 fn u(n: u64) -> Vec<u8> {
     n.to_le_bytes().to_vec()
@@ -738,6 +738,192 @@ fn both_forms_write_their_locks_and_a_load_builds_the_form_that_fits() {
             assert_eq!(payload(&load(&stable)), stable, "{n} locks: written again");
         }
     }
+}
+
+/// Sibling segments that are byte prefixes of one another, that escape (`0x00`, `0x01`, `0x02`),
+/// that are UTF-8, that share their first eight bytes or are 255 bytes long. Each is the first
+/// segment of a chain the tree keeps as one node, so that the order of siblings is decided by
+/// nodes that store several segments.
+fn tricky_segments() -> Vec<Vec<u8>> {
+    let mut names: Vec<Vec<u8>> = [
+        &b"a"[..],
+        b"a-b",
+        b"ab",
+        b"a\x00",
+        b"a\x01",
+        b"a\x02",
+        b"\x00",
+        b"\x01",
+        b"\x02",
+        b"\x01\x01",
+        b"a ",
+        b"A",
+        b"%s",
+        b"abcdefgh",
+        b"abcdefgh\x00",
+        b"abcdefgh\x01",
+        b"abcdefghi",
+        b"abcdefg",
+        b"\xff",
+        b"\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+        "\u{100}".as_bytes(),
+        "\u{e9}".as_bytes(),
+        "e\u{301}".as_bytes(),
+    ]
+    .iter()
+    .map(|name| name.to_vec())
+    .collect();
+    names.push(vec![b'a'; 255]);
+    names.push([vec![b'a'; 254], vec![b'b']].concat());
+    names.push([vec![b'a'; 254], vec![0]].concat());
+    names
+}
+
+/// A grant as a replica applies it: the token, its lease, the paths it takes and their note.
+type Grant = (Token, u64, Vec<(Mode, Path)>, Option<Note>);
+
+/// The locks of a tree whose siblings are `tricky_segments`, each with a chain beneath it; some
+/// chains split by a lock on one of their virtual segments, crowds of readers, notes, and a big
+/// owner (more than 64 locks). No two owners' locks conflict, so that nothing is cut.
+fn tricky_grants() -> Vec<Grant> {
+    let t = |s: &str| Token::new(s.as_bytes()).expect("a token");
+    let under = |top: &[u8], name: &[u8], rest: &[u8]| {
+        Path::parse(&[top, name, rest].concat(), &PathLimits::default()).expect("a path")
+    };
+    let mut grants = Vec::new();
+    let mut big = Vec::new();
+    for (i, name) in tricky_segments().iter().enumerate() {
+        let mine = t(&format!("t{i:02}"));
+        grants.push((
+            mine.clone(),
+            10_000 + i as u64,
+            vec![(Mode::Write, under(b"/f/", name, b"/x/y/z"))],
+            (i % 4 == 0).then(|| Note::from(&b"n\x00\xff"[..])),
+        ));
+        if i % 3 == 0 {
+            // On a virtual segment of the chain: it splits the node.
+            grants.push((
+                mine.clone(),
+                10_000 + i as u64,
+                vec![(Mode::Read, under(b"/f/", name, b"/x"))],
+                None,
+            ));
+        }
+        if i % 5 == 0 {
+            // A second child under the chain's virtual segment.
+            grants.push((
+                mine,
+                10_000 + i as u64,
+                vec![(Mode::Write, under(b"/f/", name, b"/x/w"))],
+                None,
+            ));
+        }
+        // A crowd of readers on a path of its own, and a big owner's locks beside it.
+        for reader in ["r1", "r0", "123e4567-e89b-42d3-a456-426614174000"] {
+            grants.push((
+                t(reader),
+                20_000,
+                vec![(Mode::Read, under(b"/r/", name, b"/s/t"))],
+                None,
+            ));
+        }
+        big.push((Mode::Read, under(b"/r/", name, b"/s/t")));
+        big.push((Mode::Read, under(b"/r/", name, b"/u/v")));
+        big.push((Mode::Read, under(b"/b/", name, b"")));
+    }
+    assert!(big.len() > 64);
+    grants.push((t("big"), 30_000, big, None));
+    grants
+}
+
+/// The canonical order of locks that `encode` writes and `decode` insists on, stated plainly:
+/// by path, then `WRITE` before `READ`, then by token.
+fn reference_order(mut locks: Vec<LockInfo>) -> Vec<LockInfo> {
+    locks.sort_by(|a, b| {
+        a.path
+            .cmp(&b.path)
+            .then((a.mode != Mode::Write).cmp(&(b.mode != Mode::Write)))
+            .then(a.token.as_bytes().cmp(b.token.as_bytes()))
+    });
+    locks
+}
+
+/// Siblings whose first segments are prefixes of one another, escaped bytes, UTF-8 and 255-byte
+/// segments, each heading a chain kept as one node: the tree lists them and writes them in the
+/// canonical order, the payload loads back to the same locks, and the loaded tree (a node per
+/// segment) writes the same bytes again.
+#[test]
+fn tricky_siblings_heading_chains_dump_and_restore_in_canonical_order() {
+    let mut table = LockTable::with_limits(64, 0);
+    let mut fence = 0;
+    for (token, deadline, items, note) in tricky_grants() {
+        fence += 1;
+        table.grant_noted(&token, deadline, fence, &items, note.as_ref());
+    }
+    table.check_integrity().expect("consistent");
+    let listed: Vec<LockInfo> = table.iter().collect();
+    assert_eq!(listed.len(), table.len());
+    assert_eq!(listed, reference_order(listed.clone()));
+    let mut sink = ByteSink::default();
+    encode(&table, &mut sink);
+    let loaded = decode_v3(&sink.bytes).expect("its own payload");
+    loaded.check_integrity().expect("consistent");
+    assert_eq!(loaded.iter().collect::<Vec<_>>(), listed);
+    let mut again = ByteSink::default();
+    encode(&loaded, &mut again);
+    assert!(
+        again.bytes == sink.bytes,
+        "the loaded tree wrote other bytes"
+    );
+}
+
+/// The bytes a tree of chains writes are those of the same locks granted into a tree that has a
+/// node per segment (each path and its ancestors were locked by another owner first and let go
+/// after the grant, which leaves them as nodes). The owners are interned in the same order in
+/// both, as the payload lists them by that order.
+#[test]
+fn a_tree_of_chains_writes_the_bytes_of_a_tree_built_another_way() {
+    let grants = tricky_grants();
+    let mut chains = LockTable::with_limits(64, 0);
+    for (fence, (token, deadline, items, note)) in grants.iter().enumerate() {
+        chains.grant_noted(token, *deadline, fence as u64 + 2, items, note.as_ref());
+    }
+    let scaffold = Token::new(b"scaffold").expect("a token");
+    let mut segments = LockTable::with_limits(64, 0);
+    for (fence, (token, deadline, items, note)) in grants.iter().enumerate() {
+        let mut ancestors: Vec<(Mode, Path)> = Vec::new();
+        for (_, path) in items {
+            let mut prefix = Vec::new();
+            for segment in path.segments() {
+                // A `/` inside a segment would split it.
+                assert!(!segment.contains(&b'/'));
+                prefix.push(b'/');
+                prefix.extend_from_slice(&segment);
+                let p = Path::parse(&prefix, &PathLimits::default()).expect("a path");
+                ancestors.push((Mode::Read, p));
+            }
+        }
+        // Fence 1, below every lock's: a higher one would cut the locks it passes over (see
+        // `cuts`), as a grant over conflicting locks does.
+        segments.grant(&scaffold, 1, 1, &ancestors);
+        segments.grant_noted(token, *deadline, fence as u64 + 2, items, note.as_ref());
+        segments.release(0, &scaffold, None, false);
+    }
+    chains.check_integrity().expect("consistent");
+    segments.check_integrity().expect("consistent");
+    assert!(segments.node_count() > chains.node_count());
+    assert_eq!(
+        segments.iter().collect::<Vec<_>>(),
+        chains.iter().collect::<Vec<_>>()
+    );
+    let mut from_chains = ByteSink::default();
+    encode(&chains, &mut from_chains);
+    let mut from_segments = ByteSink::default();
+    encode(&segments, &mut from_segments);
+    assert!(
+        from_chains.bytes == from_segments.bytes,
+        "two shapes of one tree wrote other bytes"
+    );
 }
 
 /// Siblings are listed and written in the byte order of their segments however their first
