@@ -162,8 +162,9 @@ impl LockTable {
     }
 
     /// The heap bytes the table uses beyond its own two words, for `MEMORY USAGE`: the compact
-    /// form's string as the allocator rounds it, or the tree's estimate. It depends only on what
-    /// the table holds, so a released lock takes its bytes back exactly once it is freed.
+    /// form's string as the allocator rounds it, or the tree's estimate. It counts what the
+    /// table stores (a node a split left lockless with one child included, as chains are not
+    /// joined again), so a released lock takes its bytes back exactly once it is freed.
     pub fn memory_estimate(&self) -> usize {
         match &self.form {
             Form::Compact(compact) => compact.memory(),
