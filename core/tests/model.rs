@@ -16,7 +16,7 @@ use pathlock_core::{
     Lapsed, LockInfo, LockTable, Mode, Note, Path, PathLimits, Project, Request, Token,
 };
 use proptest::prelude::*;
-use reference::{conflicts, segments, Reference};
+use reference::{cases, conflicts, segments, Reference};
 
 const PATHS: &[&str] = &[
     "/", "/a", "/a/b", "/a/bc", "/ab", "/a/b/c", "/a/bc/d", "/b", "/a-", "/a/b c", "/a/b/c/d",
@@ -122,16 +122,6 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..30u64).prop_map(Op::Advance),
         1 => (1..6usize).prop_map(Op::Background),
     ]
-}
-
-/// The cases each property runs: `PROPTEST_CASES` when it is set, for a longer campaign, and
-/// `default` otherwise. proptest reads that variable only into a config whose `cases` is left
-/// at proptest's own default, so a config that names its count must read it itself.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(default)
 }
 
 fn resolve(items: &[(Mode, usize)]) -> Vec<(Mode, Path)> {

@@ -16,7 +16,7 @@ use pathlock_core::{
     WaitIndex, Waiter,
 };
 use proptest::prelude::*;
-use reference::{items_conflict, related, segments, Reference};
+use reference::{cases, items_conflict, related, segments, Reference};
 
 /// `ACQUIRE ... NOTE` as the module makes it.
 fn acquire_noted(
@@ -271,7 +271,7 @@ fn run(ops: &[Op], compact: usize) -> Result<usize, TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(2000), ..ProptestConfig::default() })]
 
     #[test]
     fn waiters_are_served_like_the_reference(
@@ -283,7 +283,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(200), ..ProptestConfig::default() })]
 
     /// Long queues of mostly distinct owners (a few share a token), where most refused requests
     /// wait and few locks are released.
@@ -297,7 +297,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(12), ..ProptestConfig::default() })]
 
     /// Queues of several hundred waiters, as the benchmarks run: the index must stay exact when
     /// its sets are deep and many waiters share a path.
@@ -440,7 +440,7 @@ fn run_lazy(
 proptest! {
     // Many cases: the orders it guards go wrong only when a waiter of the releasing or renewing
     // token is let in by another owner's lapsed locks, which a few hundred cases rarely build.
-    #![proptest_config(ProptestConfig { cases: 5000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(5000), ..ProptestConfig::default() })]
 
     #[test]
     fn lazy_expiry_with_waiters_replicates_in_order(
@@ -514,7 +514,7 @@ fn item_conflict(a: Mode, pa: &Path, b: Mode, pb: &Path) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(1000), ..ProptestConfig::default() })]
 
     #[test]
     fn the_index_finds_exactly_the_front_near_a_path(ops in prop::collection::vec(index_op(), 1..150)) {

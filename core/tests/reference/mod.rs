@@ -199,3 +199,13 @@ impl Reference {
             .collect()
     }
 }
+
+/// The cases each property runs: `PROPTEST_CASES` when it is set, for a longer campaign, and
+/// `default` otherwise. proptest reads that variable only into a config whose `cases` is left
+/// at proptest's own default, so a config that names its count must read it itself.
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
