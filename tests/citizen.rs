@@ -137,6 +137,33 @@ fn wakes_over(first: &mut Connection, second: &mut Connection, window: Duration)
     (after.0 - before.0, after.1 - before.1)
 }
 
+/// The least excess of wake-ups, `(excess, theirs, baseline)`, over at most `TRIES` windows, each
+/// both servers' counts over the same `window`. A timer the module keeps armed adds its
+/// wake-ups to every window; a busy machine disturbs some and not others (a fresh-clone CI run
+/// next to a build once read 58 against 30 where the same build alone read 30 against 30 three
+/// times), so a window within the slack ends the measure.
+fn least_excess(
+    first: &mut Connection,
+    second: &mut Connection,
+    window: Duration,
+) -> (i64, i64, i64) {
+    const TRIES: usize = 3;
+    let slack = |baseline: i64| 4 + baseline / 10;
+    let mut least: Option<(i64, i64, i64)> = None;
+    for _ in 0..TRIES {
+        let (baseline, theirs) = wakes_over(first, second, window);
+        assert!(baseline > 0, "the server wakes for its own cron");
+        let excess = theirs - baseline - slack(baseline);
+        if least.is_none_or(|(best, _, _)| excess < best) {
+            least = Some((excess, theirs, baseline));
+        }
+        if excess <= 0 {
+            break;
+        }
+    }
+    least.expect("at least one window")
+}
+
 #[test]
 fn an_idle_server_wakes_no_more_often_with_the_module_than_without() {
     const WINDOW: Duration = Duration::from_secs(3);
@@ -144,16 +171,14 @@ fn an_idle_server_wakes_no_more_often_with_the_module_than_without() {
     let server = Server::start();
     let mut p = plain.conn();
     let mut con = server.conn();
-    // A few wake-ups that may fall on either side of the window, and a tenth of the server's
-    // own: slack, not a budget for the module (a 100 ms timer alone would add 30, as many as
-    // the server's own cron makes).
-    let slack = |baseline: i64| 4 + baseline / 10;
+    // The slack of `least_excess`: a few wake-ups that may fall on either side of the window,
+    // and a tenth of the server's own; not a budget for the module (a 100 ms timer alone would
+    // add 30, as many as the server's own cron makes, in every window).
 
     // Nothing held: no timer at all.
-    let (baseline, empty) = wakes_over(&mut p, &mut con, WINDOW);
-    assert!(baseline > 0, "the server wakes for its own cron");
+    let (excess, empty, baseline) = least_excess(&mut p, &mut con, WINDOW);
     assert!(
-        empty <= baseline + slack(baseline),
+        excess <= 0,
         "{empty} wake-ups, {baseline} without the module"
     );
 
@@ -169,13 +194,13 @@ fn an_idle_server_wakes_no_more_often_with_the_module_than_without() {
     wait_until(Duration::from_secs(5), "the brief lock's expiry", || {
         info_number(&mut con, "pathlock", "pathlock_locks") == 1
     });
-    let (baseline, holding) = wakes_over(&mut p, &mut con, WINDOW);
+    let (excess, holding, baseline) = least_excess(&mut p, &mut con, WINDOW);
     eprintln!(
         "wake-ups in {WINDOW:?}: {empty} with the module and nothing held, {holding} holding a \
          lock; {baseline} without the module over the same window"
     );
     assert!(
-        holding <= baseline + slack(baseline),
+        excess <= 0,
         "{holding} wake-ups holding a lock, {baseline} without the module"
     );
 }
