@@ -381,20 +381,7 @@ impl Builder {
         table.segment_bytes -= 1;
         // The big owners' marks on `top` count what they hold on `id` and beneath it, which
         // are `id`'s marks and locks (`mark_ancestors` gave them to `id`'s ancestors then).
-        let mut marks: Vec<(OwnerId, Mode, i32)> = Vec::new();
-        for mark in table.big_marks_at(id) {
-            for mode in Mode::ALL {
-                let count = mark.below[mode.index()];
-                if count > 0 {
-                    marks.push((mark.owner, mode, count as i32));
-                }
-            }
-        }
-        for held in table.holders(id) {
-            if table.is_big(held.owner()) {
-                marks.push((held.owner(), held.mode(), 1));
-            }
-        }
+        let marks = table.big_marks_through(id);
         for (owner, mode, count) in marks {
             table.mark(top, owner, mode, count);
         }

@@ -388,20 +388,7 @@ impl Tree {
             latest: self.own_latest(id).max(self.latest(id)),
             table: NONE,
         };
-        let mut marks: Vec<(OwnerId, Mode, i32)> = Vec::new();
-        for mark in self.big_marks_at(id) {
-            for mode in Mode::ALL {
-                let count = mark.below[mode.index()];
-                if count > 0 {
-                    marks.push((mark.owner, mode, count as i32));
-                }
-            }
-        }
-        for held in self.holders(id) {
-            if self.is_big(held.owner()) {
-                marks.push((held.owner(), held.mode(), 1));
-            }
-        }
+        let marks = self.big_marks_through(id);
         if self.nodes[parent as usize].fork == NONE {
             // Its only child is `id`, a leaf until now: the marks it read from it become its
             // fork's.
@@ -777,6 +764,27 @@ impl Tree {
             }
         }
         key.truncate(start);
+    }
+
+    /// What the big owners' marks on a new node above `id` must count, as `(owner, mode,
+    /// count)`: `id`'s own marks and its locks of big owners. A split gives them to the node it
+    /// makes, in the tree and in the load builder alike.
+    pub(super) fn big_marks_through(&self, id: NodeId) -> Vec<(OwnerId, Mode, i32)> {
+        let mut marks: Vec<(OwnerId, Mode, i32)> = Vec::new();
+        for mark in self.big_marks_at(id) {
+            for mode in Mode::ALL {
+                let count = mark.below[mode.index()];
+                if count > 0 {
+                    marks.push((mark.owner, mode, count as i32));
+                }
+            }
+        }
+        for held in self.holders(id) {
+            if self.is_big(held.owner()) {
+                marks.push((held.owner(), held.mode(), 1));
+            }
+        }
+        marks
     }
 
     /// The node's children in the byte order of their segments. Each child's segment is read
