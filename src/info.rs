@@ -26,6 +26,7 @@ fn section(ctx: &InfoContext) {
         ("keys", &KEYS),
         ("clients_waiting", &CLIENTS_WAITING),
         ("locks_freeing", &LOCKS_FREEING),
+        ("lazyfree_pending_objects", &LAZYFREE_PENDING),
     ] {
         raw::add_info_field_long_long(ctx.ctx, name, stats::get(gauge));
     }
@@ -42,6 +43,7 @@ fn section(ctx: &InfoContext) {
         ("total_waits_granted", &WAITS_GRANTED),
         ("total_wait_timeouts", &WAIT_TIMEOUTS),
         ("total_evicted_projects", &EVICTED_PROJECTS),
+        ("lazyfreed_objects", &LAZYFREED),
         ("total_cycles", &CYCLES),
         ("total_cycles_over_1ms", &CYCLES_OVER_1MS),
         ("cycle_longest_us", &CYCLE_LONGEST_US),

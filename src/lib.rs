@@ -57,6 +57,7 @@ mod grants;
 pub mod harness;
 mod info;
 mod keytype;
+mod lazyfree;
 mod move_db_workaround;
 mod propagation;
 mod registry;
@@ -97,6 +98,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             return Status::Err;
         }
         expiry::start(ctx);
+        lazyfree::start();
         clock::subscribe(ctx);
         events::subscribe(ctx);
         propagation::subscribe(ctx);

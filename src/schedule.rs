@@ -1,7 +1,7 @@
 //! The expiry schedule: when each project key next has a lock due, ordered by that deadline, so
 //! the expiry cycle visits only keys with something due; and the one timer that wakes the cycle.
 //!
-//! Level 2: imports `context`, `clock`, `timetable`. Written by `store` after every change, by
+//! Level 2: imports `context`, `clock`, `timetable`, `lazyfree`. Written by `store` after every change, by
 //! `events` for keys that arrive without a command and for flushes, and by `keytype` when a value
 //! leaves its key; read by `expiry`'s cycle, whose tick the timer runs. It also keeps the keys
 //! with background work (a released big owner's locks to free), which the same tick works off on
@@ -141,9 +141,9 @@ pub fn swapped(first: i32, second: i32) {
     with_schedule(|s| s.slots.swap(first, second));
 }
 
-/// A flush of database `db` (of every database when `None`) starts: their entries go, in a
-/// thread of their own when the server frees the keys in the background (`async`), since a
-/// database's entries are a step per chunk of 2,048 to drop.
+/// A flush of database `db` (of every database when `None`) starts: their entries go, to the
+/// module's lazy-free thread when the server frees the keys in the background (`async`), since
+/// a database's entries are a step per chunk of 2,048 to drop.
 pub fn flushed(db: Option<i32>, background: bool) {
     let dropped: Vec<Timetable> = with_schedule(|s| {
         let slots: Vec<i32> = match db {
@@ -158,8 +158,7 @@ pub fn flushed(db: Option<i32>, background: bool) {
             .collect()
     });
     if background && !dropped.is_empty() {
-        // The server's allocator is thread-safe (its own lazy free frees from a thread).
-        std::thread::spawn(move || drop(dropped));
+        crate::lazyfree::free(Box::new(dropped));
     }
 }
 

@@ -20,6 +20,8 @@ pub static LOCKS_HELD: AtomicI64 = AtomicI64::new(0);
 /// Locks released or reclaimed whole that the background is still freeing.
 pub static LOCKS_FREEING: AtomicI64 = AtomicI64::new(0);
 pub static KEYS: AtomicI64 = AtomicI64::new(0);
+/// Storage given to the module's lazy-free thread (`lazyfree`) and not yet freed.
+pub static LAZYFREE_PENDING: AtomicI64 = AtomicI64::new(0);
 pub static CLIENTS_WAITING: AtomicI64 = AtomicI64::new(0);
 
 pub static GRANTS: AtomicU64 = AtomicU64::new(0);
@@ -31,6 +33,8 @@ pub static WAITS_GRANTED: AtomicU64 = AtomicU64::new(0);
 pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 /// Projects the server evicted while they held locks (`eviction`).
 pub static EVICTED_PROJECTS: AtomicU64 = AtomicU64::new(0);
+/// Storage the module's lazy-free thread freed.
+pub static LAZYFREED: AtomicU64 = AtomicU64::new(0);
 
 /// The expiry cycle's ticks (`expiry`), finer than the latency monitor's whole milliseconds: how
 /// many ran, how many held the server over 1 ms, and the longest, in microseconds of wall time

@@ -331,3 +331,62 @@ fn a_project_swapped_into_another_database_is_still_freed_and_expired_there() {
     let exists: i64 = cmd("EXISTS").arg("p").query(&mut con).expect("EXISTS");
     assert_eq!(exists, 0, "an empty project is no key");
 }
+
+/// A project that held many locks and shrinks to a few turns back into the compact form, and
+/// the tree it leaves, with the arenas of the most locks it held, is freed by the module's
+/// lazy-free thread (`INFO pathlock`'s `lazyfreed_objects`), not by the tick that let the last
+/// locks go: freed there, a tree of 10,000,000 locks' arenas held the server 65 ms. A tree of a
+/// few locks that shrinks is freed where it stands.
+#[test]
+fn a_project_that_shrinks_to_a_few_locks_frees_its_old_tree_in_the_lazy_free_thread() {
+    let (_master, _replica, mut m, mut r) = master_and_replica();
+    let lazyfreed =
+        |con: &mut Connection| info_number(con, "pathlock", "pathlock_lazyfreed_objects");
+    // A few locks, a token each: a tree past the compact form's eight, back under its four.
+    for i in 0..9 {
+        assert!(take(
+            &mut m,
+            "few",
+            &format!("t{i}"),
+            &["WRITE", &format!("/f{i}")]
+        ));
+    }
+    for i in 0..5 {
+        assert_eq!(release(&mut m, "few", &format!("t{i}"), &[]), 1);
+    }
+    // Enough locks of one token for a hundred chunks of nodes (2,048 each), in calls of 50.
+    const LOCKS: usize = 200_000;
+    let mut pipe = redis::pipe();
+    for part in 0..LOCKS / 50 {
+        let command = pipe
+            .cmd("PATHLOCK.ACQUIRE")
+            .arg(&["p", "TOKEN", "mover", "TTL", "600000"]);
+        for i in (part * 50)..((part + 1) * 50) {
+            command.arg("WRITE").arg(format!("/d{}/f{i}", i % 100));
+        }
+    }
+    let granted: Vec<Option<(String, i64)>> = pipe.query(&mut m).expect("the mover's locks");
+    assert!(granted.iter().all(Option::is_some));
+    assert!(take(&mut m, "p", "stays", &["WRITE", "/elsewhere"]));
+    assert_eq!(
+        lazyfreed(&mut m),
+        0,
+        "a tree of nine locks was freed in place"
+    );
+    assert_eq!(release(&mut m, "p", "mover", &[]), LOCKS as i64);
+    for con in [&mut m, &mut r] {
+        wait_for_background(con);
+        wait_until(Duration::from_secs(30), "the old tree to be freed", || {
+            lazyfreed(con) == 1
+                && info_number(con, "pathlock", "pathlock_lazyfree_pending_objects") == 0
+        });
+        // What is left is the compact form: one lock, in a few hundred bytes.
+        assert_eq!(count_locks(con, "p", "/"), 1);
+        let usage: i64 = cmd("MEMORY")
+            .arg(&["USAGE", "p"])
+            .query(con)
+            .expect("MEMORY USAGE");
+        assert!(usage < 512, "MEMORY USAGE {usage}");
+    }
+    assert!(take(&mut m, "p", "next", &["WRITE", "/d1"]));
+}

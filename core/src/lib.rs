@@ -7,6 +7,7 @@
 //! * [`path`]: parsing and normalising client paths into trie keys.
 //! * [`lock`]: modes, tokens and the view of a lock.
 //! * [`alloc`]: how the allocator rounds an allocation, for the memory estimates.
+//! * [`lazyfree`]: where large storage the engine gives up is freed (the embedder's thread).
 //! * `bytes`: short byte strings kept without an allocation, for segments and tokens.
 //! * [`table`]: the lock table of one project, where conflicts are decided.
 //! * [`persist`]: a lock table as the items of its RDB encoding, and back, checked.
@@ -16,6 +17,7 @@
 
 pub mod alloc;
 mod bytes;
+pub mod lazyfree;
 pub mod lock;
 pub mod path;
 pub mod persist;

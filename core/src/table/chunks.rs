@@ -154,6 +154,11 @@ impl<T: Clone> Chunks<T> {
         self.chunks.iter().flat_map(|chunk| chunk.items().iter())
     }
 
+    /// How many allocations freeing the vector takes: its chunks and the vector of them.
+    pub(super) fn allocations(&self) -> usize {
+        self.chunks.len() + 1
+    }
+
     /// The bytes the vector takes on the heap, as the allocator rounds them, for the memory
     /// estimate: its chunks, full or not (all but the first are a whole chunk), and the vector
     /// of chunks. A chunk shared with a copy counts on both sides, as copies report their whole

@@ -103,7 +103,15 @@ impl LockTable {
         if let Form::Tree(tree) = &self.form {
             if tree.may_compact() {
                 if let Some(compact) = Compact::from_tree(tree) {
-                    self.form = Form::Compact(compact);
+                    // The tree keeps the arenas of the most locks it ever held, which would take
+                    // as long to free here as that many once took to grant: it goes to the
+                    // embedder's lazy free (`lazyfree`).
+                    if let Form::Tree(tree) =
+                        std::mem::replace(&mut self.form, Form::Compact(compact))
+                    {
+                        let effort = tree.free_effort();
+                        crate::lazyfree::give_up(tree, effort);
+                    }
                 }
             }
         }

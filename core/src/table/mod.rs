@@ -390,9 +390,17 @@ impl Tree {
             + self.token_bytes
     }
 
-    /// How much work freeing the table is, in allocations, for Redis's lazy-free decision.
+    /// How much work freeing the table is, in allocations, for Redis's lazy-free decision and
+    /// the engine's own (`lazyfree`): the tables and tokens of what it holds, and the arenas'
+    /// chunks, which stay as many as the most it held at once.
     pub fn free_effort(&self) -> usize {
-        self.live_nodes + self.len + self.buried_locks + self.owners.len()
+        self.live_nodes
+            + self.len
+            + self.buried_locks
+            + self.owners.len()
+            + self.nodes.allocations()
+            + self.forks.allocations()
+            + self.tables.allocations()
     }
 
     /// The fence the next successful acquire will take.
