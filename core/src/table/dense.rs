@@ -175,6 +175,8 @@ pub(crate) enum Refused {
     UnknownOwner,
     /// More nodes or owners than a table can number.
     TooLarge,
+    /// An owner's lease is 0, which no server grants (and which marks an owner unfiled).
+    NoLease,
 }
 
 /// A table built from its owners in the order of their leases, then its locks as the steps of
@@ -218,6 +220,9 @@ impl Builder {
         if id >= MAX_ID {
             return Err(Refused::TooLarge);
         }
+        if deadline == 0 {
+            return Err(Refused::NoLease);
+        }
         let mut prev = NONE;
         match &mut self.lease {
             Some((lease, _, last)) if *lease == deadline => {
@@ -241,7 +246,6 @@ impl Builder {
             prev,
             next: NONE,
             lock: Tagged(NONE),
-            filed: true,
         }));
         Ok(id)
     }

@@ -485,7 +485,7 @@ impl Tree {
             // a later owner took meanwhile (it is live).
             let still = self.owners[owner as usize]
                 .as_ref()
-                .is_some_and(|o| o.filed && o.deadline <= now);
+                .is_some_and(|o| o.deadline != 0 && o.deadline <= now);
             if !still {
                 continue;
             }
