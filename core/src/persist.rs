@@ -167,7 +167,6 @@ impl From<Refused> for DecodeError {
             Refused::RepeatedOwner => DecodeError::RepeatedOwner,
             Refused::UnknownOwner => DecodeError::Malformed("an owner that was never introduced"),
             Refused::TooLarge => DecodeError::Malformed("more nodes or owners than a table holds"),
-            Refused::NoLease => DecodeError::Malformed("a lease of 0"),
         }
     }
 }

@@ -817,7 +817,7 @@ impl Compact {
                 (acquired, Stored::Tree(Box::new(tree)))
             } else {
                 let fence = state.next_fence;
-                let deadline = now.saturating_add(request.ttl);
+                let deadline = super::lease(now.saturating_add(request.ttl));
                 let owner = match me {
                     Some(owner) => {
                         if deadline > state.owners[usize::from(owner)].deadline {

@@ -175,8 +175,6 @@ pub(crate) enum Refused {
     UnknownOwner,
     /// More nodes or owners than a table can number.
     TooLarge,
-    /// An owner's lease is 0, which no server grants (and which marks an owner unfiled).
-    NoLease,
 }
 
 /// A table built from its owners in the order of their leases, then its locks as the steps of
@@ -220,9 +218,8 @@ impl Builder {
         if id >= MAX_ID {
             return Err(Refused::TooLarge);
         }
-        if deadline == 0 {
-            return Err(Refused::NoLease);
-        }
+        // A lease of 0 (only a forged payload holds one) loads as 1, as it would enter a table.
+        let deadline = super::lease(deadline);
         let mut prev = NONE;
         match &mut self.lease {
             Some((lease, _, last)) if *lease == deadline => {

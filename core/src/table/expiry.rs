@@ -94,11 +94,10 @@ impl Tree {
             .map(|(_, &owner)| owner)
     }
 
-    /// Puts an unfiled owner first in the list of `deadline`, which becomes its lease. A lease
-    /// of 0 (which only a forged effect could ask for) is filed as 1, long lapsed just the same,
-    /// as 0 is what marks an owner unfiled.
+    /// Puts an unfiled owner first in the list of `deadline`, which becomes its lease (never 0,
+    /// see `lease`).
     pub(super) fn file(&mut self, id: OwnerId, deadline: u64) {
-        let deadline = deadline.max(1);
+        let deadline = super::lease(deadline);
         let next = self.expiry.insert(deadline, id).unwrap_or(NONE);
         if next != NONE {
             self.owner_mut(next).prev = id;
