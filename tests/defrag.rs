@@ -192,7 +192,7 @@ fn big_path(i: usize) -> String {
 /// The token of lock `i`: half of those left are longer than the 19 bytes a table keeps inline,
 /// so that the defragmenter moves the tokens kept aside too (and the hash's values are the same).
 fn big_token(i: usize) -> String {
-    if i % 8 == 0 {
+    if i.is_multiple_of(8) {
         format!("owner-{i}-with-a-token-kept-aside")
     } else {
         format!("owner-{i}")
