@@ -320,10 +320,7 @@ fn a_large_copy_and_its_original_stay_independent() {
         copy_usage.abs_diff(big_usage) <= (big_usage / 1000).max(64) as u64,
         "copy {copy_usage} against original {big_usage}"
     );
-    assert!(
-        big_usage > 80 * n as i64,
-        "{big_usage} bytes for {n} locks"
-    );
+    assert!(big_usage > 80 * n as i64, "{big_usage} bytes for {n} locks");
     assert_eq!(
         info_number(&mut con, "pathlock", "pathlock_locks"),
         2 * (n as i64 + 7)
