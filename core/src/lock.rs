@@ -287,7 +287,8 @@ impl PackedToken {
     }
 
     /// Hands a long token's heap bytes to `visit` as the box they are, which may move them (the
-    /// defragmenter); the token keeps whatever box `visit` leaves, even if it panics.
+    /// defragmenter) but must keep their length, which the token keeps apart; the token keeps
+    /// whatever box `visit` leaves, even if it panics.
     pub(crate) fn with_heap(&mut self, visit: impl FnOnce(&mut Box<[u8]>)) {
         /// Writes the box's address back into the token when dropped, panicking or not.
         struct Lend<'a> {
@@ -296,6 +297,7 @@ impl PackedToken {
         }
         impl Drop for Lend<'_> {
             fn drop(&mut self) {
+                debug_assert_eq!(self.heap.len(), usize::from(self.token.body[0]));
                 let address = self.heap.as_mut_ptr().expose_provenance();
                 self.token.body[LONG_ADDRESS].copy_from_slice(&address.to_ne_bytes());
             }
