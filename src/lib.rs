@@ -13,7 +13,7 @@
 // rewrites them.
 //
 // 0  command_docs, config, contain, context, errors, fences, reply, slot, stats, timetable
-// 1  args, clock, defrag, eviction, move_db_workaround, propagation, registry
+// 1  args, clock, defrag, eviction, lazyfree, move_db_workaround, propagation, registry
 // 2  blocked, effects, schedule
 // 3  info, keytype
 // 4  store
@@ -29,7 +29,7 @@
 //
 // command path: commands, command_docs, args, config, change, grants, store, reply, clock
 // waiting: waits, blocked, registry, grants, change, store, slot
-// background work: expiry, schedule, timetable, change, store
+// background work: expiry, schedule, timetable, change, store, lazyfree
 // replication: effects, propagation, fences, commands, change
 // keyspace events: events, eviction, move_db_workaround, registry, schedule, slot
 // the key type: keytype, defrag, fences
