@@ -136,10 +136,10 @@ impl Tree {
             // for were often gone from the cache by their turn, as Redis compresses each chunk
             // the encoder hands it (LZF's table and input evict half the cache every two
             // thousand locks).
-            if let Some(&(soon, ..)) = stack.len().checked_sub(AHEAD).map(|i| &stack[i]) {
-                let soon = &self.nodes[soon as usize];
-                prefetch(soon);
-                prefetch(&soon.lock);
+            if let Some(&(ahead, ..)) = stack.len().checked_sub(AHEAD).map(|i| &stack[i]) {
+                let ahead = &self.nodes[ahead as usize];
+                prefetch(ahead);
+                prefetch(&ahead.lock);
             }
             if let Some(&(near, ..)) = stack.len().checked_sub(NEAR).map(|i| &stack[i]) {
                 let lock = self.nodes[near as usize].lock;
