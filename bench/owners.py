@@ -35,6 +35,10 @@ CALLS = int(os.environ.get("OWNERS_CALLS", "2000"))
 MEMORY_LOCKS = int(os.environ.get("OWNERS_MEMORY_LOCKS", "250000"))
 # How long the PING baseline watches an idle server (the background freeing takes about this long).
 IDLE_SECONDS = int(os.environ.get("OWNERS_IDLE_SECONDS", "5"))
+# The first lease tried for the lapsed locks of part 2, quadrupled until loading them takes less
+# than 80% of it: at 10,000,000 locks each load that fails costs minutes, so a run at that size
+# starts from a lease longer than its load.
+LAPSE_TTL_MS = int(os.environ.get("OWNERS_LAPSE_TTL_MS", "1000"))
 KEY = "owners:proj"
 ROWS = []
 
@@ -324,7 +328,7 @@ def mountain():
     ]
     server, c = start_server()
     try:
-        ttl = 1000
+        ttl = LAPSE_TTL_MS
         while True:
             t = time.perf_counter()
             c.call("DEL", KEY)

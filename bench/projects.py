@@ -68,6 +68,9 @@ NICE = int(os.environ.get("PROJECTS_NICE", "-10"))
 # preempts, with the real-time throttling lifted for the run, as `make bench-latency` does with
 # LATENCY_FIFO=1 (see there): on a loaded machine the slow log then shows the server's own work.
 FIFO = os.environ.get("PROJECTS_FIFO") == "1"
+# The length of the memory section's tokens: 36 is a UUID v4 as clients send it; longer ones
+# (up to the 128 bytes a token may have) are the UUID followed by random hex digits.
+TOKEN_BYTES = int(os.environ.get("PROJECTS_TOKEN_BYTES", "36"))
 LONG_TTL = 3_600_000
 MB = 1 << 20
 ROWS = []
@@ -457,9 +460,14 @@ NOTE = ("moved by alice to /archive/2024; ask in #storage before taking these lo
 
 
 def tokens(n, seed):
-    """`n` canonical UUID v4 strings, the same for the same seed: what clients send as tokens."""
+    """`n` canonical UUID v4 strings (`PROJECTS_TOKEN_BYTES` long), the same for the same seed:
+    what clients send as tokens."""
     rng = random.Random(seed)
-    return [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+    ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+    if TOKEN_BYTES <= 36:
+        return ids
+    extra = TOKEN_BYTES - 36
+    return [t + f"{rng.getrandbits(4 * extra):0{extra}x}" for t in ids]
 
 
 def settled(server):

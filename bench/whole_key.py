@@ -160,7 +160,17 @@ def before_forks(system, a, b, out):
         a.c.call("DEBUG", "RELOAD")
     assert digest(a, KEY) == before, "DEBUG RELOAD changed the value"
     out["RSS (MB)"] = int(info(a.c, "memory", "used_memory_rss")) / 1e6
+    out["used_memory (MB)"] = int(info(a.c, "memory", "used_memory")) / 1e6
+    out["resident anonymous, RssAnon (MB)"] = rss_anon_kb(a.proc.pid) / 1e3
     return before
+
+
+def rss_anon_kb(pid):
+    """The process's resident anonymous memory, the pages a fork copies the entries of."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    return 0
 
 
 def forks(servers, outs):

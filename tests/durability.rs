@@ -313,16 +313,14 @@ fn a_large_copy_and_its_original_stay_independent() {
     // and a copy's pieces, made to fit, need not repeat: 2,693,886 against 2,694,230 here on
     // Redis 7.0), and the server adds its own allocation for the key, which a libc allocator
     // may round up 16 bytes more for one key than for the other: the two agree within 0.1%,
-    // where the module's share is over a hundred bytes per lock on both.
+    // where the module's share is over 80 bytes per lock on both (a node and an owner of 40
+    // bytes each, and the indexes' share: about 100 in all, 99.96 on Valkey 9.1).
     let (copy_usage, big_usage) = (usage(&mut con, "copy"), usage(&mut con, "big"));
     assert!(
         copy_usage.abs_diff(big_usage) <= (big_usage / 1000).max(64) as u64,
         "copy {copy_usage} against original {big_usage}"
     );
-    assert!(
-        big_usage > 100 * n as i64,
-        "{big_usage} bytes for {n} locks"
-    );
+    assert!(big_usage > 80 * n as i64, "{big_usage} bytes for {n} locks");
     assert_eq!(
         info_number(&mut con, "pathlock", "pathlock_locks"),
         2 * (n as i64 + 7)

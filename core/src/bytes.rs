@@ -2,8 +2,8 @@
 
 use crate::alloc::allocation;
 
-/// Bytes kept inline when they fit in `N` (22 by default: most folder and file names, short
-/// tokens), on the heap otherwise. With its tag the default takes 24 bytes, the size of the `Vec`
+/// Bytes kept inline when they fit in `N` (22 by default: most folder and file names), on the
+/// heap otherwise. With its tag the default takes 24 bytes, the size of the `Vec`
 /// it replaces, and a million of them spare a million allocations. Tokens and request paths
 /// keep up to 38 inline (40 bytes in all), which holds a generated UUID and most paths, so that
 /// a command's arguments cost no allocation. One length has one form, so the derived equality
@@ -34,14 +34,6 @@ impl<const N: usize> SmallBytes<N> {
             let mut heap = vec![0; len].into_boxed_slice();
             fill(&mut heap);
             SmallBytes::Heap(heap)
-        }
-    }
-
-    /// The bytes kept on the heap, for memory estimates.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        match self {
-            SmallBytes::Inline { .. } => 0,
-            SmallBytes::Heap(bytes) => bytes.len(),
         }
     }
 }

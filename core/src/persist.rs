@@ -67,7 +67,7 @@ use std::fmt;
 
 use smallvec::SmallVec;
 
-use crate::lock::{Mode, Note, PackedToken, Token, MAX_TOKEN_BYTES, NOTE_CEILING};
+use crate::lock::{Mode, Note, PackedToken, Token, TokenForm, MAX_TOKEN_BYTES, NOTE_CEILING};
 use crate::path::{Path, PathLimits};
 use crate::table::dense::{Builder, Refused};
 use crate::table::LockTable;
@@ -237,12 +237,12 @@ pub fn encode(table: &LockTable, sink: &mut impl Sink) {
     let mut previous_lease = 0;
     let numbers = table.for_each_owner(&mut |token, lease| {
         let bytes = chunk.bytes_mut();
-        match token {
-            PackedToken::Uuid(uuid) => {
+        match token.form() {
+            TokenForm::Uuid(uuid) => {
                 bytes.push(TOKEN_UUID);
                 bytes.extend_from_slice(uuid);
             }
-            PackedToken::Plain(text) => {
+            TokenForm::Text(text) => {
                 bytes.push(TOKEN_PLAIN);
                 put_varint(bytes, text.len() as u64);
                 bytes.extend_from_slice(text);
@@ -475,7 +475,7 @@ impl Dense {
                     .take(16)?
                     .try_into()
                     .map_err(|_| DecodeError::Short)?;
-                PackedToken::Uuid(uuid)
+                PackedToken::uuid(uuid)
             }
             TOKEN_PLAIN => {
                 let text = reader.counted()?;

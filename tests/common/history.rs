@@ -62,10 +62,13 @@ impl Hold {
     }
 
     /// Keeps the hold for a while at `pace`, maybe renewing it, then ends it at the earlier of
-    /// now (the release is sent next) and its lease's end. A renewal moves the lease's end only
-    /// when it counted locks and `confirmed` says it took (with `WAIT`, say: a renewal a replica
-    /// lacks is lost with its master); the new end is measured from when the renewal was sent.
-    /// Returns whether the hold was renewed.
+    /// now (the release is sent next) and its lease's end. `RENEW` sets the lease to the
+    /// server's now plus `ms`, shorter or longer than what was left, so a renewal that counted
+    /// locks and that `confirmed` says took (with `WAIT`, say: a renewal a replica lacks is lost
+    /// with its master) puts the certain end at its send time plus `ms`, earlier or later than
+    /// before. One whose outcome is unknown (an error, or not confirmed) may have shortened the
+    /// lease, so the end becomes the earlier of the two; one that counted nothing found the
+    /// lease already gone, which leaves the end as it was. Returns whether the hold was renewed.
     pub fn keep<C: redis::ConnectionLike>(
         &mut self,
         con: &mut C,
@@ -81,9 +84,14 @@ impl Hold {
             let reply = cmd("PATHLOCK.RENEW")
                 .arg(&[&self.key, &self.owner, &ms.to_string()])
                 .query::<i64>(con);
-            if matches!(reply, Ok(n) if n > 0) && confirmed(con) {
-                self.end = self.end.max(sent + Duration::from_millis(ms));
-                renewed = true;
+            let renewed_end = sent + Duration::from_millis(ms);
+            match reply {
+                Ok(n) if n > 0 && confirmed(con) => {
+                    self.end = renewed_end;
+                    renewed = true;
+                }
+                Ok(0) => {}
+                _ => self.end = self.end.min(renewed_end),
             }
             sleep(Duration::from_millis(rng.below(pace.pause_ms)));
         }
@@ -122,12 +130,27 @@ pub fn check(history: &[Hold]) -> (usize, usize) {
     let mut active: Vec<&Hold> = Vec::new();
     for hold in &holds {
         active.retain(|a| a.end > hold.start);
-        overlaps += active
-            .iter()
-            .filter(|a| {
-                a.key == hold.key && a.owner != hold.owner && items_conflict(&a.items, &hold.items)
-            })
-            .count();
+        for a in active.iter().filter(|a| {
+            a.key == hold.key && a.owner != hold.owner && items_conflict(&a.items, &hold.items)
+        }) {
+            // A failure names the pair, so that a run that cannot be repeated still says which
+            // grants met: their owners, items, fences and how far the two intervals overlap.
+            eprintln!(
+                "checker: overlap in {}: {} {:?} fence {} held {:?} after the first start, \
+                 {} {:?} fence {} from {:?} to {:?} after it",
+                hold.key,
+                a.owner,
+                a.items,
+                a.fence,
+                a.end - a.start,
+                hold.owner,
+                hold.items,
+                hold.fence,
+                hold.start - a.start,
+                hold.end - a.start,
+            );
+            overlaps += 1;
+        }
         active.push(hold);
     }
     let mut probes: Vec<(&str, &str)> = holds

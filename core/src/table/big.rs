@@ -233,9 +233,9 @@ impl Tree {
     /// count for nothing from now on and are freed by `free_some`. Returns how many locks it
     /// held and the path under which waiters it held up are to be looked for.
     pub(super) fn bury(&mut self, id: OwnerId) -> (usize, Path) {
+        // Unfiled, its lease is 0, which is what marks it buried.
         self.unfile(id);
         self.unindex(id);
-        self.owner_mut(id).deadline = 0;
         let (count, lca) = match self.bigs.get_mut(id) {
             Some(big) => {
                 big.buried = true;

@@ -44,8 +44,9 @@ use smallvec::SmallVec;
 
 use super::{Acquired, Released, Request, Tree};
 use crate::alloc::allocation;
-use crate::bytes::SmallBytes;
-use crate::lock::{uuid_text, Freed, LockInfo, Mode, Note, PackedToken, Token, MAX_TOKEN_BYTES};
+use crate::lock::{
+    uuid_text, Freed, LockInfo, Mode, Note, PackedToken, Token, TokenForm, MAX_TOKEN_BYTES,
+};
 use crate::path::Path;
 
 /// The most locks the compact form holds by default; one more and the table becomes a tree.
@@ -92,16 +93,16 @@ enum Tok<'a> {
 
 impl<'a> Tok<'a> {
     fn of(packed: &'a PackedToken) -> Tok<'a> {
-        match packed {
-            PackedToken::Uuid(uuid) => Tok::Uuid(*uuid),
-            PackedToken::Plain(bytes) => Tok::Text(bytes),
+        match packed.form() {
+            TokenForm::Uuid(uuid) => Tok::Uuid(*uuid),
+            TokenForm::Text(bytes) => Tok::Text(bytes),
         }
     }
 
     fn packed(self) -> PackedToken {
         match self {
-            Tok::Uuid(uuid) => PackedToken::Uuid(uuid),
-            Tok::Text(bytes) => PackedToken::Plain(SmallBytes::new(bytes)),
+            Tok::Uuid(uuid) => PackedToken::uuid(uuid),
+            Tok::Text(bytes) => PackedToken::plain(bytes),
         }
     }
 
@@ -816,7 +817,7 @@ impl Compact {
                 (acquired, Stored::Tree(Box::new(tree)))
             } else {
                 let fence = state.next_fence;
-                let deadline = now.saturating_add(request.ttl);
+                let deadline = super::lease(now.saturating_add(request.ttl));
                 let owner = match me {
                     Some(owner) => {
                         if deadline > state.owners[usize::from(owner)].deadline {

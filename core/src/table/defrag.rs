@@ -23,10 +23,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::compact::Compact;
-use super::owners::Owner;
 use super::Tree;
-use crate::bytes::{ShortBytes, SmallBytes};
-use crate::lock::PackedToken;
+use crate::bytes::ShortBytes;
 
 /// The mover a walk is handed: the server's defragmenter, or a test's.
 ///
@@ -241,12 +239,8 @@ fn tree_piece<R: Relocate + ?Sized>(tree: &mut Tree, to: &mut R, part: u64, piec
         OWNERS => tree
             .owners
             .defrag_slots(slot, SLOTS_PER_PIECE, to, |owner, to| {
-                if let Some(Owner {
-                    token: PackedToken::Plain(SmallBytes::Heap(bytes)),
-                    ..
-                }) = owner
-                {
-                    move_slice(bytes, to);
+                if let Some(owner) = owner {
+                    owner.token.with_heap(|bytes| move_slice(bytes, to));
                 }
             }),
         OWNER_INDEX => tree.owner_index.defrag_segment(piece, to),

@@ -226,6 +226,8 @@ impl Builder {
         if id >= MAX_ID {
             return Err(Refused::TooLarge);
         }
+        // A lease of 0 (only a forged payload holds one) loads as 1, as it would enter a table.
+        let deadline = super::lease(deadline);
         let mut prev = NONE;
         match &mut self.lease {
             Some((lease, _, last)) if *lease == deadline => {
@@ -249,7 +251,6 @@ impl Builder {
             prev,
             next: NONE,
             lock: Tagged(NONE),
-            filed: true,
         }));
         Ok(id)
     }

@@ -94,8 +94,10 @@ impl Tree {
             .map(|(_, &owner)| owner)
     }
 
-    /// Puts an unfiled owner first in the list of `deadline`.
+    /// Puts an unfiled owner first in the list of `deadline`, which becomes its lease (never 0,
+    /// see `lease`).
     pub(super) fn file(&mut self, id: OwnerId, deadline: u64) {
+        let deadline = super::lease(deadline);
         let next = self.expiry.insert(deadline, id).unwrap_or(NONE);
         if next != NONE {
             self.owner_mut(next).prev = id;
@@ -103,17 +105,18 @@ impl Tree {
         let owner = self.owner_mut(id);
         owner.prev = NONE;
         owner.next = next;
-        owner.filed = true;
+        owner.deadline = deadline;
     }
 
-    /// Takes an owner out of its expiry list, if it is in one.
+    /// Takes an owner out of its expiry list, if it is in one; its lease is 0 until it is filed
+    /// again.
     pub(super) fn unfile(&mut self, id: OwnerId) {
         let owner = self.owner_mut(id);
-        if !owner.filed {
+        if owner.deadline == 0 {
             return;
         }
         let (deadline, prev, next) = (owner.deadline, owner.prev, owner.next);
-        owner.filed = false;
+        owner.deadline = 0;
         owner.prev = NONE;
         owner.next = NONE;
         if prev != NONE {

@@ -273,8 +273,13 @@ impl LockTable {
         note: Option<&Note>,
     ) -> usize {
         let (added, grown) = match &mut self.form {
-            Form::Compact(compact) => compact.grant_noted(token, deadline, fence, items, note),
-            Form::Tree(tree) => (tree.grant_noted(token, deadline, fence, items, note), None),
+            Form::Compact(compact) => {
+                compact.grant_noted(token, super::lease(deadline), fence, items, note)
+            }
+            Form::Tree(tree) => (
+                tree.grant_noted(token, super::lease(deadline), fence, items, note),
+                None,
+            ),
         };
         self.settle(grown);
         added
@@ -315,8 +320,8 @@ impl LockTable {
     /// it renewed, in one step whatever the owner holds, and what lapsed.
     pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Freed) {
         let (renewed, grown) = match &mut self.form {
-            Form::Compact(compact) => compact.renew(Some(now), token, deadline),
-            Form::Tree(tree) => (tree.renew(now, token, deadline), None),
+            Form::Compact(compact) => compact.renew(Some(now), token, super::lease(deadline)),
+            Form::Tree(tree) => (tree.renew(now, token, super::lease(deadline)), None),
         };
         self.settle(grown);
         renewed
@@ -326,10 +331,10 @@ impl LockTable {
     pub fn renew_decided(&mut self, token: &Token, deadline: u64) -> usize {
         let (renewed, grown) = match &mut self.form {
             Form::Compact(compact) => {
-                let ((renewed, _), grown) = compact.renew(None, token, deadline);
+                let ((renewed, _), grown) = compact.renew(None, token, super::lease(deadline));
                 (renewed, grown)
             }
-            Form::Tree(tree) => (tree.renew_decided(token, deadline), None),
+            Form::Tree(tree) => (tree.renew_decided(token, super::lease(deadline)), None),
         };
         self.settle(grown);
         renewed

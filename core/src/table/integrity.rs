@@ -340,10 +340,7 @@ impl Tree {
                 if record.buried {
                     buried.push(id);
                     buried_locks += listed.len();
-                    if owner.filed
-                        || owner.deadline != 0
-                        || self.find_owner(&owner.token) == Some(id)
-                    {
+                    if owner.deadline != 0 || self.find_owner(&owner.token) == Some(id) {
                         return Err(format!("buried owner {:?} is still indexed", owner.token));
                     }
                     continue;
@@ -353,7 +350,7 @@ impl Tree {
             if self.find_owner(&owner.token) != Some(id) {
                 return Err(format!("owner {:?} is not indexed", owner.token));
             }
-            if !owner.filed {
+            if owner.deadline == 0 {
                 return Err(format!("owner {:?} is not filed", owner.token));
             }
             expected.insert((owner.deadline, id));

@@ -214,6 +214,14 @@ impl Default for Tree {
 /// owners costs a fixed share of their reclaiming, the expiry cycle doing the rest.
 const MET_RECLAIMED: usize = 32;
 
+/// The lease a table keeps for a deadline: the deadline itself, but 1 for 0. No server grants a
+/// lease of 0 (it would lapse at time 0), only a forged effect or payload could ask for one, and
+/// 1 has lapsed just the same; a lease of 0 is what marks an owner unfiled (see `Owner`), so
+/// every deadline that enters a table, in either form, passes here.
+pub(super) fn lease(deadline: u64) -> u64 {
+    deadline.max(1)
+}
+
 impl Tree {
     pub fn new() -> Tree {
         let mut table = Tree {
@@ -440,7 +448,7 @@ impl Tree {
             };
         }
         let fence = self.next_fence;
-        let deadline = now.saturating_add(request.ttl);
+        let deadline = lease(now.saturating_add(request.ttl));
         let owner = match me {
             Some(id) => {
                 if deadline > self.owner(id).deadline {
@@ -485,7 +493,7 @@ impl Tree {
             // a later owner took meanwhile (it is live).
             let still = self.owners[owner as usize]
                 .as_ref()
-                .is_some_and(|o| o.filed && o.deadline <= now);
+                .is_some_and(|o| o.deadline != 0 && o.deadline <= now);
             if !still {
                 continue;
             }

@@ -31,8 +31,11 @@ pub(super) const SMALL: usize = 64;
 #[derive(Clone, Debug)]
 pub(super) struct Owner {
     pub(super) token: PackedToken,
-    /// The lease: every lock of the owner lapses at this time (milliseconds). Zero for an owner
-    /// that was released or reclaimed whole and whose locks are being freed (`big::bury`).
+    /// The lease: every lock of the owner lapses at this time (milliseconds). Zero exactly when
+    /// the owner is filed in no expiry list: for a moment while it is refiled or made, and for
+    /// an owner that was released or reclaimed whole and whose locks are being freed
+    /// (`big::bury`). No lease is 0 (none is granted, none loads), so the zero stands for the
+    /// flag an owner would otherwise spend a word of padding on.
     pub(super) deadline: u64,
     /// The neighbours in the list of owners filed under the same deadline.
     pub(super) prev: OwnerId,
@@ -40,10 +43,11 @@ pub(super) struct Owner {
     /// The owner's only lock (`Tagged(node, mode)`), `NONE` before its first, `SPILLED` when it
     /// holds several, listed in `Tree::owner_locks`, or `BIG` (see `big`).
     pub(super) lock: Tagged,
-    pub(super) filed: bool,
 }
 
-const _: () = assert!(std::mem::size_of::<Option<Owner>>() == 48);
+// Forty bytes: the token's 20 (its first byte never 0, the `Option`'s mark), the lease's 8 and
+// three ids. Every lock of its own token costs one.
+const _: () = assert!(std::mem::size_of::<Option<Owner>>() == 40);
 
 impl Tree {
     pub(super) fn owner(&self, id: OwnerId) -> &Owner {
@@ -81,11 +85,10 @@ impl Tree {
         self.token_bytes += token.heap_bytes();
         let owner = Owner {
             token,
-            deadline,
+            deadline: 0,
             prev: NONE,
             next: NONE,
             lock: Tagged(NONE),
-            filed: false,
         };
         let id = match self.free_owners.pop_lowest() {
             Some(id) => {
@@ -234,7 +237,6 @@ impl Tree {
             return;
         }
         self.unfile(id);
-        self.owner_mut(id).deadline = deadline;
         self.file(id, deadline);
         if deadline > before && !self.is_big(id) {
             let locks: smallvec::SmallVec<[Tagged; 4]> =
