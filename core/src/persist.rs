@@ -191,7 +191,14 @@ const NOTE_LAST: u8 = 1;
 const NOTE_NEW: u8 = 2;
 const FLAGS_USED: u8 = 0b0000_1111;
 
+#[inline]
 fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    // Most numbers of a payload (a step's counts, a segment's length, a lease's difference) fit
+    // in one byte: written without the buffer below.
+    if value < 0x80 {
+        out.push(value as u8);
+        return;
+    }
     // Built apart and appended at once: one check of the vector's capacity, not one a byte.
     let mut bytes = [0u8; 10];
     let mut len = 0;
@@ -228,7 +235,7 @@ pub fn encode(table: &LockTable, sink: &mut impl Sink) {
     };
     put_varint(&mut chunk.bytes, table.filed_owners() as u64);
     let mut previous_lease = 0;
-    table.for_each_owner(&mut |token, lease| {
+    let numbers = table.for_each_owner(&mut |token, lease| {
         let bytes = chunk.bytes_mut();
         match token.form() {
             TokenForm::Uuid(uuid) => {
@@ -247,7 +254,7 @@ pub fn encode(table: &LockTable, sink: &mut impl Sink) {
     });
     let (mut previous_owner, mut previous_fence) = (None, 0);
     let mut last_note: Option<Note> = None;
-    table.for_each_step(&mut |step| {
+    table.for_each_step(&numbers, &mut |step| {
         let bytes = chunk.bytes_mut();
         put_varint(bytes, step.up as u64);
         put_varint(bytes, step.down.len() as u64);

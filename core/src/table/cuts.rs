@@ -20,8 +20,9 @@
 //! reclaimed before its token is granted again). A node's cuts go with the node.
 
 use super::conflicts::blocking_count;
-use super::ids::{NodeId, OwnerId, ROOT};
-use super::tree::{push_segment, Held};
+use super::ids::{NodeId, OwnerId, NONE, ROOT, SPILLED};
+use super::rehash::prefetch;
+use super::tree::{push_segment, Held, SortedChildren};
 use super::Tree;
 use crate::lock::{LockInfo, Mode};
 
@@ -100,7 +101,7 @@ impl Tree {
     /// lock, lapsed or not, but those of owners being freed (`big`) and those cut. It reads no
     /// clock, so a master and its replicas, which store the same locks, carry the same ones.
     pub(super) fn visit_persisted(&self, visit: &mut dyn FnMut(LockInfo)) {
-        self.walk_persisted(&mut |path, key, held| {
+        self.walk_persisted::<true>(&|_| {}, &mut |path, key, held| {
             if let Some(&node) = path.last() {
                 visit(self.info(node, key, held));
             }
@@ -108,19 +109,48 @@ impl Tree {
     }
 
     /// The walk of `visit_persisted`: each lock it carries, with the nodes from the root down to
-    /// the lock's (the root first) and the trie key of its path.
-    pub(super) fn walk_persisted(&self, visit: &mut PersistedVisit<'_>) {
+    /// the lock's (the root first) and, when `KEYED`, the trie key of its path (empty when not:
+    /// the dense encoding names segments from the nodes, and copying each into a key was a
+    /// copy per node for nothing).
+    ///
+    /// `soon` is told the owner of a lock the walk visits a few visits later (of a path of one
+    /// lock, the common case), for the caller to ask for what it will read of that owner.
+    pub(super) fn walk_persisted<const KEYED: bool>(
+        &self,
+        soon: &dyn Fn(OwnerId),
+        visit: &mut PersistedVisit<'_>,
+    ) {
+        // How many visits ahead a node is asked for, and its lock's owner given to `soon`: that
+        // node asked for earlier, so that reading its lock seldom waits.
+        const AHEAD: usize = 8;
+        const NEAR: usize = 4;
         let none = [Cut::default(); 2];
         // Each entry: a node, its depth, its parent's key length, and the newest `beneath` cuts
         // of its ancestors, by mode.
         let mut stack: Vec<(NodeId, usize, usize, [Cut; 2])> = vec![(ROOT, 0, 0, none)];
         let mut key = Vec::new();
         let mut path: Vec<NodeId> = Vec::new();
+        let mut sorted = SortedChildren::default();
         while let Some((node, depth, parent_length, inherited)) = stack.pop() {
+            // The node visited a few visits from now is asked for: those `sort_children` asked
+            // for were often gone from the cache by their turn, as Redis compresses each chunk
+            // the encoder hands it (LZF's table and input evict half the cache every two
+            // thousand locks).
+            if let Some(&(ahead, ..)) = stack.len().checked_sub(AHEAD).map(|i| &stack[i]) {
+                let ahead = &self.nodes[ahead as usize];
+                prefetch(ahead);
+                prefetch(&ahead.lock);
+            }
+            if let Some(&(near, ..)) = stack.len().checked_sub(NEAR).map(|i| &stack[i]) {
+                let lock = self.nodes[near as usize].lock;
+                if lock.owner.0 != NONE && lock.owner.0 != SPILLED {
+                    soon(lock.owner());
+                }
+            }
             key.truncate(parent_length);
             path.truncate(depth);
             path.push(node);
-            if node != ROOT {
+            if KEYED && node != ROOT {
                 push_segment(&mut key, &self.nodes[node as usize].segment);
             }
             let own = if self.cuts.is_empty() {
@@ -146,11 +176,13 @@ impl Tree {
                 }
             }
             let length = key.len();
+            self.sort_children(node, &mut sorted);
             stack.extend(
-                self.sorted_children(node)
-                    .into_iter()
+                sorted
+                    .keyed
+                    .iter()
                     .rev()
-                    .map(|child| (child, depth + 1, length, below)),
+                    .map(|&(_, child)| (child, depth + 1, length, below)),
             );
         }
     }

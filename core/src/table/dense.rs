@@ -57,36 +57,41 @@ impl Tree {
     }
 
     /// Visits the owners that are not being freed, in the order of their leases, each with its
-    /// token and lease; the position of an owner in this order is its number in [`Step`]s.
-    pub(crate) fn for_each_owner(&self, visit: &mut dyn FnMut(&PackedToken, u64)) {
+    /// token and lease; the position of an owner in this order is its number in [`Step`]s, which
+    /// the answer keeps for [`Tree::for_each_step`] (numbered in the same pass: a pass of its
+    /// own read every owner a second time).
+    pub(crate) fn for_each_owner(&self, visit: &mut dyn FnMut(&PackedToken, u64)) -> OwnerNumbers {
+        let mut numbers: Vec<u32> = vec![NONE; self.owners.len()];
+        let mut next = 0;
         for (&deadline, &head) in self.expiry.iter() {
             let mut id = head;
             while id != NONE {
                 let owner = self.owner(id);
                 visit(&owner.token, deadline);
+                numbers[id as usize] = next;
+                next += 1;
                 id = owner.next;
             }
         }
+        OwnerNumbers(numbers)
     }
 
     /// Visits the locks [`Tree::iter`] lists, in its order, each as a [`Step`] from the
-    /// previous one. It reads no clock and builds no path, token or list of the locks.
-    pub(crate) fn for_each_step(&self, visit: &mut dyn FnMut(&Step)) {
-        // Every filed owner's number, by its slot, in `for_each_owner`'s order.
-        let mut numbers: Vec<u32> = vec![NONE; self.owners.len()];
-        let mut next = 0;
-        for (_, &head) in self.expiry.iter() {
-            let mut id = head;
-            while id != NONE {
-                numbers[id as usize] = next;
-                next += 1;
-                id = self.owner(id).next;
-            }
-        }
+    /// previous one, naming owners by `numbers`, which [`Tree::for_each_owner`] gave for the
+    /// table as it is. It reads no clock and builds no path, token or list of the locks.
+    pub(crate) fn for_each_step(&self, numbers: &OwnerNumbers, visit: &mut dyn FnMut(&Step)) {
+        let numbers = &numbers.0;
         // The previous lock's path, the root first.
         let mut previous: Vec<NodeId> = vec![ROOT];
         let mut down: SmallVec<[&[u8]; 8]> = SmallVec::new();
-        self.walk_persisted(&mut |path, _, held| {
+        // Owners were numbered in the order of their leases, locks come in tree order: each
+        // lock's number is a read anywhere in the list, asked for a few locks ahead.
+        let soon = |owner: OwnerId| {
+            if let Some(number) = numbers.get(owner as usize) {
+                prefetch(number);
+            }
+        };
+        self.walk_persisted::<false>(&soon, &mut |path, _, held| {
             let shared = previous
                 .iter()
                 .zip(path)
@@ -110,6 +115,9 @@ impl Tree {
         });
     }
 }
+
+/// Every filed owner's number, by its slot, in [`Tree::for_each_owner`]'s order.
+pub(crate) struct OwnerNumbers(Vec<u32>);
 
 /// Up to two owners: the first, and whether another one is there too.
 #[derive(Clone, Copy)]

@@ -794,7 +794,18 @@ impl Tree {
     /// equal (a shared first eight bytes, or a segment that is a shorter one's padding) are
     /// then ordered by their whole segments.
     pub(super) fn sorted_children(&self, node: NodeId) -> Vec<NodeId> {
-        let children: Vec<NodeId> = self.children(node).collect();
+        let mut sorted = SortedChildren::default();
+        self.sort_children(node, &mut sorted);
+        sorted.keyed.into_iter().map(|(_, child)| child).collect()
+    }
+
+    /// [`Tree::sorted_children`] into buffers the caller keeps from one node to the next: a walk
+    /// of a million nodes allocated three lists for each.
+    pub(super) fn sort_children(&self, node: NodeId, sorted: &mut SortedChildren) {
+        let SortedChildren { children, keyed } = sorted;
+        children.clear();
+        keyed.clear();
+        children.extend(self.children(node));
         // The children's nodes lie anywhere in the arena: each is asked for a few children
         // ahead of reading it.
         const AHEAD: usize = 8;
@@ -808,14 +819,15 @@ impl Tree {
         for &child in children.iter().take(AHEAD) {
             ask(child);
         }
-        let mut keyed: Vec<(u64, NodeId)> = Vec::with_capacity(children.len());
         for (i, &child) in children.iter().enumerate() {
             if let Some(&next) = children.get(i + AHEAD) {
                 ask(next);
             }
             keyed.push((order_key(&self.nodes[child as usize].segment), child));
         }
-        keyed.sort_unstable();
+        // By the key alone: siblings' segments differ, so ties are ordered below in any case,
+        // and one comparison of a number is cheaper than one of a pair.
+        keyed.sort_unstable_by_key(|&(key, _)| key);
         let mut start = 0;
         while start < keyed.len() {
             let key = keyed[start].0;
@@ -831,8 +843,15 @@ impl Tree {
             }
             start = end;
         }
-        keyed.into_iter().map(|(_, child)| child).collect()
     }
+}
+
+/// A node's children as [`Tree::sort_children`] leaves them: `keyed` in the byte order of their
+/// segments, each child beside its sort key; `children` is its scratch list.
+#[derive(Default)]
+pub(super) struct SortedChildren {
+    children: Vec<NodeId>,
+    pub(super) keyed: Vec<(u64, NodeId)>,
 }
 
 /// What `walk` calls for each lock: the table, the lock's node, the node's trie key, the lock.
