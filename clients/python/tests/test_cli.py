@@ -398,7 +398,23 @@ def _read_until(fd: int, done: Any, timeout: float, until_exit: int = 0) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def test_watch_redraws_on_a_terminal_until_ctrl_c(client: "redis.Redis", server: Server) -> None:
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """The CLI is stopped with SIGINT, as a user's Ctrl-C stops it. A process a non-interactive
+    shell starts in the background (`cmd &`, as a CI runner may start the whole suite) ignores
+    SIGINT, every process it starts inherits that, and a Python program that starts ignoring it
+    never turns it into `KeyboardInterrupt`; so while these tests run, this process handles
+    SIGINT, and the CLI it starts begins with the default disposition."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_watch_redraws_on_a_terminal_until_ctrl_c(
+    client: "redis.Redis", server: Server, interruptible: None
+) -> None:
     args = [str(SCRIPT), "tree", "proj:42", "--watch", "0.2", "-p", str(server.port)]
     pid, fd = pty.fork()
     if pid == 0:
@@ -426,7 +442,9 @@ def test_watch_redraws_on_a_terminal_until_ctrl_c(client: "redis.Redis", server:
         os.close(fd)
 
 
-def test_watch_piped_prints_json_lines(client: "redis.Redis", server: Server) -> None:
+def test_watch_piped_prints_json_lines(
+    client: "redis.Redis", server: Server, interruptible: None
+) -> None:
     readme_example(client)
     process = subprocess.Popen(
         [str(SCRIPT), "top", "--json", "--watch", "0.1", "-p", str(server.port)],
