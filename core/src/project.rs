@@ -81,7 +81,7 @@ impl Lapsed {
 }
 
 /// A project: its locks, and what a change leaves for its caller or someone waits for. A
-/// project key costs its table and two words while nobody waits and nothing lapsed is left to
+/// project key costs its table and one word while nobody waits and nothing lapsed is left to
 /// take: the queue and the lapsed record are allocated when first needed and dropped when they
 /// empty, so that a million keys of one lock each cost what their locks do.
 #[derive(Debug, Default)]
