@@ -92,6 +92,10 @@ struct Schedule {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Tag(u64);
 
+// A database's index is below the server's `databases`, itself at most `INT_MAX`, so the
+// largest tag has a slot of `INT_MAX - 1`; it must fit in what a project keeps.
+const _: () = assert!((((i32::MAX - 1) as u64 + 1) << 32 | u32::MAX as u64) <= Project::MAX_TAG);
+
 impl Tag {
     const NONE: Tag = Tag(0);
 

@@ -81,19 +81,17 @@ impl Lapsed {
 }
 
 /// A project: its locks, and what a change leaves for its caller or someone waits for. A
-/// project key costs its table and two words while nobody waits and nothing lapsed is left to
+/// project key costs its table and one word while nobody waits and nothing lapsed is left to
 /// take: the queue and the lapsed record are allocated when first needed and dropped when they
 /// empty, so that a million keys of one lock each cost what their locks do.
 #[derive(Debug, Default)]
 pub struct Project {
     locks: LockTable,
-    side: Option<Box<Side>>,
-    /// A number that whoever keeps the project stores with it, and the engine never reads: the
-    /// module keeps there the project's entry in its expiry schedule, so that the entry is
-    /// found, moved and removed without a map from key names to entries. A `Cell`, because the
-    /// module sets it where the server hands it the project to read (a keyspace event, a
-    /// value leaving its key). Copies start without one (0).
-    tag: Cell<u64>,
+    /// The side record while there is one, and the keeper's tag: a number that whoever keeps
+    /// the project stores with it and the engine never reads. The module keeps there the
+    /// project's entry in its expiry schedule, so that the entry is found, moved and removed
+    /// without a map from key names to entries. Copies start without one (0).
+    side: SideSlot,
 }
 
 /// What a project keeps only for a while: allocated when first needed, dropped once both parts
@@ -104,11 +102,135 @@ struct Side {
     lapsed: Lapsed,
     /// The waiting requests.
     queue: Queue,
+    /// The keeper's tag while the side exists (see [`SideSlot`]). A `Cell`, as the keeper sets
+    /// it through a shared reference.
+    tag: Cell<u64>,
 }
 
-// A key holding a project costs this allocation besides its table's: four words (the table,
-// the side, the keeper's tag), the allocator's 32-byte class.
-const _: () = assert!(std::mem::size_of::<Project>() == 32);
+// A key holding a project costs this allocation besides its table's: three words (the table,
+// and the side or the tag). glibc's malloc (Valkey's default build) adds an 8-byte header and
+// rounds to 16, so three words take a 32-byte chunk where four took 48: 16 bytes a project.
+// jemalloc (Redis's) has no 24-byte class and keeps giving 32.
+const _: () = assert!(std::mem::size_of::<Project>() == 24);
+
+/// The side record or, while there is none, the keeper's tag, in one word, since nearly every
+/// project has a tag (a lease in the expiry schedule) and nearly none a side. The word holds
+/// either the address of a boxed [`Side`] (even, as a `Side` is aligned to 8), whose `tag`
+/// then holds the tag, or `tag << 1 | 1` with no provenance. A `Cell`, because the module sets
+/// the tag where the server hands it the project to read (a keyspace event, a value leaving
+/// its key).
+struct SideSlot {
+    word: Cell<*mut Side>,
+}
+
+// The word's odd values must not be addresses of a side, and a tag must fill the rest of it.
+const _: () = assert!(std::mem::align_of::<Side>() >= 2 && usize::BITS == 64);
+
+// SAFETY: the slot owns the side its word points to, as a `Box<Side>` would, and `Side` is
+// `Send`; the tag is a plain number. It is not `Sync`, as the `Cell` says.
+unsafe impl Send for SideSlot {}
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Side>()
+};
+
+impl Default for SideSlot {
+    fn default() -> SideSlot {
+        SideSlot {
+            word: Cell::new(SideSlot::tagged(0)),
+        }
+    }
+}
+
+impl Drop for SideSlot {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+impl std::fmt::Debug for SideSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.get() {
+            Some(side) => side.fmt(f),
+            None => write!(f, "tag {}", self.tag()),
+        }
+    }
+}
+
+impl SideSlot {
+    /// The word of `tag` and no side.
+    fn tagged(tag: u64) -> *mut Side {
+        // The top bit is lost to the mark; the keeper's tags fit (see `Project::MAX_TAG`).
+        std::ptr::without_provenance_mut(((tag << 1) | 1) as usize)
+    }
+
+    /// The side's address, while there is one.
+    fn address(&self) -> Option<*mut Side> {
+        let word = self.word.get();
+        (word.addr() & 1 == 0).then_some(word)
+    }
+
+    fn get(&self) -> Option<&Side> {
+        // SAFETY: an even word is the address of the live `Side` this slot owns (`insert`), and
+        // nothing takes it mutably while `self` is borrowed (`get_mut` needs `&mut self`).
+        self.address().map(|side| unsafe { &*side })
+    }
+
+    fn get_mut(&mut self) -> Option<&mut Side> {
+        // SAFETY: as in `get`, with the slot, and so its side, borrowed mutably.
+        self.address().map(|side| unsafe { &mut *side })
+    }
+
+    fn get_or_insert(&mut self) -> &mut Side {
+        if self.address().is_none() {
+            let side = Box::new(Side {
+                tag: Cell::new(self.tag()),
+                ..Side::default()
+            });
+            self.word.set(Box::into_raw(side));
+        }
+        // SAFETY: the word now holds the address of the slot's side, borrowed with `self`.
+        unsafe { &mut *self.word.get() }
+    }
+
+    /// Drops the side, keeping its tag.
+    fn clear(&mut self) {
+        if let Some(side) = self.address() {
+            // SAFETY: the word held the address `Box::into_raw` gave for the slot's side, and
+            // is overwritten before the box is dropped, so it is freed once.
+            let side = unsafe { Box::from_raw(side) };
+            self.word.set(SideSlot::tagged(side.tag.get()));
+        }
+    }
+
+    fn tag(&self) -> u64 {
+        match self.get() {
+            Some(side) => side.tag.get(),
+            None => (self.word.get().addr() >> 1) as u64,
+        }
+    }
+
+    fn set_tag(&self, tag: u64) {
+        debug_assert!(tag <= Project::MAX_TAG, "a project's tag keeps 63 bits");
+        match self.get() {
+            Some(side) => side.tag.set(tag),
+            None => self.word.set(SideSlot::tagged(tag)),
+        }
+    }
+
+    /// Moves the side's allocation through `to` (see [`Project::defrag`]).
+    fn defrag<R: Relocate + ?Sized>(&mut self, to: &mut R) {
+        if let Some(side) = self.address() {
+            // SAFETY: the address is the slot's box; `ManuallyDrop` keeps it from being freed
+            // here if the mover unwinds, and the word takes the box's address after the move
+            // (the same one when the mover left it).
+            let mut side = std::mem::ManuallyDrop::new(unsafe { Box::from_raw(side) });
+            defrag_box(&mut side, to);
+            self.word
+                .set(Box::into_raw(std::mem::ManuallyDrop::into_inner(side)));
+        }
+    }
+}
 
 /// The waiting requests of a project, and their index.
 #[derive(Debug, Default)]
@@ -150,9 +272,7 @@ impl Project {
     /// long enough to fragment memory is rare.
     pub fn defrag<R: Relocate + ?Sized>(&mut self, to: &mut R, cursor: u64) -> Progress {
         if cursor == 0 {
-            if let Some(side) = &mut self.side {
-                defrag_box(side, to);
-            }
+            self.side.defrag(to);
         }
         self.locks.defrag(to, cursor)
     }
@@ -207,11 +327,11 @@ impl Queue {
 /// Records the owners lazy expiry reclaimed at `now` in the side's lapsed record, for the
 /// caller to replicate and count (see [`Project::take_lapsed`]); the one place that does.
 /// Returns where to look for the waiters they held up; nothing when nothing was reclaimed.
-fn record_lapsed(side: &mut Option<Box<Side>>, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
+fn record_lapsed(side: &mut SideSlot, now: u64, freed: Freed) -> Vec<(Mode, Path)> {
     if freed.tokens.is_empty() {
         return Vec::new();
     }
-    let lapsed = &mut side.get_or_insert_with(Box::default).lapsed;
+    let lapsed = &mut side.get_or_insert().lapsed;
     lapsed
         .owners
         .extend(freed.tokens.into_iter().map(|t| (now, t)));
@@ -220,6 +340,9 @@ fn record_lapsed(side: &mut Option<Box<Side>>, now: u64, freed: Freed) -> Vec<(M
 }
 
 impl Project {
+    /// The largest tag a project keeps: one bit of its word marks a tag from a side's address.
+    pub const MAX_TAG: u64 = u64::MAX >> 1;
+
     pub fn new() -> Project {
         Project::default()
     }
@@ -246,7 +369,7 @@ impl Project {
     /// and its waiters' entries are added; what a waiter costs beyond them (its index entries,
     /// its paths) is not counted, as waiters come and go within their timeouts.
     pub fn memory_estimate(&self) -> usize {
-        let queue = self.side.as_ref().map_or(0, |side| {
+        let queue = self.side.get().map_or(0, |side| {
             allocation(std::mem::size_of::<Side>())
                 + side.queue.waiters.len() * std::mem::size_of::<(u64, Waiter)>()
         });
@@ -256,7 +379,7 @@ impl Project {
     /// The queue, while someone waits.
     fn queue(&self) -> Option<&Queue> {
         self.side
-            .as_ref()
+            .get()
             .map(|side| &side.queue)
             .filter(|queue| !queue.waiters.is_empty())
     }
@@ -265,8 +388,8 @@ impl Project {
     /// project costs its table alone.
     fn trim_side(&mut self) {
         let empty = |side: &Side| side.queue.waiters.is_empty() && side.lapsed.is_empty();
-        if self.side.as_deref().is_some_and(empty) {
-            self.side = None;
+        if self.side.get().is_some_and(empty) {
+            self.side.clear();
         }
     }
 
@@ -282,11 +405,12 @@ impl Project {
 
     /// The number its keeper stored with it (0 until it does); see the field.
     pub fn tag(&self) -> u64 {
-        self.tag.get()
+        self.side.tag()
     }
 
+    /// Stores `tag`, at most [`Project::MAX_TAG`], with the project.
     pub fn set_tag(&self, tag: u64) {
-        self.tag.set(tag);
+        self.side.set_tag(tag);
     }
 
     /// The ids of the waiting requests, oldest first.
@@ -299,7 +423,7 @@ impl Project {
     /// The path index of the waiters, for tests of its consistency.
     pub fn wait_index(&self) -> &WaitIndex {
         self.side
-            .as_ref()
+            .get()
             .map_or(&NO_WAITERS, |side| &side.queue.index)
     }
 
@@ -382,7 +506,7 @@ impl Project {
     /// through it takes this after the change, to replicate the reclaimed owners (`EXPIRE now
     /// token...`) ahead of the change's own effects and to answer the waiters granted.
     pub fn take_lapsed(&mut self) -> Lapsed {
-        let Some(side) = self.side.as_mut() else {
+        let Some(side) = self.side.get_mut() else {
             return Lapsed::default();
         };
         let lapsed = std::mem::take(&mut side.lapsed);
@@ -393,9 +517,7 @@ impl Project {
     /// Whether lazy expiry reclaimed anything not yet taken: a look before `take_lapsed`,
     /// which every change calls and which nearly always finds nothing.
     pub fn has_lapsed(&self) -> bool {
-        self.side
-            .as_ref()
-            .is_some_and(|side| !side.lapsed.is_empty())
+        self.side.get().is_some_and(|side| !side.lapsed.is_empty())
     }
 
     /// Records what was reclaimed at `now` and grants the waiters it lets in.
@@ -403,7 +525,7 @@ impl Project {
         let probes = record_lapsed(&mut self.side, now, freed);
         let grants = self.wake_probes(now, &probes);
         if !grants.is_empty() {
-            let side = self.side.get_or_insert_with(Box::default);
+            let side = self.side.get_or_insert();
             side.lapsed.grants.extend(grants);
         }
     }
@@ -468,7 +590,7 @@ impl Project {
     /// Queues a request that `acquire` refused. `id` orders waiters: give increasing ids, and
     /// keep a waiter's id when it is queued again elsewhere so that it keeps its place.
     pub fn enqueue(&mut self, id: u64, waiter: Waiter) {
-        let queue = &mut self.side.get_or_insert_with(Box::default).queue;
+        let queue = &mut self.side.get_or_insert().queue;
         if let Some(old) = queue.waiters.get(&id).cloned() {
             // The same id twice would be two entries in the index for one waiter.
             queue.forget_waiter(id, &old);
@@ -501,7 +623,7 @@ impl Project {
     /// Removes a waiter that gave up (timed out, disconnected), and grants the later waiters it
     /// alone was holding up.
     pub fn cancel(&mut self, now: u64, id: u64) -> (Option<Waiter>, Vec<Grant>) {
-        let removed = self.side.as_mut().and_then(|s| s.queue.remove_waiter(id));
+        let removed = self.side.get_mut().and_then(|s| s.queue.remove_waiter(id));
         let Some(waiter) = removed else {
             return (None, Vec::new());
         };
@@ -571,7 +693,7 @@ impl Project {
     /// paths added to `freed`; its own go before it is granted, so that nothing reclaimed later
     /// in this change is its, and the reclaimed owners can replicate ahead of the grants.
     fn try_waiter(&mut self, now: u64, id: u64, freed: &mut Vec<(Mode, Path)>) -> Option<Grant> {
-        let queue = &mut self.side.as_mut()?.queue;
+        let queue = &mut self.side.get_mut()?.queue;
         let waiter = queue.waiters.get(&id)?;
         if queue.behind_a_waiter(&waiter.token, &waiter.items, id) {
             return None;
@@ -587,7 +709,7 @@ impl Project {
         };
         let acquired = self.locks.acquire_with(now, &request, true);
         freed.extend(record_lapsed(&mut self.side, now, acquired.lapsed));
-        let queue = &mut self.side.as_mut()?.queue;
+        let queue = &mut self.side.get_mut()?.queue;
         let Some(fence) = acquired.fence else {
             queue.waiters.insert(id, waiter);
             return None;
@@ -606,11 +728,59 @@ impl Project {
     /// Takes every waiter out, oldest first: the key they waited on was deleted or moved, so
     /// they must be retried against whatever the key name holds now.
     pub fn take_waiters(&mut self) -> Vec<(u64, Waiter)> {
-        let Some(side) = self.side.as_mut() else {
+        let Some(side) = self.side.get_mut() else {
             return Vec::new();
         };
         let queue = std::mem::take(&mut side.queue);
         self.trim_side();
         queue.waiters.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::MoveAll;
+
+    fn waiter(token: &str) -> Waiter {
+        Waiter {
+            token: Token::new(token.as_bytes()).expect("a token"),
+            ttl: 1_000,
+            items: vec![(
+                Mode::Write,
+                Path::parse(b"/A", &crate::path::PathLimits::default()).expect("a path"),
+            )]
+            .into(),
+            note: None,
+        }
+    }
+
+    /// The tag lives in the word while there is no side and in the side while there is one:
+    /// it survives the side's coming and going and its moves by the defragmenter, and the side
+    /// moves with its waiters intact.
+    #[test]
+    fn the_tag_and_the_side_share_a_word() {
+        let mut project = Project::new();
+        assert_eq!(project.tag(), 0);
+        project.set_tag(Project::MAX_TAG);
+        assert_eq!(project.tag(), Project::MAX_TAG);
+        project.enqueue(7, waiter("first"));
+        assert_eq!(project.tag(), Project::MAX_TAG, "moved into the new side");
+        project.set_tag(42);
+        let mut mover = MoveAll::new(0);
+        assert_eq!(project.defrag(&mut mover, 0), Progress::Done);
+        assert!(mover.moved >= 1, "the side moved");
+        assert_eq!(project.tag(), 42);
+        assert_eq!(project.waiter_ids().collect::<Vec<_>>(), vec![7]);
+        assert_eq!(project.cancel(0, 7).0, Some(waiter("first")));
+        assert!(
+            project.side.get().is_none(),
+            "the side dropped with its last waiter"
+        );
+        assert_eq!(project.tag(), 42, "moved back into the word");
+        assert_eq!(project.clone().tag(), 0, "a copy starts without one");
+        project.enqueue(8, waiter("second"));
+        // Dropped with a side: the side is freed once (Miri and the leak checkers see it).
+        drop(project);
     }
 }

@@ -182,7 +182,14 @@ fn run(ops: &[Op], compact: usize) -> Result<usize, TestCaseError> {
     let mut model = Model::default();
     let mut now = 1_000;
     let mut next_id = 1;
+    // The keeper's tag shares a word with the queue's record, which comes and goes with the
+    // waiters: each step sets another (up to the largest) and the next finds it unchanged.
+    let mut tag = Project::MAX_TAG;
+    project.set_tag(tag);
     for op in ops {
+        prop_assert_eq!(project.tag(), tag, "the tag kept through {:?}", op);
+        tag = tag.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1) & Project::MAX_TAG;
+        project.set_tag(tag);
         let (_, grants) = project.reclaim_expired(now);
         model.held.locks.retain(|l| l.deadline > now);
         prop_assert_eq!(granted(&grants), model.settle(now), "after expiry");

@@ -85,6 +85,8 @@ mod sorted;
 mod tree;
 
 pub(crate) use defrag::move_box as defrag_box;
+#[cfg(test)]
+pub(crate) use defrag::tests::MoveAll;
 pub use defrag::{Progress, Relocate};
 pub use form::LockTable;
 
