@@ -208,7 +208,7 @@ fuzz:
 # and Tree Borrows. Permissive provenance, because a long token keeps its heap address as bytes,
 # exposed on purpose. Not in CI: it needs a nightly component that CI does not install, and takes
 # about 4 minutes on the shared machine (fuzz/README.md, "Miri").
-MIRI_TESTS ?= lock:: defrag::tests::a_small defrag::tests::a_compact defrag::tests::boxes
+MIRI_TESTS ?= lock:: project::tests:: defrag::tests::a_small defrag::tests::a_compact defrag::tests::boxes
 miri:
 	@scripts/deps.sh miri
 	MIRIFLAGS="-Zmiri-permissive-provenance" cargo +nightly miri test -p pathlock-core --lib -- $(MIRI_TESTS)
