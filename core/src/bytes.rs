@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn short_bytes_keep_every_length_and_compare_as_bytes() {
         let words: Vec<Vec<u8>> = (0..40)
-            .map(|len| (0..len).map(|i| i as u8 * 7).collect())
+            .map(|len| (0..len).map(|i| (i as u8).wrapping_mul(7)).collect())
             .collect();
         let hasher = RandomState::new();
         for a in &words {

@@ -551,6 +551,94 @@ mod tests {
         assert_eq!(std::mem::size_of::<PackedToken>(), 20);
     }
 
+    /// Every form at its length boundaries (and the empty text, which no caller passes but which
+    /// must stay sound), moved, cloned, compared, hashed, lent, moved to a fresh allocation as
+    /// the defragmenter moves it (the old bytes poisoned, then freed), and dropped: each unsafe
+    /// block of `PackedToken` runs on each form, so that Miri (`make miri`) checks the heap
+    /// form's borrow, loan and free.
+    #[test]
+    fn packed_tokens_stay_sound_at_every_length_boundary() {
+        use std::hash::BuildHasher;
+        let mut moves = 0;
+        let mut move_slice = |bytes: &mut Box<[u8]>| {
+            let fresh = bytes.to_vec().into_boxed_slice();
+            bytes.fill(0xa5);
+            *bytes = fresh;
+            moves += 1;
+        };
+        let hasher = std::collections::hash_map::RandomState::new();
+        let mut cases: Vec<(Vec<u8>, usize)> = [0, 1, 15, 16, 19, 20, 35, 36, 37, 128]
+            .into_iter()
+            .map(|len| {
+                let text: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+                let heap = if len > INLINE_TOKEN || len == 0 {
+                    len
+                } else {
+                    0
+                };
+                (text, heap)
+            })
+            .collect();
+        cases.push((b"123e4567-e89b-12d3-a456-426614174000".to_vec(), 0));
+        cases.push((b"123E4567-E89B-12D3-A456-426614174000".to_vec(), 36));
+        cases.push((b"{23e4567-e89b-12d3-a456-42661417400}".to_vec(), 36));
+        for (text, heap) in &cases {
+            let made = if text.is_empty() {
+                PackedToken::plain(text)
+            } else {
+                PackedToken::from_text(text)
+            };
+            // A move is a copy of the 20 bytes: the heap part goes with them, owned once.
+            let mut held = vec![made];
+            let mut packed = held.pop().expect("the token just pushed");
+            assert_eq!(packed.heap_bytes(), *heap, "{text:?}");
+            let clone = packed.clone();
+            assert_eq!(clone, packed);
+            assert_eq!(
+                hasher.hash_one(clone.stored()),
+                hasher.hash_one(packed.stored())
+            );
+            if *heap > 0 {
+                assert_ne!(
+                    clone.stored().as_ptr(),
+                    packed.stored().as_ptr(),
+                    "a clone owns its bytes"
+                );
+            }
+            packed.with_heap(&mut move_slice);
+            assert_eq!(packed, clone);
+            // A mover that panics after moving the bytes leaves them with the token.
+            let moved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                packed.with_heap(|bytes| {
+                    move_slice(bytes);
+                    std::panic::resume_unwind(Box::new("the mover failed"));
+                })
+            }));
+            // The empty text takes the heap form, with no allocation behind it.
+            let lent = *heap > 0 || text.is_empty();
+            assert_eq!(moved.is_err(), lent);
+            assert_eq!(packed, clone);
+            assert_eq!(packed.stored(), clone.stored());
+            if !text.is_empty() {
+                assert_eq!(packed.to_token().as_bytes(), &text[..]);
+            }
+            let mut other = PackedToken::plain(b"other");
+            std::mem::swap(&mut other, &mut packed);
+            assert_eq!(other, clone);
+            assert_ne!(packed, clone);
+            drop(other);
+            // The clone's bytes outlive the original's.
+            match text.is_empty() {
+                true => assert_eq!(clone.stored(), b""),
+                false => assert_eq!(clone.to_token().as_bytes(), &text[..]),
+            }
+        }
+        let lent = cases
+            .iter()
+            .filter(|(text, heap)| *heap > 0 || text.is_empty());
+        assert_eq!(moves, 2 * lent.count());
+    }
+
     #[test]
     fn generated_tokens_are_uuid_v4() {
         let token = Token::generate();

@@ -94,10 +94,11 @@ impl Tree {
             .map(|(_, &owner)| owner)
     }
 
-    /// Puts an unfiled owner first in the list of `deadline`, which becomes its lease (never 0,
-    /// see `lease`).
+    /// Puts an unfiled owner first in the list of `deadline`, which becomes its lease. Every
+    /// deadline passed `lease` once as it entered the table (`LockTable`'s grants and renewals,
+    /// an acquire's own, a payload's loader), so it is never 0 here, the mark of an unfiled owner.
     pub(super) fn file(&mut self, id: OwnerId, deadline: u64) {
-        let deadline = super::lease(deadline);
+        debug_assert_ne!(deadline, 0, "a deadline that did not pass `lease`");
         let next = self.expiry.insert(deadline, id).unwrap_or(NONE);
         if next != NONE {
             self.owner_mut(next).prev = id;

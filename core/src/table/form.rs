@@ -280,14 +280,12 @@ impl LockTable {
         items: &[(Mode, Path)],
         note: Option<&Note>,
     ) -> usize {
+        // The deadline enters the table here, whichever form holds it: its one pass through
+        // `lease` (the forms take it as a lease, never 0).
+        let deadline = super::lease(deadline);
         let (added, grown) = match &mut self.form {
-            Form::Compact(compact) => {
-                compact.grant_noted(token, super::lease(deadline), fence, items, note)
-            }
-            Form::Tree(tree) => (
-                tree.grant_noted(token, super::lease(deadline), fence, items, note),
-                None,
-            ),
+            Form::Compact(compact) => compact.grant_noted(token, deadline, fence, items, note),
+            Form::Tree(tree) => (tree.grant_noted(token, deadline, fence, items, note), None),
         };
         self.settle(grown);
         added
@@ -327,9 +325,11 @@ impl LockTable {
     /// reclaimed (a lapsed lease is not revived) and nothing is renewed. Returns how many locks
     /// it renewed, in one step whatever the owner holds, and what lapsed.
     pub fn renew(&mut self, now: u64, token: &Token, deadline: u64) -> (usize, Freed) {
+        // The deadline's one pass through `lease`, as in `grant_noted`.
+        let deadline = super::lease(deadline);
         let (renewed, grown) = match &mut self.form {
-            Form::Compact(compact) => compact.renew(Some(now), token, super::lease(deadline)),
-            Form::Tree(tree) => (tree.renew(now, token, super::lease(deadline)), None),
+            Form::Compact(compact) => compact.renew(Some(now), token, deadline),
+            Form::Tree(tree) => (tree.renew(now, token, deadline), None),
         };
         self.settle(grown);
         renewed
@@ -337,12 +337,14 @@ impl LockTable {
 
     /// [`LockTable::renew`] as a master decided it, for a replica or an AOF replay.
     pub fn renew_decided(&mut self, token: &Token, deadline: u64) -> usize {
+        // The deadline's one pass through `lease`, as in `grant_noted`.
+        let deadline = super::lease(deadline);
         let (renewed, grown) = match &mut self.form {
             Form::Compact(compact) => {
-                let ((renewed, _), grown) = compact.renew(None, token, super::lease(deadline));
+                let ((renewed, _), grown) = compact.renew(None, token, deadline);
                 (renewed, grown)
             }
-            Form::Tree(tree) => (tree.renew_decided(token, super::lease(deadline)), None),
+            Form::Tree(tree) => (tree.renew_decided(token, deadline), None),
         };
         self.settle(grown);
         renewed
@@ -497,6 +499,48 @@ impl LockTable {
         match &self.form {
             Form::Compact(compact) => compact.check_integrity(),
             Form::Tree(tree) => tree.check_integrity(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::path::PathLimits;
+
+    /// A deadline of 0 (only a forged effect or payload carries one) enters either form as a
+    /// lease of 1, through a grant, a renewal decided elsewhere and one decided here, and through
+    /// a compact table turning into a tree: never the 0 that marks an unfiled owner, which
+    /// `Tree::file` checks in this debug build.
+    #[test]
+    fn a_deadline_of_0_enters_either_form_as_a_lease_of_1() {
+        let path =
+            |text: &str| Path::parse(text.as_bytes(), &PathLimits::default()).expect("a path");
+        let token = Token::new(b"forged").expect("a token");
+        let other = Token::new(b"other").expect("a token");
+        for compact in [compact::DEFAULT_LOCKS, 0] {
+            let mut table = LockTable::with_limits(4, compact);
+            assert_eq!(table.is_compact(), compact != 0);
+            assert_eq!(
+                table.grant_noted(&token, 0, 1, &[(Mode::Write, path("/a"))], None),
+                1
+            );
+            assert_eq!(table.next_deadline(), Some(1));
+            assert_eq!(table.renew_decided(&token, 0), 1);
+            // Live at time 0 (a lease of 1 lapses at 1), so renewing keeps it, at 1 again.
+            assert_eq!(table.renew(0, &token, 0).0, 1);
+            let deadlines: Vec<u64> = table.stored().iter().map(|lock| lock.deadline).collect();
+            assert_eq!(deadlines, [1]);
+            table.check_integrity().expect("integrity");
+            // A conflicting grant decided elsewhere turns a compact table into a tree, which takes
+            // the owner's lease as it stands.
+            table.grant_noted(&other, 0, 2, &[(Mode::Write, path("/a/b"))], None);
+            assert!(!table.is_compact());
+            assert!(table.stored().iter().all(|lock| lock.deadline == 1));
+            table.check_integrity().expect("integrity");
+            let lapsed = table.reclaim_expired(1, false);
+            assert_eq!((lapsed.tokens.len(), lapsed.locks), (2, 2));
+            assert!(table.stored().is_empty());
         }
     }
 }

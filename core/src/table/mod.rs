@@ -219,7 +219,10 @@ const MET_RECLAIMED: usize = 32;
 /// The lease a table keeps for a deadline: the deadline itself, but 1 for 0. No server grants a
 /// lease of 0 (it would lapse at time 0), only a forged effect or payload could ask for one, and
 /// 1 has lapsed just the same; a lease of 0 is what marks an owner unfiled (see `Owner`), so
-/// every deadline that enters a table, in either form, passes here.
+/// every deadline that enters a table, in either form, passes here once, where it enters:
+/// `LockTable`'s grants and renewals before they choose a form, an acquire's deadline where
+/// either form computes it, a payload's owner in the dense loader. Inside the table it is a
+/// lease already (`Tree::file` only checks that, in debug builds).
 pub(super) fn lease(deadline: u64) -> u64 {
     deadline.max(1)
 }
