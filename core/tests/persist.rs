@@ -967,3 +967,58 @@ fn siblings_come_in_byte_order_whatever_their_first_eight_bytes() {
         table.iter().collect::<Vec<_>>()
     );
 }
+
+/// A folder big enough that the walk sorts its children by a radix sort of their keys (from 64
+/// children on), holding the names above and generated ones that share their first eight bytes,
+/// are prefixes of one another, differ in any byte of their key or only past it: listed and
+/// written in byte order, and loaded back to the same locks.
+#[test]
+fn a_big_folders_children_come_in_byte_order_too() {
+    let mut names: Vec<Vec<u8>> = tricky_segments();
+    let heads: [&[u8]; 5] = [b"", b"abcdefgh", b"abcdefg", b"\xff\xff", b"a"];
+    // A fixed sequence of pseudo-random bytes (a linear congruential generator), so that the
+    // test decides the same way on every run.
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as u32
+    };
+    for i in 0..600 {
+        let mut name = heads[i % heads.len()].to_vec();
+        for _ in 0..1 + next() % 10 {
+            // Any byte but the separator and the dot, so that no name is `.` or `..`.
+            let byte = match (next() % 256) as u8 {
+                b'/' | b'.' => b'x',
+                byte => byte,
+            };
+            name.push(byte);
+        }
+        names.push(name);
+    }
+    names.sort();
+    names.dedup();
+    // Granted in an order of their own, not the byte order.
+    names.sort_by_key(|name| name.iter().rev().copied().collect::<Vec<u8>>());
+    let mut table = LockTable::new();
+    for (i, name) in names.iter().enumerate() {
+        let token = Token::new(format!("t{i}").as_bytes()).expect("a token");
+        let path =
+            Path::parse(&[b"/f/", &name[..]].concat(), &PathLimits::default()).expect("a path");
+        table.grant(&token, 1_000, i as u64 + 1, &[(Mode::Write, path)]);
+    }
+    assert!(names.len() > 500);
+    let listed: Vec<Path> = table.iter().map(|lock| lock.path).collect();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(listed.len(), names.len());
+    assert_eq!(listed, sorted);
+    let mut sink = ByteSink::default();
+    encode(&table, &mut sink);
+    let again = decode_v3(&sink.bytes).expect("its own payload");
+    assert_eq!(
+        again.iter().collect::<Vec<_>>(),
+        table.iter().collect::<Vec<_>>()
+    );
+}

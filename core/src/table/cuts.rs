@@ -21,8 +21,7 @@
 
 use super::conflicts::blocking_count;
 use super::ids::{NodeId, OwnerId, NONE, ROOT, SPILLED};
-use super::rehash::prefetch;
-use super::tree::{push_segment, Held, SortedChildren};
+use super::tree::{prefetch_node, push_segment, Held, SortedChildren};
 use super::Tree;
 use crate::lock::{LockInfo, Mode};
 
@@ -137,9 +136,7 @@ impl Tree {
             // the encoder hands it (LZF's table and input evict half the cache every two
             // thousand locks).
             if let Some(&(ahead, ..)) = stack.len().checked_sub(AHEAD).map(|i| &stack[i]) {
-                let ahead = &self.nodes[ahead as usize];
-                prefetch(ahead);
-                prefetch(&ahead.lock);
+                prefetch_node(&self.nodes[ahead as usize]);
             }
             if let Some(&(near, ..)) = stack.len().checked_sub(NEAR).map(|i| &stack[i]) {
                 let lock = self.nodes[near as usize].lock;

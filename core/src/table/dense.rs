@@ -91,6 +91,9 @@ impl Tree {
                 prefetch(number);
             }
         };
+        // How many segments each node of `previous` stands for, so that a climb is counted
+        // without reading the nodes it leaves again.
+        let mut counts: Vec<usize> = vec![0];
         self.walk_persisted::<false>(&soon, &mut |path, _, held| {
             let shared = previous
                 .iter()
@@ -99,11 +102,24 @@ impl Tree {
                 .count();
             // A node may stand for several segments (see `Node`); a step counts and names
             // segments, so that the encoding does not depend on how the tree stores them.
-            let segments = |n: &NodeId| self.nodes[*n as usize].segment.split(|&b| b == 0);
+            let up = counts[shared..].iter().sum();
+            counts.truncate(shared);
             down.clear();
-            down.extend(path[shared..].iter().flat_map(segments));
+            for &node in &path[shared..] {
+                let segment: &[u8] = &self.nodes[node as usize].segment;
+                // Nearly every node stands for one segment: split only those that hold a
+                // terminator.
+                if segment.contains(&0) {
+                    let before = down.len();
+                    down.extend(segment.split(|&b| b == 0));
+                    counts.push(down.len() - before);
+                } else {
+                    down.push(segment);
+                    counts.push(1);
+                }
+            }
             visit(&Step {
-                up: previous[shared..].iter().map(|n| segments(n).count()).sum(),
+                up,
                 down: &down,
                 mode: held.mode(),
                 owner: numbers[held.owner() as usize],

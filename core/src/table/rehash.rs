@@ -163,6 +163,14 @@ impl<T: Clone> LinearTable<T> {
         self.segments.iter().flat_map(|segment| segment.iter())
     }
 
+    /// Appends every entry to `out`, room made once for all of them.
+    pub(super) fn append_to(&self, out: &mut Vec<T>) {
+        out.reserve(self.len());
+        for segment in &self.segments {
+            out.extend(segment.iter().cloned());
+        }
+    }
+
     /// A table of `entries`, each with its hash, built at once: the segments that inserting
     /// them one by one would reach, each sized for what it holds and filled in turn, so that
     /// building it reads and writes memory in order and re-hashes nothing (`rehasher` is there
