@@ -110,7 +110,8 @@ struct Side {
 // A key holding a project costs this allocation besides its table's: three words (the table,
 // and the side or the tag). glibc's malloc (Valkey's default build) adds an 8-byte header and
 // rounds to 16, so three words take a 32-byte chunk where four took 48: 16 bytes a project.
-// jemalloc (Redis's) has no 24-byte class and keeps giving 32.
+// Redis 8's jemalloc has a 24-byte class (8 bytes a project); Redis 7.0's, as Debian builds it,
+// has none and keeps giving 32.
 const _: () = assert!(std::mem::size_of::<Project>() == 24);
 
 /// The side record or, while there is none, the keeper's tag, in one word, since nearly every
