@@ -71,6 +71,10 @@ FIFO = os.environ.get("PROJECTS_FIFO") == "1"
 # The length of the memory section's tokens: 36 is a UUID v4 as clients send it; longer ones
 # (up to the 128 bytes a token may have) are the UUID followed by random hex digits.
 TOKEN_BYTES = int(os.environ.get("PROJECTS_TOKEN_BYTES", "36"))
+# The project keys' names: `proj:<i>` by default (short enough for the expiry schedule to keep
+# the name inline); `PROJECTS_KEY_PREFIX` puts a prefix before them to try names as long as an
+# application's (for example `drive:tenant:<uuid>:project:`), on both sides alike.
+KEY_PREFIX = os.environ.get("PROJECTS_KEY_PREFIX", "")
 LONG_TTL = 3_600_000
 MB = 1 << 20
 ROWS = []
@@ -88,7 +92,7 @@ def section(function):
 
 
 def key(i):
-    return f"proj:{i}"
+    return f"{KEY_PREFIX}proj:{i}"
 
 
 def token(i):
@@ -533,7 +537,7 @@ def spread_path(i):
 @section
 def memory(n):
     ids = tokens(n, 36)
-    keys = [f"proj:{i}" for i in range(n)]
+    keys = [key(i) for i in range(n)]
 
     print(f"\n## Memory: {n:,} projects of one lock, beside {n:,} SET NX PX keys\n")
     print("| measure | pathlock | SET NX PX | ratio |")
