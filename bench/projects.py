@@ -536,7 +536,10 @@ def spread_path(i):
 
 @section
 def memory(n):
-    ids = tokens(n, 36)
+    # The one-project tables hold `PROJECTS_MEMORY_LOCKS` locks (default `PROJECTS`), so that a
+    # run of ten million projects need not put ten million locks into one key three times more.
+    m = int(os.environ.get("PROJECTS_MEMORY_LOCKS", n))
+    ids = tokens(max(n, m), 36)
     keys = [key(i) for i in range(n)]
 
     print(f"\n## Memory: {n:,} projects of one lock, beside {n:,} SET NX PX keys\n")
@@ -557,7 +560,7 @@ def memory(n):
     print("| locks | pathlock, per lock beyond the first | SET NX PX, per key | ratio | "
           "MEMORY USAGE of the project, of the rise |")
     print("|---:|---:|---:|---:|---:|")
-    for locks in sorted({min(1000, n), n}):
+    for locks in sorted({min(1000, m), m}):
         (one, whole), usage = rise(
             WARM_PATHLOCK, [acquire("big", ids[0], spread_path(0))],
             (acquire("big", ids[i], spread_path(i)) for i in range(1, locks)), keys=["big"])
@@ -570,18 +573,18 @@ def memory(n):
         print(f"| {locks:,} | {per:,.1f} B | {base:,.1f} B | {ratio:.2f} | {usage_ratio:.3f} |",
               flush=True)
 
-    print(f"\n## Memory: {n:,} locks of one token, each ACQUIRE with the same 256-byte note\n")
+    print(f"\n## Memory: {m:,} locks of one token, each ACQUIRE with the same 256-byte note\n")
     print("| measure | with the note | without | difference |")
     print("|---|---:|---:|---:|")
     (with_note,), usage = rise(
-        WARM_PATHLOCK, (acquire("big", ids[0], spread_path(i), NOTE) for i in range(n)),
+        WARM_PATHLOCK, (acquire("big", ids[0], spread_path(i), NOTE) for i in range(m)),
         keys=["big"])
     (without,), _ = rise(WARM_PATHLOCK,
-                         (acquire("big", ids[0], spread_path(i)) for i in range(n)))
-    row("memory", f"used_memory, {n:,} locks of one token with a 256-byte note", with_note,
+                         (acquire("big", ids[0], spread_path(i)) for i in range(m)))
+    row("memory", f"used_memory, {m:,} locks of one token with a 256-byte note", with_note,
         without, "bytes")
     print(f"| used_memory rise | {with_note:,} B | {without:,} B | {with_note - without:+,} B "
-          f"({(with_note - without) / n:+.2f} B per lock) |")
+          f"({(with_note - without) / m:+.2f} B per lock) |")
     ratio = row("memory", "MEMORY USAGE / used_memory rise, one token with a note", usage,
                 with_note, "bytes")
     print(f"| MEMORY USAGE of the project, of the rise | {ratio:.3f} | | |", flush=True)
