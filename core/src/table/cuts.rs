@@ -215,10 +215,13 @@ struct Level {
 /// The node the walk visits `ahead` visits after the one it is about to visit, when the
 /// walk's pending nodes name it: counted from the deepest level up, as a stack of every
 /// pending node, the deepest level's on top, would hold them. Nearly always found in the
-/// deepest level, in one step.
+/// deepest level, in one step. Only the `ahead` deepest levels are looked at: beneath a chain
+/// of folders of one child each, thousands deep, the levels above have nothing left, and
+/// counting through all of them on every visit would make the walk quadratic in the depth
+/// for the sake of a hint.
 fn pending(levels: &[Level], ahead: usize) -> Option<NodeId> {
     let mut left = ahead - 1;
-    for level in levels.iter().rev() {
+    for level in levels.iter().rev().take(ahead) {
         let keyed = &level.sorted.keyed;
         let remaining = keyed.len() - level.next;
         if left < remaining {
