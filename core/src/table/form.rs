@@ -35,8 +35,10 @@ enum Form {
     Tree(Box<Tree>),
 }
 
-// The table is what a project key costs before it holds anything: two words.
-const _: () = assert!(std::mem::size_of::<LockTable>() == 16);
+// The table is what a project key costs before it holds anything, and all that a small one
+// costs: 48 bytes, holding the compact form's string while it fits (`compact::INLINE`), and its
+// allocation or the tree's otherwise. The compact form's tag leaves room for the tree's.
+const _: () = assert!(std::mem::size_of::<LockTable>() == 48);
 
 impl Default for LockTable {
     fn default() -> Self {
@@ -92,6 +94,13 @@ impl LockTable {
     #[doc(hidden)]
     pub fn is_compact(&self) -> bool {
         matches!(self.form, Form::Compact(_))
+    }
+
+    /// Whether the table is in the compact form with its string inside it (no allocation of
+    /// its own), for tests and benchmarks.
+    #[doc(hidden)]
+    pub fn is_inline(&self) -> bool {
+        matches!(&self.form, Form::Compact(compact) if compact.is_inline())
     }
 
     /// Takes the form a change left: the tree a compact table grew into, or the compact form a
