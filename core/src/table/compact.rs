@@ -122,24 +122,31 @@ impl std::fmt::Debug for Compact {
     }
 }
 
-/// A string being written: on the stack up to `INLINE` bytes, so that writing a string that
-/// stays inline allocates nothing.
-type Out = SmallVec<[u8; INLINE]>;
+/// A string being written into room of its exact size, which the writer computed first: the
+/// table's inline bytes, or a new allocation. Writing past the room is a bug of this file that
+/// panics (and is contained where the module calls in).
+struct Writer<'a> {
+    room: &'a mut [u8],
+    at: usize,
+}
 
-impl From<Out> for Compact {
-    fn from(out: Out) -> Compact {
-        if out.len() <= INLINE {
-            let mut bytes = [0; INLINE];
-            bytes[..out.len()].copy_from_slice(&out);
-            Compact::Inline {
-                len: out.len() as u8,
-                bytes,
-            }
-        } else {
-            // Written with its exact size as capacity, so the box takes the vector's allocation
-            // as it is.
-            Compact::Heap(out.into_vec().into_boxed_slice())
+impl Writer<'_> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.room[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+    }
+
+    fn byte(&mut self, byte: u8) {
+        self.room[self.at] = byte;
+        self.at += 1;
+    }
+
+    fn varint(&mut self, mut value: u64) {
+        while value >= 0x80 {
+            self.byte(value as u8 | 0x80);
+            value >>= 7;
         }
+        self.byte(value as u8);
     }
 }
 
@@ -233,14 +240,6 @@ enum Stored {
 /// prefix of the other, since every key ends on a terminator (`path`).
 fn related(a: &[u8], b: &[u8]) -> bool {
     a.starts_with(b) || b.starts_with(a)
-}
-
-fn put_varint(out: &mut Out, mut value: u64) {
-    while value >= 0x80 {
-        out.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 fn varint_len(value: u64) -> usize {
@@ -660,53 +659,72 @@ impl<'a> State<'a> {
         if size > MAX_BYTES {
             return None;
         }
-        let mut out = Out::with_capacity(size);
-        out.extend_from_slice(&[
+        let mut inline = [0; INLINE];
+        // Of exactly its size, so that the box below takes the allocation as it is.
+        let mut heap = if size <= INLINE {
+            Vec::new()
+        } else {
+            vec![0; size]
+        };
+        let room = if size <= INLINE {
+            &mut inline[..size]
+        } else {
+            &mut heap[..]
+        };
+        let mut out = Writer { room, at: 0 };
+        out.put(&[
             owners | if limits { FLAG } else { 0 },
             self.locks.len() as u8 | if notes > 0 { FLAG } else { 0 },
         ]);
         if limits {
-            out.extend_from_slice(&[self.limit, self.small]);
+            out.put(&[self.limit, self.small]);
         }
         if notes > 0 {
-            out.push(notes);
+            out.byte(notes);
         }
-        out.extend_from_slice(&self.next_fence.to_le_bytes()[..FENCE_BYTES]);
+        out.put(&self.next_fence.to_le_bytes()[..FENCE_BYTES]);
         for (o, owner) in self.owners.iter().enumerate() {
             if owner_at[o] == u8::MAX {
                 continue;
             }
-            out.extend_from_slice(&owner.deadline.to_le_bytes()[..DEADLINE_BYTES]);
+            out.put(&owner.deadline.to_le_bytes()[..DEADLINE_BYTES]);
             match owner.token {
                 Tok::Uuid(uuid) => {
-                    out.push(UUID_TAG);
-                    out.extend_from_slice(&uuid);
+                    out.byte(UUID_TAG);
+                    out.put(&uuid);
                 }
                 Tok::Text(bytes) => {
-                    out.push(bytes.len() as u8);
-                    out.extend_from_slice(bytes);
+                    out.byte(bytes.len() as u8);
+                    out.put(bytes);
                 }
             }
         }
         for lock in &self.locks {
             let read = if lock.mode == Mode::Read { READ_BIT } else { 0 };
-            out.push(owner_at[usize::from(lock.owner)] | read);
-            put_varint(&mut out, self.next_fence - lock.fence);
+            out.byte(owner_at[usize::from(lock.owner)] | read);
+            out.varint(self.next_fence - lock.fence);
             if notes > 0 {
-                out.push(note_at[usize::from(lock.note)]);
+                out.byte(note_at[usize::from(lock.note)]);
             }
-            put_varint(&mut out, lock.key.len() as u64);
-            out.extend_from_slice(lock.key);
+            out.varint(lock.key.len() as u64);
+            out.put(lock.key);
         }
         // The notes in the order of their new indexes, which is the order of their first lock.
         for new in 1..=notes {
             let old = note_at.iter().position(|&at| at == new).unwrap_or(0);
             let note = self.notes[old - 1];
-            put_varint(&mut out, note.len() as u64);
-            out.extend_from_slice(note);
+            out.varint(note.len() as u64);
+            out.put(note);
         }
-        debug_assert_eq!(out.len(), size);
-        Some(Compact::from(out))
+        debug_assert_eq!(out.at, size);
+        Some(if size <= INLINE {
+            Compact::Inline {
+                len: size as u8,
+                bytes: inline,
+            }
+        } else {
+            Compact::Heap(heap.into_boxed_slice())
+        })
     }
 
     /// What the change leaves: nothing new, a new string, or, past the limits, the same locks
