@@ -107,15 +107,12 @@ struct Side {
     tag: Cell<u64>,
 }
 
-// A key holding a project costs this allocation, and while its table is small (one lock of a
-// UUID token on a short path) nothing else: the table's 48 bytes keep the compact form's string
-// inline, and the side word makes 56. glibc's malloc (Valkey's default build) adds an 8-byte
-// header and rounds to 16, so the project takes a 64-byte chunk, where a 24-byte project and a
-// string of its own took a 32-byte and a 64-byte one. jemalloc has a 56-byte class in Redis 8's
-// build and gives 64 in Redis 7.0's, against 24 + 56 and 32 + 64 before. A project whose string
-// outgrows the room pays 64 bytes here where it paid 32 (24 on Redis 8): see
-// `docs/performance.md`, "Millions of projects".
-const _: () = assert!(std::mem::size_of::<Project>() == 56);
+// A key holding a project costs this allocation besides its table's: three words (the table,
+// and the side or the tag). glibc's malloc (Valkey's default build) adds an 8-byte header and
+// rounds to 16, so three words take a 32-byte chunk where four took 48: 16 bytes a project.
+// Redis 8's jemalloc has a 24-byte class (8 bytes a project); Redis 7.0's, as Debian builds it,
+// has none and keeps giving 32.
+const _: () = assert!(std::mem::size_of::<Project>() == 24);
 
 /// The side record or, while there is none, the keeper's tag, in one word, since nearly every
 /// project has a tag (a lease in the expiry schedule) and nearly none a side. The word holds

@@ -5,12 +5,11 @@
 //! tables, an expiry index, side maps), some 2 KB even for one lock; here the fence counter, the
 //! owners and the locks are one byte string, 45 bytes for one lock of a UUID token on a 10-byte
 //! path, and every question is answered by a linear scan of it, which its size limit bounds
-//! (`DEFAULT_LOCKS` locks, `MAX_BYTES` bytes). A string of up to `INLINE` bytes is kept inside
-//! the table itself, so that a project of one lock is one allocation (the project's); a longer
-//! one has its own allocation. A change reads the string into a view on the stack ([`State`],
-//! borrowing the bytes), edits the view, and writes a new string: in the inline room, or in one
-//! allocation per change, as a listpack reallocates per insertion. A live owner's renewal is
-//! the exception: its deadline has a fixed width, so it is written over the old one in place.
+//! (`DEFAULT_LOCKS` locks, `MAX_BYTES` bytes). A change reads the string into a view on the
+//! stack ([`State`], borrowing the bytes), edits the view, and writes a new string: one
+//! allocation per change, of the string's exact size, as a listpack reallocates per insertion.
+//! A live owner's renewal is the exception: its deadline has a fixed width, so it is written
+//! over the old one in place.
 //!
 //! ```text
 //! u8       owners, its top bit (`FLAG`) set when the limits follow
@@ -32,7 +31,7 @@
 //! fences below 2^53, `src/fences.rs`) and deadlines below 2^48 ms (the year 10889). A change
 //! that would store more (only a forged payload or a test does) turns the table into a tree, as
 //! one past the size limits does. The parts a project of one lock rarely needs (limits other
-//! than the defaults, notes) take no byte unless present, so that such a project fits inline.
+//! than the defaults, notes) take no byte unless present.
 //!
 //! Locks are kept in canonical order (path key, `WRITE` before `READ`, token text), the order of
 //! listings and payloads, so a listing is the string read in order. Each note is kept once,
@@ -86,44 +85,19 @@ const DEADLINE_BYTES: usize = 6;
 const FENCE_END: u64 = 1 << (8 * FENCE_BYTES);
 const DEADLINE_END: u64 = 1 << (8 * DEADLINE_BYTES);
 
-/// The longest string kept inside the table: the table is 48 bytes (with the project's side word
-/// a project is 56, the 64-byte chunk of glibc's malloc and a jemalloc class), of which the
-/// string takes all but the enum's tag and the string's length.
-pub(super) const INLINE: usize = 46;
-
 /// The tag of an owner whose token is a canonical UUID, kept as its 16 bytes.
 const UUID_TAG: u8 = 0;
 /// The bit of a lock's owner index that marks a `READ` lock.
 const READ_BIT: u8 = 0x80;
 
-/// A table in the compact form: the byte string described above, inside the table while it
-/// fits (`INLINE`), in its own allocation otherwise.
-#[derive(Clone)]
-pub(super) enum Compact {
-    /// The first `len` bytes of `bytes`; the rest are zero.
-    Inline {
-        len: u8,
-        bytes: [u8; INLINE],
-    },
-    Heap(Box<[u8]>),
+/// A table in the compact form: the byte string described above.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Compact {
+    bytes: Box<[u8]>,
 }
 
-// The table's enum keeps its tag in a value `Compact`'s tag never takes, and the tree's box
-// beside it: 48 bytes for either form (see `form`).
-const _: () = assert!(std::mem::size_of::<Compact>() == 48);
-
-impl std::fmt::Debug for Compact {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let place = match self {
-            Compact::Inline { .. } => "inline",
-            Compact::Heap(_) => "heap",
-        };
-        write!(f, "Compact({place}, {:?})", self.bytes())
-    }
-}
-
-/// A string being written into room of its exact size, which the writer computed first: the
-/// table's inline bytes, or a new allocation. Writing past the room is a bug of this file that
+/// A string being written into room of its exact size, which the writer computed first: one
+/// new allocation. Writing past the room is a bug of this file that
 /// panics (and is contained where the module calls in).
 struct Writer<'a> {
     room: &'a mut [u8],
@@ -659,19 +633,12 @@ impl<'a> State<'a> {
         if size > MAX_BYTES {
             return None;
         }
-        let mut inline = [0; INLINE];
         // Of exactly its size, so that the box below takes the allocation as it is.
-        let mut heap = if size <= INLINE {
-            Vec::new()
-        } else {
-            vec![0; size]
+        let mut bytes = vec![0; size];
+        let mut out = Writer {
+            room: &mut bytes[..],
+            at: 0,
         };
-        let room = if size <= INLINE {
-            &mut inline[..size]
-        } else {
-            &mut heap[..]
-        };
-        let mut out = Writer { room, at: 0 };
         out.put(&[
             owners | if limits { FLAG } else { 0 },
             self.locks.len() as u8 | if notes > 0 { FLAG } else { 0 },
@@ -717,13 +684,8 @@ impl<'a> State<'a> {
             out.put(note);
         }
         debug_assert_eq!(out.at, size);
-        Some(if size <= INLINE {
-            Compact::Inline {
-                len: size as u8,
-                bytes: inline,
-            }
-        } else {
-            Compact::Heap(heap.into_boxed_slice())
+        Some(Compact {
+            bytes: bytes.into_boxed_slice(),
         })
     }
 
@@ -764,32 +726,12 @@ impl<'a> State<'a> {
 impl Compact {
     /// The string.
     fn bytes(&self) -> &[u8] {
-        match self {
-            Compact::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Compact::Heap(bytes) => bytes,
-        }
+        &self.bytes
     }
 
-    /// The string, to write a deadline over in place.
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        match self {
-            Compact::Inline { len, bytes } => &mut bytes[..usize::from(*len)],
-            Compact::Heap(bytes) => bytes,
-        }
-    }
-
-    /// The string's own allocation, for `defrag` to move: none while it is inline, where it
-    /// moves with the project.
-    pub(super) fn heap_mut(&mut self) -> Option<&mut Box<[u8]>> {
-        match self {
-            Compact::Inline { .. } => None,
-            Compact::Heap(bytes) => Some(bytes),
-        }
-    }
-
-    /// Whether the string is kept inside the table, for tests.
-    pub(super) fn is_inline(&self) -> bool {
-        matches!(self, Compact::Inline { .. })
+    /// The string's allocation: to write a deadline over in place, and for `defrag` to move.
+    pub(super) fn bytes_mut(&mut self) -> &mut Box<[u8]> {
+        &mut self.bytes
     }
 
     /// An empty table whose compact form holds up to `limit` locks (at least 1, at most
@@ -797,10 +739,10 @@ impl Compact {
     pub(super) fn new(limit: usize, small: usize) -> Compact {
         let limit = limit.clamp(1, MAX_LOCKS) as u8;
         let small = small.min(usize::from(u8::MAX)) as u8;
-        // An empty table's string is its header, which fits inline whatever the limits.
-        State::empty(limit, small)
-            .write()
-            .unwrap_or(Compact::Heap(Box::new([])))
+        // An empty table's string is its header, which no limit makes too long.
+        State::empty(limit, small).write().unwrap_or(Compact {
+            bytes: Box::new([]),
+        })
     }
 
     /// The compact form of `tree`, when it fits in half the limits (so that a table going up
@@ -903,12 +845,9 @@ impl Compact {
         self.keep(stored)
     }
 
-    /// The heap bytes of the string, as the allocator rounds them: none while it is inline.
+    /// The bytes of the string's allocation, as the allocator rounds them.
     pub(super) fn memory(&self) -> usize {
-        match self {
-            Compact::Inline { .. } => 0,
-            Compact::Heap(bytes) => allocation(bytes.len()),
-        }
+        allocation(self.bytes.len())
     }
 
     pub(super) fn node_count(&self) -> usize {
@@ -1308,14 +1247,6 @@ impl Compact {
         if state.write().as_ref().map(Compact::bytes) != Some(bytes) {
             return Err("the compact table is not as its writer writes it".into());
         }
-        // Kept inline exactly when it fits, with nothing but zeros past its end.
-        let placed = match self {
-            Compact::Inline { len, bytes } => bytes[usize::from(*len)..].iter().all(|&b| b == 0),
-            Compact::Heap(bytes) => bytes.len() > INLINE,
-        };
-        if !placed {
-            return Err("the compact table is not kept where its size puts it".into());
-        }
         for (o, owner) in state.owners.iter().enumerate() {
             let token = owner.token.to_token();
             if token.as_bytes().is_empty() || token.as_bytes().len() > MAX_TOKEN_BYTES {
@@ -1378,12 +1309,12 @@ mod tests {
     }
 
     /// A project of one lock as the module stores it (a UUID token, a fence counter from
-    /// today's clock floor, a deadline an hour from now, a 10-byte path key) takes 45 bytes,
-    /// inside the table. What a small project rarely holds (a note, limits other than the
-    /// defaults, a second owner) takes bytes only while held, and the string goes to the heap
-    /// and comes back inline as it grows and shrinks.
+    /// today's clock floor, a deadline an hour from now, a 10-byte path key) takes 45 bytes
+    /// (52 before the header's diet), one 64-byte glibc chunk. What a small project rarely
+    /// holds (a note, limits other than the defaults, a second owner) takes bytes only while
+    /// held.
     #[test]
-    fn a_project_of_one_lock_is_kept_inline() {
+    fn a_project_of_one_lock_takes_45_bytes() {
         let uuid = Token::new(b"0f9c2a3e-5b7d-4c1e-9a2b-3c4d5e6f7a8b").expect("a token");
         let other = Token::new(b"worker-7").expect("a token");
         let (now, fence) = (1_800_000_000_000, 1_800_000_000_000_000);
@@ -1397,22 +1328,19 @@ mod tests {
             .1
             .is_none());
         assert_eq!(table.bytes().len(), 45);
-        assert!(table.is_inline());
-        assert_eq!(table.memory(), 0, "an inline string costs no allocation");
+        assert_eq!(table.memory(), allocation(45));
         table.check_integrity().expect("integrity");
 
-        // A renewal writes in place, inside the table.
+        // A renewal writes in place.
         assert_eq!(table.renew(Some(now), &uuid, deadline + 1).0 .0, 1);
-        assert!(table.is_inline());
         assert_eq!(table.next_deadline(), Some(deadline + 1));
 
-        // A note takes the notes count, a byte per lock and itself, past the room; a second
-        // owner its lease, token and lock; the string comes back inline once they go.
+        // A note takes the notes count, a byte per lock and itself; a second owner its lease,
+        // token and lock; the string is as short as before once they go.
         let note = Note::from(&b"moved"[..]);
         let (_, grown) = table.grant_noted(&uuid, deadline, fence, &item, Some(&note));
         assert!(grown.is_none());
         assert_eq!(table.bytes().len(), 45 + 1 + 1 + 6);
-        assert!(!table.is_inline());
         let (_, grown) = table.grant_noted(
             &other,
             deadline,
@@ -1421,7 +1349,6 @@ mod tests {
             None,
         );
         assert!(grown.is_none());
-        assert!(!table.is_inline());
         assert!(table.memory() >= table.bytes().len());
         table.check_integrity().expect("integrity");
         let (count, grown) = table.release_decided(&other, None);
@@ -1432,7 +1359,6 @@ mod tests {
             .1
             .is_none());
         assert_eq!(table.bytes().len(), 45);
-        assert!(table.is_inline());
         assert_eq!(table.all()[0].fence, fence);
         table.check_integrity().expect("integrity");
 
@@ -1492,10 +1418,6 @@ mod tests {
         assert!(grown.is_none());
         let before = table.all();
         let at = table.bytes().as_ptr();
-        assert!(
-            !table.is_inline(),
-            "two owners and three locks take their own allocation"
-        );
 
         let ((renewed, lapsed), grown) = table.renew(Some(100), &uuid, 900);
         assert_eq!(renewed, 2);

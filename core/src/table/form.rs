@@ -1,8 +1,8 @@
 //! [`LockTable`]: a project's locks in one of two forms, as Redis keeps a hash in a listpack
 //! while it is small and in a hash table past `hash-max-listpack-entries`.
 //!
-//! A table starts compact (`compact`: one string, kept inside the table while it is short and in
-//! one allocation past that, decided by a scan bounded by its size limit) and turns into the tree (`Tree`, the rest of `table`) when a change would take it past
+//! A table starts compact (`compact`: one allocation, decided by a scan bounded by its size
+//! limit) and turns into the tree (`Tree`, the rest of `table`) when a change would take it past
 //! the compact form's limits (its locks or bytes), or would make it keep what only the tree
 //! keeps (a lock stored beside a conflicting one, which the tree records as a cut). It turns
 //! back when a change leaves the tree at half the limits or less and holding nothing only the
@@ -35,10 +35,8 @@ enum Form {
     Tree(Box<Tree>),
 }
 
-// The table is what a project key costs before it holds anything, and all that a small one
-// costs: 48 bytes, holding the compact form's string while it fits (`compact::INLINE`), and its
-// allocation or the tree's otherwise. The compact form's tag leaves room for the tree's.
-const _: () = assert!(std::mem::size_of::<LockTable>() == 48);
+// The table is what a project key costs before it holds anything: two words.
+const _: () = assert!(std::mem::size_of::<LockTable>() == 16);
 
 impl Default for LockTable {
     fn default() -> Self {
@@ -74,8 +72,7 @@ impl LockTable {
 
     /// Moves the table's allocations through `to` for the server's active defragmentation,
     /// from `cursor` (0 starts) until done or `to` says stop (see `defrag`): a compact table's
-    /// string when it has an allocation of its own (one kept inside the table moves with its
-    /// project), or the tree's allocation, then its storage a bounded piece at a time.
+    /// one allocation, or the tree's, then its storage a bounded piece at a time.
     pub fn defrag<R: Relocate + ?Sized>(&mut self, to: &mut R, cursor: u64) -> Progress {
         match &mut self.form {
             Form::Compact(compact) => {
@@ -95,13 +92,6 @@ impl LockTable {
     #[doc(hidden)]
     pub fn is_compact(&self) -> bool {
         matches!(self.form, Form::Compact(_))
-    }
-
-    /// Whether the table is in the compact form with its string inside it (no allocation of
-    /// its own), for tests and benchmarks.
-    #[doc(hidden)]
-    pub fn is_inline(&self) -> bool {
-        matches!(&self.form, Form::Compact(compact) if compact.is_inline())
     }
 
     /// Takes the form a change left: the tree a compact table grew into, or the compact form a
