@@ -69,7 +69,8 @@ NICE = int(os.environ.get("PROJECTS_NICE", "-10"))
 # LATENCY_FIFO=1 (see there): on a loaded machine the slow log then shows the server's own work.
 FIFO = os.environ.get("PROJECTS_FIFO") == "1"
 # The length of the memory section's tokens: 36 is a UUID v4 as clients send it; longer ones
-# (up to the 128 bytes a token may have) are the UUID followed by random hex digits.
+# (up to the 128 bytes a token may have) are the UUID followed by random hex digits; shorter ones
+# (at least 2) are `t` and the key's index, zero-padded: the fill section's kind of token.
 TOKEN_BYTES = int(os.environ.get("PROJECTS_TOKEN_BYTES", "36"))
 # The project keys' names: `proj:<i>` by default (short enough for the expiry schedule to keep
 # the name inline); `PROJECTS_KEY_PREFIX` puts a prefix before them to try names as long as an
@@ -465,7 +466,9 @@ NOTE = ("moved by alice to /archive/2024; ask in #storage before taking these lo
 
 def tokens(n, seed):
     """`n` canonical UUID v4 strings (`PROJECTS_TOKEN_BYTES` long), the same for the same seed:
-    what clients send as tokens."""
+    what clients send as tokens; or, for fewer than 36 bytes, short tokens of that length."""
+    if TOKEN_BYTES < 36:
+        return [f"t{i:0{TOKEN_BYTES - 1}d}" for i in range(n)]
     rng = random.Random(seed)
     ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
     if TOKEN_BYTES <= 36:

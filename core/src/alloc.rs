@@ -1,7 +1,7 @@
 //! How the allocator rounds an allocation up, for the memory estimates behind `MEMORY USAGE`.
 //!
 //! An estimate that adds up requested sizes reads low for small values: the compact form of a
-//! one-lock project asks for 60 bytes and takes 64 from jemalloc, 72 from glibc's malloc. The
+//! one-lock project asks for 53 bytes and takes 64 from Debian's jemalloc, 56 from glibc's malloc. The
 //! server counts `used_memory` in what its allocator hands out, so the estimates round each
 //! allocation the same way. Which way depends on the server's build: Debian's Redis links the
 //! system's jemalloc (16-byte steps), Redis's own builds a jemalloc with 8-byte steps, Valkey
