@@ -35,7 +35,7 @@
 use std::sync::Arc;
 
 use super::defrag::{move_vec, rebuild_unique, Relocate};
-use super::segment::Segment;
+use super::segment::{self, Segment};
 use crate::alloc::allocation;
 
 /// The average entries per segment above which a segment splits.
@@ -74,7 +74,13 @@ impl<T> Default for LinearTable<T> {
 /// The bytes a segment's slots and control bytes take, as the allocator rounds them: what
 /// the segment allocated for them, in one block.
 fn slot_bytes<T>(segment: &Segment<T>) -> u32 {
-    allocation(segment.allocation_size()) as u32
+    slot_bytes_at::<T>(segment.capacity())
+}
+
+/// The same for a segment of `capacity` slots: an insertion or removal that leaves the capacity
+/// as it was, nearly all of them, need not ask again.
+fn slot_bytes_at<T>(capacity: usize) -> u32 {
+    allocation(segment::bytes::<T>(capacity)) as u32
 }
 
 /// How a table finds the hash of an entry it holds, to re-hash it when a segment grows, splits
@@ -259,13 +265,15 @@ impl<T: Clone> LinearTable<T> {
         }
         let at = self.segment_of(hash);
         let segment = Arc::make_mut(&mut self.segments[at]);
-        let before = slot_bytes(segment);
+        let capacity = segment.capacity();
         if segment.will_rebuild() {
             // This insertion may grow the segment, which re-hashes all it holds.
             prefetch_all(segment, &rehasher);
         }
         segment.insert_unique(hash, value, |v| rehasher.hash(v));
-        self.slots = self.slots - before + slot_bytes(segment);
+        if segment.capacity() != capacity {
+            self.slots = self.slots - slot_bytes_at::<T>(capacity) + slot_bytes(segment);
+        }
         self.len += 1;
         if self.len as usize > self.segments.len() * SEGMENT_LOAD {
             self.split_one(&rehasher);
@@ -281,9 +289,14 @@ impl<T: Clone> LinearTable<T> {
     ) -> Option<T> {
         let at = self.segment_of(hash);
         let segment = Arc::make_mut(self.segments.get_mut(at)?);
-        let before = slot_bytes(segment);
+        if segment.will_shrink_on_removal() {
+            prefetch_all(segment, &rehasher);
+        }
+        let capacity = segment.capacity();
         let removed = segment.remove(hash, eq, |v| rehasher.hash(v))?;
-        self.slots = self.slots - before + slot_bytes(segment);
+        if segment.capacity() != capacity {
+            self.slots = self.slots - slot_bytes_at::<T>(capacity) + slot_bytes(segment);
+        }
         self.len -= 1;
         if self.len == 0 && self.segments.len() == 1 {
             // An empty table gives its memory back and starts over.
@@ -340,10 +353,11 @@ impl<T: Clone> LinearTable<T> {
         let bit = 1usize << self.level;
         let source = Arc::make_mut(&mut self.segments[from]);
         prefetch_all(source, rehasher);
-        // About half the entries move, and half stay: both halves are rebuilt, each sized for
-        // a little more than its share, as a segment keeps about half its entries after a split
-        // until the table doubles, and a segment sized for the whole would stay half empty.
-        let share = source.len() / 2 + source.len() / 8;
+        // About half the entries move, and half stay: both halves are rebuilt, each with room
+        // for half as many again. Between two of its splits a segment doubles, so sized for the
+        // whole it would be half empty for a long while, and sized for its half it would be
+        // rebuilt twice on the way.
+        let share = source.len() / 2 + source.len() / 4;
         let mut stay = Segment::with_capacity(share);
         let mut moved = Segment::with_capacity(share);
         source.drain(|value| {
