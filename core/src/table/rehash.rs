@@ -338,7 +338,9 @@ impl<T: Clone> LinearTable<T> {
         let into = Arc::make_mut(&mut self.segments[self.split as usize]);
         let before = slot_bytes(into);
         prefetch_all(&last, rehasher);
-        prefetch_all(into, rehasher);
+        if !into.has_room(last.len()) {
+            prefetch_all(into, rehasher);
+        }
         into.reserve(last.len(), |v| rehasher.hash(v));
         // The last segment is taken as it is when no other copy holds it, copied otherwise.
         Arc::unwrap_or_clone(last)
