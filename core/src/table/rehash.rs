@@ -356,10 +356,9 @@ impl<T: Clone> LinearTable<T> {
         let source = Arc::make_mut(&mut self.segments[from]);
         prefetch_all(source, rehasher);
         // About half the entries move, and half stay: both halves are rebuilt, each with room
-        // for half as many again. Between two of its splits a segment doubles, so sized for the
-        // whole it would be half empty for a long while, and sized for its half it would be
-        // rebuilt twice on the way.
-        let share = source.len() / 2 + source.len() / 4;
+        // for all the entries, as a segment doubles between two of its splits: so it is not
+        // rebuilt on the way, and is at its fullest when the table stops growing half-way.
+        let share = source.len();
         let mut stay = Segment::with_capacity(share);
         let mut moved = Segment::with_capacity(share);
         source.drain(|value| {
