@@ -305,7 +305,7 @@ impl<T> Segment<T> {
 
     /// The group where a probe for `hash` starts.
     fn home(&self, hash: u64, groups: usize) -> usize {
-        ((hash & 0xffff_ffff) * groups as u64 >> 32) as usize
+        (((hash & 0xffff_ffff) * groups as u64) >> 32) as usize
     }
 
     fn find_index(&self, hash: u64, mut eq: impl FnMut(&T) -> bool) -> Option<usize> {
@@ -563,7 +563,10 @@ mod tests {
         for entries in [1usize, 3, 16, 17, 100, 977, 1_000, 2_000, 3_000] {
             let capacity = capacity_for::<u32>(entries);
             assert!(max_load(capacity) >= entries, "{entries}: {capacity}");
-            assert!(capacity <= GROUP || capacity % GROUP == 0, "{capacity}");
+            assert!(
+                capacity <= GROUP || capacity.is_multiple_of(GROUP),
+                "{capacity}"
+            );
             assert!(
                 allocation(bytes::<u32>(capacity))
                     < allocation(bytes::<u32>(next_capacity(capacity))),
