@@ -123,10 +123,11 @@ pub(super) fn capacity_for<T>(entries: usize) -> usize {
 /// what it holds, so that each entry is re-hashed about once over the segment's growth, as
 /// with hashbrown's doubling. Growing by less re-hashes more, and that shows: by a quarter an
 /// `ACQUIRE` took 5% more instructions than with hashbrown (`bench/instructions.py`), by half
-/// 1.7% more, by twice 0.6%. What a segment saves is in being sized for its entries when it is
-/// built (a load, a split, a merge) and in filling its allocator's size class, not in growing
-/// by small steps: a project filled by insertions took 96.0 bytes a further lock growing by
-/// twice and 95.5 growing by half (Redis 7.0, 300,000 locks; 105.0 with hashbrown).
+/// 1.7% more, by twice (with a split's halves given room for the whole) 0.9% fewer. What a
+/// segment saves is in being sized for its entries when it is built (a load, a split, a merge)
+/// and in filling its allocator's size class, not in growing by small steps: a project filled
+/// by insertions took 97.0 bytes a further lock growing by twice and 95.5 growing by half
+/// (Redis 7.0, 300,000 locks; 105.0 with hashbrown).
 fn roomy_capacity<T>(entries: usize) -> usize {
     capacity_for::<T>(2 * entries + 1)
 }
