@@ -203,12 +203,14 @@ fuzz:
 
 # Miri (Rust's interpreter that checks unsafe code against the language's rules: use after free,
 # aliasing, leaks, uninitialized reads) over the core's tests that run its unsafe blocks: the heap
-# form of `PackedToken` (lock.rs) and the defragmentation movers (table/defrag.rs), whose small
-# tree also runs the prefetch hint (table/rehash.rs). Under both aliasing models, Stacked Borrows
-# and Tree Borrows. Permissive provenance, because a long token keeps its heap address as bytes,
-# exposed on purpose. Not in CI: it needs a nightly component that CI does not install, and takes
-# about 4 minutes on the shared machine (fuzz/README.md, "Miri").
-MIRI_TESTS ?= lock:: project::tests:: defrag::tests::a_small defrag::tests::a_compact defrag::tests::boxes
+# form of `PackedToken` (lock.rs), the defragmentation movers (table/defrag.rs), whose small
+# tree also runs the prefetch hint (table/rehash.rs), and the hash tables' segments, which keep
+# their slots in an allocation of their own (table/segment.rs, a smaller run of its tests under
+# Miri, about 2 minutes more). Under both aliasing models, Stacked Borrows and Tree Borrows.
+# Permissive provenance, because a long token keeps its heap address as bytes, exposed on
+# purpose. Not in CI: it needs a nightly component that CI does not install, and takes about 6
+# minutes on the shared machine (fuzz/README.md, "Miri").
+MIRI_TESTS ?= lock:: project::tests:: defrag::tests::a_small defrag::tests::a_compact defrag::tests::boxes table::segment::
 miri:
 	@scripts/deps.sh miri
 	MIRIFLAGS="-Zmiri-permissive-provenance" cargo +nightly miri test -p pathlock-core --lib -- $(MIRI_TESTS)

@@ -239,9 +239,16 @@ fn before_and_after_reload(locks: usize) -> [(i64, i64); 2] {
     [built, loaded]
 }
 
+/// What a load may save on a project that insertions built: a load sizes each segment of its
+/// two hash tables (the owners' index and a folder's children) for the entries it gets, where
+/// insertions leave a segment room to double; at a million locks in folders of one file that
+/// room is some 6 bytes of the 99 a lock costs.
+const LOAD_SAVES: f64 = 0.10;
+
 /// A project loaded from a payload (`DEBUG RELOAD`, and so `RESTORE`, a full sync, `MIGRATE`)
 /// is built in the shape commands give it, a node standing for a chain of segments: it costs
-/// what it cost before, within `MARGIN`, at a thousand locks and at a million.
+/// what it cost before, at a thousand locks and at a million: no more than `MARGIN` above, and
+/// no more than `LOAD_SAVES` below (the hash tables' growth room, which a load does not leave).
 #[test]
 fn a_reloaded_project_costs_what_it_cost_before() {
     for locks in [1_000, 1_000_000] {
@@ -266,7 +273,7 @@ fn a_reloaded_project_costs_what_it_cost_before() {
         for (what, before, after) in compared {
             let gap = (after - before) as f64 / before as f64;
             assert!(
-                gap.abs() <= MARGIN,
+                (-LOAD_SAVES..=MARGIN).contains(&gap),
                 "{locks} locks: {what} {before} before DEBUG RELOAD, {after} after ({:+.1}%)",
                 gap * 100.0
             );

@@ -81,6 +81,7 @@ mod integrity;
 mod notes;
 mod owners;
 mod rehash;
+mod segment;
 mod sorted;
 mod tree;
 

@@ -5,12 +5,12 @@
 //! four million owners that one insertion takes a third of a second, during which Redis serves
 //! nobody; even done a step at a time, allocating and clearing the new table's control bytes
 //! takes milliseconds at ten million. Here the entries are spread over segments, each a small
-//! hashbrown table, chosen by the hash's upper bits. When the table holds more than
-//! `SEGMENT_LOAD` entries per segment on average, one segment splits: the entries whose next
-//! hash bit is set move to a new segment at the end, as in Litwin's linear hashing. The segment
-//! to split goes round in order, so every segment splits once per doubling and the segments
-//! stay within about twice the average. The longest insertion therefore moves one segment's
-//! entries, a few thousand at most, whatever the size. Removals shrink the table the same way:
+//! hash table sized to its entries (`Segment`), chosen by the hash's upper bits. When the table
+//! holds more than `SEGMENT_LOAD` entries per segment on average, one segment splits: the
+//! entries whose next hash bit is set move to a new segment at the end, as in Litwin's linear
+//! hashing. The segment to split goes round in order, so every segment splits once per doubling
+//! and the segments stay within about twice the average. The longest insertion therefore moves
+//! one segment's entries, a few thousand at most, whatever the size. Removals shrink the table the same way:
 //! below a quarter of that load the last split is undone, one segment per removal, so a mass
 //! release gives the memory back without one call freeing thousands of segments.
 //!
@@ -34,9 +34,8 @@
 
 use std::sync::Arc;
 
-use hashbrown::HashTable;
-
 use super::defrag::{move_vec, rebuild_unique, Relocate};
+use super::segment::{self, Segment};
 use crate::alloc::allocation;
 
 /// The average entries per segment above which a segment splits.
@@ -48,7 +47,7 @@ const MERGE_LOAD: usize = SEGMENT_LOAD / 4;
 #[derive(Clone, Debug)]
 pub(super) struct LinearTable<T> {
     /// `2^level + split` segments; empty until the first insertion.
-    segments: Vec<Arc<HashTable<T>>>,
+    segments: Vec<Arc<Segment<T>>>,
     level: u32,
     /// The next segment to split, below `2^level`. The segments before it, and those from
     /// `2^level` on, use one more bit of the hash.
@@ -73,9 +72,15 @@ impl<T> Default for LinearTable<T> {
 }
 
 /// The bytes a segment's slots and control bytes take, as the allocator rounds them: what
-/// hashbrown allocated for them, in one block.
-fn slot_bytes<T>(segment: &HashTable<T>) -> u32 {
-    allocation(segment.allocation_size()) as u32
+/// the segment allocated for them, in one block.
+fn slot_bytes<T>(segment: &Segment<T>) -> u32 {
+    slot_bytes_at::<T>(segment.capacity())
+}
+
+/// The same for a segment of `capacity` slots: an insertion or removal that leaves the capacity
+/// as it was, nearly all of them, need not ask again.
+fn slot_bytes_at<T>(capacity: usize) -> u32 {
+    allocation(segment::bytes::<T>(capacity)) as u32
 }
 
 /// How a table finds the hash of an entry it holds, to re-hash it when a segment grows, splits
@@ -110,14 +115,14 @@ pub(super) fn prefetch<T>(at: &T) {
 }
 
 /// Prefetches the keys of every entry of `segment`, ahead of a re-hash that reads them all.
-fn prefetch_all<T>(segment: &HashTable<T>, rehasher: &impl Rehasher<T>) {
-    for value in segment {
+fn prefetch_all<T>(segment: &Segment<T>, rehasher: &impl Rehasher<T>) {
+    for value in segment.iter() {
         rehasher.prefetch(value);
     }
 }
 
-/// The hash bits that choose a segment: the upper half, as hashbrown uses the lower bits to
-/// place an entry in its segment and the top seven as its tag.
+/// The hash bits that choose a segment: the upper half, as a segment uses the lower bits to
+/// place an entry and the top seven as its tag.
 fn segment_bits(hash: u64) -> usize {
     (hash >> 32) as usize & 0x00ff_ffff
 }
@@ -187,7 +192,7 @@ impl<T: Clone> LinearTable<T> {
         }
         if len <= SEGMENT_LOAD {
             // One segment: no sorting by segment.
-            let mut built = HashTable::with_capacity(len);
+            let mut built = Segment::with_capacity(len);
             for (hash, value) in entries {
                 if built.find(hash, |other| same(other, &value)).is_some() {
                     return Err(value);
@@ -238,7 +243,7 @@ impl<T: Clone> LinearTable<T> {
         let mut sorted = entries.into_iter();
         for segment in 0..1usize << level {
             let count = starts[segment + 1] - starts[segment];
-            let mut built = HashTable::with_capacity(count);
+            let mut built = Segment::with_capacity(count);
             for (hash, value) in sorted.by_ref().take(count) {
                 if built.find(hash, |other| same(other, &value)).is_some() {
                     return Err(value);
@@ -256,17 +261,19 @@ impl<T: Clone> LinearTable<T> {
     /// Inserts an entry known to be absent.
     pub(super) fn insert_unique(&mut self, hash: u64, value: T, rehasher: impl Rehasher<T>) {
         if self.segments.is_empty() {
-            self.segments.push(Arc::new(HashTable::new()));
+            self.segments.push(Arc::new(Segment::new()));
         }
         let at = self.segment_of(hash);
         let segment = Arc::make_mut(&mut self.segments[at]);
-        let before = slot_bytes(segment);
-        if segment.len() == segment.capacity() {
-            // This insertion grows the segment, which re-hashes all it holds.
+        let capacity = segment.capacity();
+        if segment.will_rebuild() {
+            // This insertion may grow the segment, which re-hashes all it holds.
             prefetch_all(segment, &rehasher);
         }
         segment.insert_unique(hash, value, |v| rehasher.hash(v));
-        self.slots = self.slots - before + slot_bytes(segment);
+        if segment.capacity() != capacity {
+            self.slots = self.slots - slot_bytes_at::<T>(capacity) + slot_bytes(segment);
+        }
         self.len += 1;
         if self.len as usize > self.segments.len() * SEGMENT_LOAD {
             self.split_one(&rehasher);
@@ -281,11 +288,15 @@ impl<T: Clone> LinearTable<T> {
         rehasher: impl Rehasher<T>,
     ) -> Option<T> {
         let at = self.segment_of(hash);
-        let removed = Arc::make_mut(self.segments.get_mut(at)?)
-            .find_entry(hash, eq)
-            .ok()?
-            .remove()
-            .0;
+        let segment = Arc::make_mut(self.segments.get_mut(at)?);
+        if segment.will_shrink_on_removal() {
+            prefetch_all(segment, &rehasher);
+        }
+        let capacity = segment.capacity();
+        let removed = segment.remove(hash, eq, |v| rehasher.hash(v))?;
+        if segment.capacity() != capacity {
+            self.slots = self.slots - slot_bytes_at::<T>(capacity) + slot_bytes(segment);
+        }
         self.len -= 1;
         if self.len == 0 && self.segments.len() == 1 {
             // An empty table gives its memory back and starts over.
@@ -306,7 +317,7 @@ impl<T: Clone> LinearTable<T> {
         if self.segments.is_empty() {
             return 0;
         }
-        let shared = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<HashTable<T>>();
+        let shared = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Segment<T>>();
         let vector = self.segments.len().next_power_of_two().max(4);
         self.slots as usize
             + self.segments.len() * allocation(shared)
@@ -327,14 +338,13 @@ impl<T: Clone> LinearTable<T> {
         let into = Arc::make_mut(&mut self.segments[self.split as usize]);
         let before = slot_bytes(into);
         prefetch_all(&last, rehasher);
-        if into.capacity() < into.len() + last.len() {
+        if !into.has_room(last.len()) {
             prefetch_all(into, rehasher);
         }
         into.reserve(last.len(), |v| rehasher.hash(v));
         // The last segment is taken as it is when no other copy holds it, copied otherwise.
-        for value in Arc::unwrap_or_clone(last) {
-            into.insert_unique(rehasher.hash(&value), value, |v| rehasher.hash(v));
-        }
+        Arc::unwrap_or_clone(last)
+            .drain(|value| into.insert_unique(rehasher.hash(&value), value, |v| rehasher.hash(v)));
         self.slots = self.slots - before + slot_bytes(into);
     }
 
@@ -345,13 +355,23 @@ impl<T: Clone> LinearTable<T> {
         let bit = 1usize << self.level;
         let source = Arc::make_mut(&mut self.segments[from]);
         prefetch_all(source, rehasher);
-        // About half the entries move: sized for them at once, the new segment does not grow
-        // (and re-hash what it holds) several times on the way.
-        let mut moved = HashTable::with_capacity(source.len() / 2 + source.len() / 8);
-        for value in source.extract_if(|v| segment_bits(rehasher.hash(v)) & bit != 0) {
-            moved.insert_unique(rehasher.hash(&value), value, |v| rehasher.hash(v));
-        }
-        self.slots += slot_bytes(&moved);
+        // About half the entries move, and half stay: both halves are rebuilt, each with room
+        // for all the entries, as a segment doubles between two of its splits: so it is not
+        // rebuilt on the way, and is at its fullest when the table stops growing half-way.
+        let share = source.len();
+        let mut stay = Segment::with_capacity(share);
+        let mut moved = Segment::with_capacity(share);
+        source.drain(|value| {
+            let hash = rehasher.hash(&value);
+            let to = if segment_bits(hash) & bit != 0 {
+                &mut moved
+            } else {
+                &mut stay
+            };
+            to.insert_unique(hash, value, |v| rehasher.hash(v));
+        });
+        self.slots = self.slots - slot_bytes(source) + slot_bytes(&stay) + slot_bytes(&moved);
+        *source = stay;
         self.segments.push(Arc::new(moved));
         self.split += 1;
         if self.split as usize == bit {
@@ -367,8 +387,8 @@ impl<T: Clone> LinearTable<T> {
         move_vec(&mut self.segments, to);
     }
 
-    /// For `defrag`: rebuilds segment `i` in a fresh allocation (hashbrown's, which cannot be
-    /// re-pointed), unless a copy shares it. The clone has the same buckets, so `slots` holds.
+    /// For `defrag`: rebuilds segment `i` in a fresh allocation (its own and the `Arc`'s), unless
+    /// a copy shares it. The clone has the same buckets, so `slots` holds.
     /// False when `i` is past the last segment.
     pub(super) fn defrag_segment<R: Relocate + ?Sized>(&mut self, i: usize, to: &mut R) -> bool {
         let Some(segment) = self.segments.get_mut(i) else {
