@@ -24,20 +24,7 @@ use common::*;
 /// The settings of Redis's own defrag tests (`tests/unit/memefficiency.tcl`), low enough that a
 /// few megabytes start a cycle: it runs while more than 2 MB and 5% of the allocator's memory are
 /// fragmented.
-const DEFRAG: [&str; 12] = [
-    "--activedefrag",
-    "no",
-    "--active-defrag-ignore-bytes",
-    "2mb",
-    "--active-defrag-threshold-lower",
-    "5",
-    "--active-defrag-cycle-min",
-    "65",
-    "--active-defrag-cycle-max",
-    "75",
-    "--lazyfree-lazy-user-del",
-    "no",
-];
+const DEFRAG: [&str; 12] = defrag_from("2mb", "5");
 
 /// The same with a cycle that starts at 1 MB and 2% fragmented, for the large projects: their
 /// hash tables' segments, sized to their entries and given room to double when they split, are
@@ -45,20 +32,30 @@ const DEFRAG: [&str; 12] = [
 /// (hashbrown's segments, doubling, left 4 MB and 10%), under `DEFRAG`'s threshold; the cycle
 /// must still run for the test to see it move the tree's memory. The small projects keep
 /// `DEFRAG`: at 2% the hashes' cycle there does not end within the minute.
-const DEFRAG_TIGHT: [&str; 12] = [
-    "--activedefrag",
-    "no",
-    "--active-defrag-ignore-bytes",
-    "1mb",
-    "--active-defrag-threshold-lower",
-    "2",
-    "--active-defrag-cycle-min",
-    "65",
-    "--active-defrag-cycle-max",
-    "75",
-    "--lazyfree-lazy-user-del",
-    "no",
-];
+const DEFRAG_TIGHT: [&str; 12] = defrag_from("1mb", "2");
+
+/// A server's defrag settings: the cycle runs while more than `ignore_bytes` and `lower_percent`
+/// of the allocator's memory are fragmented; it starts off, so that a test turns it on once
+/// filled.
+const fn defrag_from(
+    ignore_bytes: &'static str,
+    lower_percent: &'static str,
+) -> [&'static str; 12] {
+    [
+        "--activedefrag",
+        "no",
+        "--active-defrag-ignore-bytes",
+        ignore_bytes,
+        "--active-defrag-threshold-lower",
+        lower_percent,
+        "--active-defrag-cycle-min",
+        "65",
+        "--active-defrag-cycle-max",
+        "75",
+        "--lazyfree-lazy-user-del",
+        "no",
+    ]
+}
 
 /// What one run measured.
 #[derive(Debug)]

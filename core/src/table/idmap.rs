@@ -5,7 +5,13 @@ use super::rehash::LinearTable;
 /// Ids are dense and assigned by the table itself, so a multiplication spreads them well and no
 /// client can choose them to collide.
 pub(super) fn hash(id: u32) -> u64 {
-    let product = u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    spread(u64::from(id))
+}
+
+/// A multiplication by the golden ratio's fraction, its high bits folded into the low ones: the
+/// hash of an id, and of the numbers the hash tables' own tests store.
+pub(super) fn spread(value: u64) -> u64 {
+    let product = value.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     product ^ (product >> 29)
 }
 

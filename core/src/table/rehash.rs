@@ -404,8 +404,7 @@ mod tests {
     use super::*;
 
     fn hash(v: &u64) -> u64 {
-        let product = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        product ^ (product >> 29)
+        super::super::idmap::spread(*v)
     }
 
     #[test]
