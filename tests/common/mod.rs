@@ -28,22 +28,72 @@ pub use payload::*;
 /// tests include this harness too (`clients/rust/tests/common/`), so the checkout is found from
 /// the crate's folder upwards: the first folder with the workspace's `Cargo.lock`.
 pub fn module_path() -> PathBuf {
-    let path = std::env::var_os("PATHLOCK_MODULE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-            let workspace = crate_dir
-                .ancestors()
-                .find(|dir| dir.join("Cargo.lock").exists())
-                .unwrap_or(&crate_dir);
-            workspace.join("target/release/libpathlock.so")
-        });
+    if let Some(path) = std::env::var_os("PATHLOCK_MODULE") {
+        let path = PathBuf::from(path);
+        assert!(
+            path.exists(),
+            "PATHLOCK_MODULE names no file: {}",
+            path.display()
+        );
+        return path;
+    }
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let workspace = crate_dir
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").exists())
+        .unwrap_or(&crate_dir);
+    let path = workspace.join("target/release/libpathlock.so");
     assert!(
         path.exists(),
         "module not built at {}: run `cargo build --release` (make test does)",
         path.display()
     );
+    refuse_stale(&path, workspace);
     path
+}
+
+/// Refuses a module built before its sources last changed. `cargo test` builds the library for
+/// the tests under `target/release/deps/` and leaves `target/release/libpathlock.so` as the last
+/// `cargo build` left it, so a suite run after an edit and `cargo test` alone would test the old
+/// module and pass or fail for the wrong reason. `make test` builds first (and names the module
+/// in `PATHLOCK_MODULE`, which skips this look).
+fn refuse_stale(module: &Path, workspace: &Path) {
+    let built = std::fs::metadata(module).and_then(|m| m.modified());
+    let Ok(built) = built else {
+        return;
+    };
+    let sources = [
+        "src",
+        "core/src",
+        "Cargo.toml",
+        "core/Cargo.toml",
+        "Cargo.lock",
+    ];
+    let newer = sources
+        .iter()
+        .filter_map(|source| newest_change(&workspace.join(source)))
+        .filter(|(changed, _)| *changed > built)
+        .max_by_key(|(changed, _)| *changed);
+    if let Some((_, file)) = newer {
+        panic!(
+            "{} is older than {}: run `cargo build --release` (make test does), or name a \
+             module in PATHLOCK_MODULE",
+            module.display(),
+            file.display()
+        );
+    }
+}
+
+/// The latest modification under `path` (a file, or a folder walked whole) and the file it is.
+fn newest_change(path: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_dir() {
+        return Some((meta.modified().ok()?, path.to_path_buf()));
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .filter_map(|entry| newest_change(&entry.ok()?.path()))
+        .max_by_key(|(changed, _)| *changed)
 }
 
 /// The server binary the tests start: `REDIS_SERVER`, or `redis-server` from PATH.
