@@ -29,7 +29,8 @@ use crate::alloc::allocation;
 use crate::lock::Note;
 
 /// Ids are dense and assigned by the table, never by a client; a 64-bit finaliser spreads the
-/// pair over both the segment bits (the upper half) and hashbrown's bits (the lower ones).
+/// pair over both the bits that choose a segment (the upper half) and those a segment places an
+/// entry by (the lower ones; see `rehash` and `segment`).
 fn hash(node: NodeId, owner: Tagged) -> u64 {
     let mut z = (u64::from(node) << 32 | u64::from(owner.0)).wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
