@@ -1,9 +1,10 @@
 """Whole-key operations on one big project, beside a hash with as many fields, in one run.
 
 A project of WHOLE_KEY_LOCKS locks (default 1,000,000; paths /d<i % 1000>/f<i>, a token each,
-`t<i>` as `make bench` names them, or one token for all with WHOLE_KEY_OWNERS=one) and a hash
-with as many fields (the same paths as fields, the tokens as values) go through the operations
-that take a whole key at once:
+`t<i>` as `make bench` names them, a UUID v4 as the clients make them with
+WHOLE_KEY_TOKENS=uuid, or one token for all with WHOLE_KEY_OWNERS=one) and a hash with as many
+fields (the same paths as fields, the tokens as values) go through the operations that take a
+whole key at once:
 
   - DUMP: its time and the payload's size;
   - RESTORE of that payload on a second server: its time; then a DEL of the restored key
@@ -25,9 +26,15 @@ to bench/whole_key.csv. Run it as `python3 bench/whole_key.py` after a release b
 REDIS_SERVER picks the server binary, PATHLOCK_MODULE the module.
 
 The section is a function of its own (`whole_key`), for `make bench-projects` to call.
+
+`python3 bench/whole_key.py dump-turns` measures `DUMP` alone instead: one server holding the
+project and one the hash, WHOLE_KEY_TURNS (default 16) `DUMP`s of each taking turns, each timed
+by the CPU time of the server's main thread in nanoseconds (its `schedstat`), which neither the
+clock's ticks of 10 ms nor the other server's work blur; the medians and quartiles of each.
 """
 
 import csv
+import hashlib
 import os
 import shutil
 import socket
@@ -36,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import MODULE, ROOT, free_port  # noqa: E402
@@ -44,6 +52,8 @@ from owners import Client, command_usec, info  # noqa: E402
 LOCKS = int(os.environ.get("WHOLE_KEY_LOCKS", "1000000"))
 ROUNDS = int(os.environ.get("WHOLE_KEY_ROUNDS", "3"))
 OWNERS = os.environ.get("WHOLE_KEY_OWNERS", "each")
+TOKENS = os.environ.get("WHOLE_KEY_TOKENS", "counter")
+TURNS = int(os.environ.get("WHOLE_KEY_TURNS", "16"))
 FORKS = int(os.environ.get("WHOLE_KEY_FORKS", "11"))
 SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 TTL_MS = 3_600_000
@@ -91,7 +101,14 @@ def path(i):
 
 
 def token(i):
-    return "one" if OWNERS == "one" else f"t{i:012d}"
+    if OWNERS == "one":
+        return "one"
+    if TOKENS == "uuid":
+        # Version 4 as the clients make them, its random bits a hash of `i`, so that both
+        # systems and every run hold the same tokens.
+        bits = hashlib.blake2b(i.to_bytes(8, "little"), digest_size=16).digest()
+        return str(uuid.UUID(bytes=bits, version=4))
+    return f"t{i:012d}"
 
 
 def fill(node, system):
@@ -254,7 +271,46 @@ def whole_key(rows=None):
     return runs
 
 
+def main_thread_cpu_ns(node):
+    """Nanoseconds of CPU the server's main thread has used (the first field of its
+    `schedstat`): what a DUMP costs it, whatever the other threads and processes do."""
+    with open(f"/proc/{node.proc.pid}/task/{node.proc.pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def dump_turns():
+    """`DUMP` alone: the project's and the hash's, TURNS each taking turns on two servers."""
+    owners = "one token" if OWNERS == "one" else f"a token each ({TOKENS})"
+    print(f"\n## DUMP in turns: {LOCKS:,} locks ({owners}) beside a hash of {LOCKS:,} fields, "
+          f"{TURNS} turns, CPU of the main thread\n")
+    nodes = {"pathlock": Node(), "hash": Node()}
+    try:
+        for system, node in nodes.items():
+            fill(node, system)
+        times = {system: [] for system in nodes}
+        sizes = {}
+        for _ in range(TURNS):
+            for system, node in nodes.items():
+                before = main_thread_cpu_ns(node)
+                sizes[system] = len(node.c.call("DUMP", KEY))
+                times[system].append((main_thread_cpu_ns(node) - before) / 1e6)
+    finally:
+        for node in nodes.values():
+            node.stop()
+    print("| | pathlock | hash | ratio |")
+    print("|---|---:|---:|---:|")
+    for name, pick in (("lower quartile", 0), ("median", 1), ("upper quartile", 2)):
+        mine = statistics.quantiles(times["pathlock"], n=4)[pick]
+        theirs = statistics.quantiles(times["hash"], n=4)[pick]
+        print(f"| `DUMP` CPU, {name} (ms) | {mine:,.1f} | {theirs:,.1f} | {mine / theirs:.2f} |")
+    print(f"| payload (bytes) | {sizes['pathlock']:,} | {sizes['hash']:,} | "
+          f"{sizes['pathlock'] / sizes['hash']:.2f} |", flush=True)
+
+
 def main():
+    if sys.argv[1:] == ["dump-turns"]:
+        dump_turns()
+        return
     rows = []
     whole_key(rows)
     with open(os.path.join(ROOT, "bench", "whole_key.csv"), "w", newline="") as f:
