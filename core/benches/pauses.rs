@@ -9,6 +9,12 @@
 //! once costs (what every command paid before lazy expiry was bounded), and the worst step of
 //! the expiry cycle. `PAUSES_LOCKS=10000000` leaves 5,000,000 expired.
 //!
+//! Then one token takes `PAUSES_FREE_LOCKS` locks (default 2,000,000; paths `/d<i % 1000>/f<i>`,
+//! 50 a call, as `make bench-owners` takes them), releases them all at once, and the table frees
+//! them in steps of 64, as the module's expiry cycle calls `free_some`: the median and worst
+//! step, and their sum. The storage the last step gives up goes to a thread, as the module hands
+//! it to its lazy-free thread. `PAUSES_LOCKS=0` runs this part alone.
+//!
 //! Each call is timed by the thread's CPU clock (user and kernel time, page faults included):
 //! on a shared machine the wall clock mostly shows when the scheduler ran someone else.
 
@@ -59,6 +65,21 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4_000_000);
+    if locks > 0 {
+        grow_and_empty(locks);
+    }
+    let free_locks: usize = std::env::var("PAUSES_FREE_LOCKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    if free_locks > 0 {
+        freeing_one_token(free_locks);
+    }
+}
+
+/// Grows one project to `locks` locks of a token each, releases half, lets the other half
+/// lapse, and reclaims them.
+fn grow_and_empty(locks: usize) {
     let mut table = LockTable::new();
     let mut acquire = Worst::new();
     let started = Instant::now();
@@ -166,7 +187,6 @@ fn commands_after_the_mass_expiry(table: LockTable, locks: usize) -> LockTable {
             added.push(token(locks + k));
         }
     }
-    let ms = |n: u128| n as f64 / 1e6;
     println!(
         "{COMMANDS} commands on {expired} expired locks: worst {:.3} ms \
          (new path {:.3}, lapsed path {:.3}, renew of a lapsed lease {:.3}, its release {:.3}); \
@@ -183,4 +203,67 @@ fn commands_after_the_mass_expiry(table: LockTable, locks: usize) -> LockTable {
     let mut table = LockTable::new();
     std::mem::swap(&mut table, project.locks_mut());
     table
+}
+
+/// Where the bench's table gives up large storage: a thread that drops it, as the module's
+/// lazy-free thread does.
+static GIVEN_UP: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Box<dyn Send>>>> =
+    std::sync::OnceLock::new();
+
+fn give_up(storage: Box<dyn Send>) {
+    if let Some(sender) = GIVEN_UP.get() {
+        if let Ok(sender) = sender.lock() {
+            // The thread outlives the bench's tables; were it gone, dropping here is the same.
+            let _ = sender.send(storage);
+        }
+    }
+}
+
+/// One token's `locks` locks released at once and freed in steps of 64, as the expiry cycle
+/// frees a released big owner's locks: the median and the worst step, by the thread's CPU
+/// clock, and their sum.
+fn freeing_one_token(locks: usize) {
+    let (sender, receiver) = std::sync::mpsc::channel::<Box<dyn Send>>();
+    if GIVEN_UP.set(std::sync::Mutex::new(sender)).is_ok() {
+        std::thread::spawn(move || receiver.into_iter().for_each(drop));
+        pathlock_core::lazyfree::set_hook(give_up);
+    }
+    let mut table = LockTable::new();
+    let owner = token(0);
+    for first in (0..locks).step_by(50) {
+        let items: Vec<(Mode, Path)> = (first..(first + 50).min(locks))
+            .map(|i| {
+                let raw = format!("/d{}/f{i}", i % 1000);
+                let path = Path::parse(raw.as_bytes(), &PathLimits::default()).expect("path");
+                (Mode::Write, path)
+            })
+            .collect();
+        assert!(table.acquire(0, &owner, 1 << 40, &items).fence.is_some());
+    }
+    let t = cpu_nanos();
+    table.release_decided(&owner, None);
+    let release = cpu_nanos() - t;
+    let mut steps = Vec::new();
+    while table.has_background_work() {
+        let t = cpu_nanos();
+        table.free_some(64);
+        steps.push(cpu_nanos() - t);
+    }
+    assert!(table.is_empty());
+    let total: u128 = steps.iter().sum();
+    steps.sort_unstable();
+    let over_1ms = steps.iter().filter(|&&n| n > 1_000_000).count();
+    println!(
+        "one token's {locks} locks: RELEASE {:.3} ms, then {} steps of 64 freeing them in {:.1} s: \
+         median {:.3} ms, worst {:.3} ms, {over_1ms} over 1 ms",
+        ms(release),
+        steps.len(),
+        total as f64 / 1e9,
+        ms(steps.get(steps.len() / 2).copied().unwrap_or(0)),
+        ms(steps.last().copied().unwrap_or(0)),
+    );
+}
+
+fn ms(nanos: u128) -> f64 {
+    nanos as f64 / 1e6
 }
