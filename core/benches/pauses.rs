@@ -60,18 +60,20 @@ impl Worst {
     }
 }
 
-fn main() {
-    let locks: usize = std::env::var("PAUSES_LOCKS")
+/// A count from the environment, `default` when it is not set or not a number.
+fn count(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(4_000_000);
+        .unwrap_or(default)
+}
+
+fn main() {
+    let locks = count("PAUSES_LOCKS", 4_000_000);
     if locks > 0 {
         grow_and_empty(locks);
     }
-    let free_locks: usize = std::env::var("PAUSES_FREE_LOCKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000_000);
+    let free_locks = count("PAUSES_FREE_LOCKS", 2_000_000);
     if free_locks > 0 {
         freeing_one_token(free_locks);
     }
