@@ -29,13 +29,36 @@ static NOW_MS: AtomicU64 = AtomicU64::new(UNREAD);
 
 const UNREAD: u64 = u64::MAX;
 
+/// The same for the module's own work running now outside a command (a tick of the expiry
+/// cycle): its context, 0 when none runs, and its flags, read once when it started. A tick
+/// visits hundreds of keys, and asks for the flags several times in each; the flags it reads
+/// (role, replication, AOF, loading) cannot change while it runs.
+static WORK_CTX: AtomicUsize = AtomicUsize::new(0);
+static WORK_FLAGS: AtomicI32 = AtomicI32::new(0);
+
 /// The context's flags: those remembered for the running command when `ctx` is its context,
 /// else read from the server.
 pub fn flags(ctx: &Context) -> ContextFlags {
     if CURRENT_CTX.load(Relaxed) == ctx.ctx as usize {
         return ContextFlags::from_bits_truncate(CURRENT_FLAGS.load(Relaxed));
     }
+    if WORK_CTX.load(Relaxed) == ctx.ctx as usize {
+        return ContextFlags::from_bits_truncate(WORK_FLAGS.load(Relaxed));
+    }
     ctx.get_flags()
+}
+
+/// Runs the module's own `work` on `ctx` outside a command (a timer's tick) with the context's
+/// flags remembered, and forgets them after; `work` is not a command (`in_command` stays false).
+/// `work` must not unwind.
+pub fn remembering_work_flags<R>(ctx: &Context, work: impl FnOnce() -> R) -> R {
+    let outer = (WORK_CTX.load(Relaxed), WORK_FLAGS.load(Relaxed));
+    WORK_FLAGS.store(ctx.get_flags().bits(), Relaxed);
+    WORK_CTX.store(ctx.ctx as usize, Relaxed);
+    let result = work();
+    WORK_CTX.store(outer.0, Relaxed);
+    WORK_FLAGS.store(outer.1, Relaxed);
+    result
 }
 
 /// Runs a command's `work` with its context's flags remembered, and forgets them after (a

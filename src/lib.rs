@@ -142,9 +142,8 @@ redis_module! {
     data_types: [PATHLOCK_TYPE],
     init: init,
     event_handlers: [
+        // One subscriber, which ends by undoing Valkey 8.1's database switch (`events`).
         [@GENERIC @LOADED @EVICTED: events::on_keyspace_event],
-        // Last: it undoes Valkey 8.1's database switch after every subscriber ran.
-        [@GENERIC: move_db_workaround::on_keyspace_event],
     ],
     configurations: [
         i64: [
