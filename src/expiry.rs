@@ -4,8 +4,8 @@
 //! engine's `big`). Background work runs on every server, replicas included, since it changes
 //! nothing anyone sees; when there is some it keeps a quarter of each tick.
 //!
-//! Level 7: imports `change`, `clock`, `contain`, `schedule`, `slot`, `stats`, `store`. Started by
-//! `lib.rs`.
+//! Level 7: imports `change`, `clock`, `contain`, `context`, `schedule`, `slot`, `stats`,
+//! `store`. Started by `lib.rs`.
 //!
 //! It knows only "reclaim what is due in this key": `change::expire_until` does the reclaiming,
 //! replicates it and reschedules the key. Only a master acts, and not while clients are paused or
