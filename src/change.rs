@@ -83,8 +83,8 @@ pub fn expire_until(store: &ServerKey, now: u64, until: Instant) -> bool {
         purge_cancelled(store, project, now);
         let mut reclaimed = 0;
         // The first step runs whatever the time: the caller looked at the clock just before
-        // opening the key, and most keys the cycle visits need only it (a reading is some 35 ns,
-        // a lapsed one-lock project about 4 us).
+        // opening the key (a reading is some 35 ns, a lapsed one-lock project about 4 us). A
+        // tick still overruns its budget by one step at most.
         let mut done = false;
         loop {
             let (freed, grants) = project.expire_some(now, OWNERS_PER_STEP);

@@ -32,7 +32,8 @@ const UNREAD: u64 = u64::MAX;
 /// The same for the module's own work running now outside a command (a tick of the expiry
 /// cycle): its context, 0 when none runs, and its flags, read once when it started. A tick
 /// visits hundreds of keys, and asks for the flags several times in each; the flags it reads
-/// (role, replication, AOF, loading) cannot change while it runs.
+/// (role, replication, AOF, loading) cannot change while it runs. Those that can (out of memory,
+/// eviction: a tick frees memory) must be read from the server, not through [`flags`].
 static WORK_CTX: AtomicUsize = AtomicUsize::new(0);
 static WORK_FLAGS: AtomicI32 = AtomicI32::new(0);
 

@@ -94,10 +94,11 @@ fn tick(ctx: &Context) {
     if let Some(at) = next {
         schedule::wake_at(ctx, at);
     }
+    let timed = stats::stop_timing();
     // The CPU time is read inside the wall time's interval, so it never exceeds it.
     let cpu = thread_cpu_us().saturating_sub(cpu);
     let spent = started.elapsed();
-    let in_server = stats::stop_timing(spent) / 1000;
+    let in_server = timed.of(spent) / 1000;
     report_latency(spent);
     count_tick(spent, cpu, in_server);
     *LAST_TICK_END.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());

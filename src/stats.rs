@@ -115,17 +115,38 @@ pub fn start_timing() {
     TIMING.store(true, Ordering::Relaxed);
 }
 
-/// Stops timing the server's calls; returns the nanoseconds they took since `start_timing`, the
-/// tick having taken `spent` in all: their share of the tick's [`stamp`] units, of `spent`.
-pub fn stop_timing(spent: Duration) -> u64 {
+/// Stops timing the server's calls: what they took since `start_timing`, to be turned into time
+/// by the tick's wall time read after this ([`Timed::of`]).
+pub fn stop_timing() -> Timed {
     TIMING.store(false, Ordering::Relaxed);
-    let whole = stamp().wrapping_sub(STARTED.load(Ordering::Relaxed));
-    let inside = IN_SERVER.load(Ordering::Relaxed);
-    let spent = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
-    if whole == 0 || inside >= whole {
-        return if inside == 0 { 0 } else { spent };
+    Timed {
+        inside: IN_SERVER.load(Ordering::Relaxed),
+        whole: stamp().wrapping_sub(STARTED.load(Ordering::Relaxed)),
     }
-    u64::try_from(u128::from(spent) * u128::from(inside) / u128::from(whole)).unwrap_or(spent)
+}
+
+/// A tick's calls into the server, in [`stamp`] units, and the whole tick's.
+pub struct Timed {
+    inside: u64,
+    whole: u64,
+}
+
+impl Timed {
+    /// The nanoseconds the calls took, the tick having taken `spent` (read after `stop_timing`,
+    /// so that it spans at least the units counted): their share of the units, of `spent`. A
+    /// counter that went back (one not kept in step across cores) gives a sum or a span
+    /// "below zero", which counts as nothing in the server; the figure stays within `spent`.
+    pub fn of(&self, spent: Duration) -> u64 {
+        let spent = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+        let (inside, whole) = (self.inside, self.whole);
+        if inside == 0 || (inside as i64) < 0 || (whole as i64) <= 0 {
+            return 0;
+        }
+        if inside >= whole {
+            return spent;
+        }
+        u64::try_from(u128::from(spent) * u128::from(inside) / u128::from(whole)).unwrap_or(spent)
+    }
 }
 
 /// Whether a call made now belongs to the running tick.
@@ -221,8 +242,9 @@ mod tests {
             own(|| sleep(wait));
         });
         sleep(wait);
+        let timed = stop_timing();
         let spent = started.elapsed();
-        let ns = stop_timing(spent);
+        let ns = timed.of(spent);
         // A busy machine only stretches the sleeps, so the bounds hold under load: the timed
         // calls slept 10 ms at least, and the rest of the tick (the `own` work and the last
         // sleep) 10 ms at least.
