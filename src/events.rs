@@ -50,9 +50,9 @@ use crate::{errors, eviction, move_db_workaround, propagation, registry, schedul
 /// context for each subscriber of each event, and the expiry cycle raises a `del` for every
 /// project it deletes: while a million projects lapsed, the events took 12% of the cycle's time
 /// with two subscribers, 8% with one (`perf`, Redis 7.0).
-pub fn on_keyspace_event(ctx: &Context, kind: NotifyEvent, event: &str, key: &[u8]) {
+pub fn on_keyspace_event(ctx: &Context, _kind: NotifyEvent, event: &str, key: &[u8]) {
     on_event(ctx, event, key);
-    move_db_workaround::on_keyspace_event(ctx, kind, event, key);
+    move_db_workaround::on_keyspace_event(ctx, event);
 }
 
 /// Keyspace events that bring a path-lock key under a new name or from outside: it is scheduled
