@@ -20,6 +20,8 @@ server.valkey-8.1 := $(CURDIR)/.deps/valkey-8.1/valkey-server
 server.valkey-9.1 := $(CURDIR)/.deps/valkey-9.1/valkey-server
 server.valkey := $(server.valkey-9.1)
 SERVER ?= redis
+# The test binaries' profile (Cargo.toml: release optimisation without link-time optimisation).
+TEST_PROFILE := --profile release-tests
 TEST_SERVERS := $(or $(REDIS_SERVER),$(server.redis) $(server.redis-8.0) $(server.redis-8.2) $(server.valkey-8.1) $(server.valkey-9.1))
 
 all: build
@@ -36,9 +38,9 @@ run: build
 # `exporter` installs Debian's redis_exporter and builds the current one, for tests/exporter.rs.
 test: build
 	@scripts/deps.sh test exporter $(if $(REDIS_SERVER),,valkey redis8 redis8.2)
-	$(CARGO) test --release --workspace --exclude pathlock
+	$(CARGO) test $(TEST_PROFILE) --workspace --exclude pathlock
 	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
-	    REDIS_SERVER=$$server $(CARGO) test --release -p pathlock --no-fail-fast || failed="$$failed $$server"; \
+	    REDIS_SERVER=$$server $(CARGO) test $(TEST_PROFILE) -p pathlock --no-fail-fast || failed="$$failed $$server"; \
 	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-node
@@ -115,7 +117,7 @@ test-dist: dist
 # network-partition tests (they also run in `make test`).
 test-cluster: build
 	@scripts/deps.sh test
-	$(CARGO) test --release --test cluster --test atomic_migration --test stress --test partition -- --nocapture
+	$(CARGO) test $(TEST_PROFILE) --test cluster --test atomic_migration --test stress --test partition -- --nocapture
 
 # Redis's own test suite (the units in scripts/redis-suite.sh) with the module loaded, on Redis 7.0
 # (Debian's redis-server, with the tests of its source package) and Redis 8.0 (built from Debian's
