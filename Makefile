@@ -117,7 +117,7 @@ test-dist: dist
 # network-partition tests (they also run in `make test`).
 test-cluster: build
 	@scripts/deps.sh test
-	$(CARGO) test $(TEST_PROFILE) --test cluster --test atomic_migration --test stress --test partition -- --nocapture
+	$(CARGO) test $(TEST_PROFILE) --test integration -- cluster:: atomic_migration:: stress:: partition:: --nocapture
 
 # Redis's own test suite (the units in scripts/redis-suite.sh) with the module loaded, on Redis 7.0
 # (Debian's redis-server, with the tests of its source package) and Redis 8.0 (built from Debian's

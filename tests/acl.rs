@@ -5,9 +5,7 @@
 //! hold for every command, even for a user given them all. What the server is told of each
 //! command (flags, key specs, categories beside the reference) is in `command_docs.rs`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// Whether the server lets modules declare ACL categories: `ACL CAT` then lists `pathlock`.
 fn has_categories(con: &mut Connection) -> bool {

@@ -11,16 +11,13 @@
 //! the server's own answer is unchanged by the module, and the others say on stderr that they do
 //! not apply there.
 
-mod cluster_harness;
-mod common;
-
 use std::process::Command;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cluster_harness::*;
-use common::*;
+use crate::cluster_harness::*;
+use crate::common::*;
 
 /// The tests start clusters and time pauses on a machine of two cores, so they run one at a
 /// time.

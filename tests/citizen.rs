@@ -4,12 +4,10 @@
 //! Redis's own test suite checks the same things (`RESTORE can set LRU`, `stats: instantaneous
 //! metrics`); `make test-redis-suite` runs it with the module.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn config_set(con: &mut Connection, name: &str, value: &str) {
     let _: () = cmd("CONFIG")

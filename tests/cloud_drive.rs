@@ -2,9 +2,7 @@
 //! run pairwise by two users against a real server and checked against the conflict rule of
 //! `docs/commands.md`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// (operation, its lock request), as the table in `docs/clients.md` maps them.
 const OPERATIONS: &[(&str, &[&str])] = &[

@@ -3,14 +3,11 @@
 //! key answers -MOVED; resharding carries every lock (equal digests on the new owner); a manual
 //! failover keeps every lock acknowledged with `WAIT 1`, and fences continue above the old ones.
 
-mod cluster_harness;
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use cluster_harness::*;
-use common::*;
+use crate::cluster_harness::*;
+use crate::common::*;
 
 fn digests(cluster: &Cluster, keys: &[String]) -> BTreeMap<String, String> {
     keys.iter()

@@ -18,11 +18,9 @@
 //! complexity, and the arity the server checks before the module is called. What ACL users may
 //! do with those declarations is in `acl.rs`.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::*;
+use crate::common::*;
 
 /// One argument as a row of a section's table shows it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,12 +1,10 @@
 //! ACQUIRE, RELEASE and RENEW against a real redis-server: replies, tokens, fences, leases,
 //! atomicity, configs and every bad input.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[test]
 fn acquire_generates_a_uuid_token_and_counts_fences_up_by_one() {

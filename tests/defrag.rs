@@ -15,11 +15,9 @@
 //! use the C library's malloc) refuses `activedefrag yes`: the test says so in a banner on
 //! stderr and passes, except under CI (`CI` set) on a Redis 8.2, where it fails.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// The settings of Redis's own defrag tests (`tests/unit/memefficiency.tcl`), low enough that a
 /// few megabytes start a cycle: it runs while more than 2 MB and 5% of the allocator's memory are

@@ -2,13 +2,11 @@
 //! crashes, COPY/RENAME/MOVE/SWAPDB, DUMP/RESTORE (including payloads that lie), lazy free,
 //! transactions, and the INFO gauges through all of it.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// A project with a bit of everything: shared and exclusive locks, one owner holding READ and
 /// WRITE on one path, binary bytes, multi-path grants, leases of different lengths. Returns

@@ -4,11 +4,9 @@
 //! operator accepts the risk; then a lost project is loud (log, INFO, the `evicted` event, the
 //! holder's `RENEW` answering 0) and its next fences still go up.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn config_set(con: &mut Connection, name: &str, value: &str) {
     let _: () = cmd("CONFIG")

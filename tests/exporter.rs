@@ -11,8 +11,6 @@
 //! reported on stderr in a banner and skipped, except under CI (`CI` set), where `make test` has
 //! installed both and a missing one fails the test.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// The script operators install, as shipped.
 fn script_path() -> PathBuf {

@@ -8,14 +8,12 @@
 //! such a value into loads them with `pathlock.lower-impossible-fences yes`, which lowers what is
 //! impossible and nothing else.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const LIMIT: u64 = FENCE_LIMIT;
 const PER_MS: u64 = FENCES_PER_MS;

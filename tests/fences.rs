@@ -3,13 +3,11 @@
 //! RDB or AOF (with and without the RDB preamble), a failover to a replica, or on another shard
 //! after a reshard starts above every fence given before. Eviction is in `eviction.rs`.
 
-mod common;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const LIMIT: i64 = 1 << 53;
 

@@ -17,11 +17,9 @@
 //! within the fence ceiling, and the server reloads what it took (`DEBUG RELOAD`). Set
 //! `PATHLOCK_FUZZ_ROUNDS` to run more rounds than CI does.
 
-mod common;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common::*;
 
 const FIXED_SEED: u64 = 0x5eed_2026_1122;
 const BATCHES: usize = 12;

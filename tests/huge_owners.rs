@@ -5,12 +5,10 @@
 //! replica, through RDB and AOF, and while the background is still at work. Speed is measured
 //! by `make bench-owners`; these tests check the promises.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// More locks than a small owner holds (the engine's `SMALL`, 64), so the token is big.
 const BIG: usize = 300;

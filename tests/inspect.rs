@@ -1,12 +1,10 @@
 //! LOCKS and CHECK: what a user is shown when a path is busy (the notes, `LOCKS ... TOKEN` and
 //! `WAITERS` are in notes.rs and owners.rs).
 
-mod common;
-
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 type Entry = (String, String, String, i64, i64, Option<String>);
 

@@ -2,11 +2,9 @@
 //! keyspace takes its entry in the expiry schedule with it (`pathlock_scheduled_keys` in `INFO`
 //! counts them), and every way a key moves keeps its entry, so its locks still lapse on time.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn scheduled(con: &mut Connection) -> i64 {
     info_number(con, "pathlock", "pathlock_scheduled_keys")

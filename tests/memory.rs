@@ -4,9 +4,7 @@
 //! expiry schedule and what the server keeps for the key beside the value (`keytype`), and must
 //! come within 5% of the rise on every server of the matrix.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// The largest gap allowed between the sum of `MEMORY USAGE` and the rise of `used_memory`,
 /// relative to the rise: docs/operations.md promises 5%.

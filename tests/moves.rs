@@ -3,12 +3,10 @@
 //! answered an error and nothing is granted under the name left behind; only `DEL` and flushes
 //! (the project is gone) let them start over on the empty name.
 
-mod common;
-
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// A blocking acquire on a connection of its own; yields the reply or the error text.
 fn spawn_wait(

@@ -3,11 +3,9 @@
 //! replaced by a re-acquire that gives one and kept by one that does not, carried by a waiter
 //! to its grant, replicated, persisted (RDB, AOF rewrite, old RDBs without notes) and digested.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// The notes the tests send: control bytes, a NUL, U+0100, CR/LF, and plain text.
 const BINARY: &[u8] = b"move \x00\x01 \xc4\x80 \r\n by Alice";

@@ -2,11 +2,9 @@
 //! at run time), and inspection of a large project. COMMAND DOCS is checked in `command_docs.rs`,
 //! ACL users in `acl.rs`.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn events_for(
     server: &Server,

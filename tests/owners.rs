@@ -2,12 +2,10 @@
 //! what it returns), `WAITERS key [path]` (the queue, in order, with times and notes), and the
 //! `WRONGTYPE` error of a key that is not a project.
 
-mod common;
-
 use std::thread::{sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// `(path, mode, token)` of each entry of a LOCKS reply.
 fn listed(con: &mut Connection, key: &str, args: &[&str]) -> Vec<String> {

@@ -26,8 +26,6 @@
 //! one only, and only that one is asserted to have no violation. Without root or `ip netns` the
 //! tests say so on stderr and skip.
 
-mod common;
-
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -39,8 +37,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{acquire_command, check, random_items, Hold, Pace};
-use common::{cmd, info_field, module_path, promote, server_binary, Connection, Rng};
+use crate::common::{acquire_command, check, random_items, Hold, Pace};
+use crate::common::{cmd, info_field, module_path, promote, server_binary, Connection, Rng};
 
 const KEY: &str = "partition";
 const WORK_PATHS: &[&str] = &["/w", "/w/a", "/w/a/b", "/w/b", "/w/b/a", "/w/c"];

@@ -2,11 +2,9 @@
 //! arbitrary bytes, normalisation, and the root. The old Lua script runs on the same server to
 //! show which of these it got wrong.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 
 fn acquire_raw(con: &mut Connection, key: &str, token: &[u8], requests: &[&[u8]]) -> bool {
     let reply: Option<(Vec<u8>, i64)> = cmd("PATHLOCK.ACQUIRE")

@@ -4,11 +4,9 @@
 //! that attaches to a lone master, a replica that resumes after its master restarted, the AOF
 //! switched on at run time, and the module loaded at run time beside a connected replica.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const KEY: &str = "proj";
 

@@ -15,12 +15,10 @@
 //! the same offset as printed; TTLs and waiting times are integers. Everything else, notes and
 //! errors included, must be exactly as printed.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// The files whose examples run, in this order, as one session: the README's quick start, then
 /// the command reference, which continues it.

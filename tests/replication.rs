@@ -2,12 +2,10 @@
 //! expiries, an AOF replay reaches the same state, a replica never decides on its own, and a
 //! promoted replica takes over expiry and fencing.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const KEYS: &[&str] = &["proj:1", "proj:2", "proj:3", "{x}:4"];
 const TOKENS: &[&str] = &["t0", "t1", "t2", "t3", "t4", "t5"];

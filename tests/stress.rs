@@ -9,15 +9,13 @@
 //! the critical section without a lock. Fault runs kill the server and restart it from its AOF
 //! mid-run, and promote a replica mid-run.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const PATHS: &[&str] = &["/", "/a", "/a/b", "/a/b/c", "/a/c", "/b", "/b/a", "/c"];
 const KEY: &str = "stress";

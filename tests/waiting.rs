@@ -3,15 +3,13 @@
 //! clean-up after disconnects and `CLIENT UNBLOCK`, waiters let in when the one before them
 //! gives up, transactions, and replication.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
 use std::thread::{self, sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 type Reply = Option<(String, i64)>;
 
