@@ -4,9 +4,9 @@
 //! One program rather than one per file, because each program compiled the harness and linked it,
 //! the `redis` crate and their dependencies anew, twenty-nine times a build. And the test threads
 //! take the next test of any file, where a program of its own left a thread idle while the last
-//! long test of its file ran: on Redis 7.0 the files took 163 s one after the
-//! other and 121 to 125 s as one program, on the same machine. A file's tests are run alone by
-//! naming its module, `cargo test -p pathlock --test integration waiting::`.
+//! long test of its file ran: on Redis 7.0 the files took 163 s one after the other, and 121 to
+//! 125 s as one program, on the same machine. A file's tests are run alone by naming its module:
+//! `cargo test -p pathlock --test integration waiting::`.
 
 mod cluster_harness;
 mod common;
