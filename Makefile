@@ -36,12 +36,18 @@ run: build
 	$(or $(server.$(SERVER)),$(SERVER)) redis.conf.example --port $(PORT)
 
 # `exporter` installs Debian's redis_exporter and builds the current one, for tests/exporter.rs.
+# Every cargo call selects the whole workspace: Cargo gives a shared dependency the features the
+# selected packages ask of it, so a call for the module alone after one for the others built
+# `redis`, the engine and their dependencies a second time. On the first server every test of the
+# workspace runs (the engine's, the Rust client's, the module's unit and integration tests); on
+# the others, the module's integration program alone.
 test: build
 	@scripts/deps.sh test exporter $(if $(REDIS_SERVER),,valkey redis8 redis8.2)
-	$(CARGO) test $(TEST_PROFILE) --workspace --exclude pathlock
-	@failed=""; for server in $(TEST_SERVERS); do echo "pathlock: integration tests on $$($$server --version)"; \
-	    REDIS_SERVER=$$server $(CARGO) test $(TEST_PROFILE) -p pathlock --no-fail-fast || failed="$$failed $$server"; \
-	done; [ -z "$$failed" ] || { echo "pathlock: integration tests failed on:$$failed" >&2; exit 1; }
+	@failed=""; only=""; for server in $(TEST_SERVERS); do \
+	    echo "pathlock: $${only:+integration }tests on $$($$server --version)"; \
+	    REDIS_SERVER=$$server $(CARGO) test $(TEST_PROFILE) --workspace $$only --no-fail-fast || failed="$$failed $$server"; \
+	    only="--test integration"; \
+	done; [ -z "$$failed" ] || { echo "pathlock: tests failed on:$$failed" >&2; exit 1; }
 	$(MAKE) --no-print-directory test-python
 	$(MAKE) --no-print-directory test-node
 	$(MAKE) --no-print-directory test-java
