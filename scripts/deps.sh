@@ -289,8 +289,10 @@ need_redis8() {
     fi
     debian_source unstable '^([0-9]+:)?8\.0\.' "$dir/source" \
         "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian unstable main"
-    cache="${XDG_CACHE_HOME:-$HOME/.cache}/pathlock/redis-$(tr ':' '_' <"$dir/version")-$(uname -m)-no-tls"
-    if cached_redis8 "$cache"; then
+    # With neither XDG_CACHE_HOME nor HOME set (a bare environment), nothing is kept or reused.
+    cache="${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}"
+    cache="${cache:+$cache/pathlock/redis-$(tr ':' '_' <"$dir/version")-$(uname -m)-no-tls}"
+    if [ -n "$cache" ] && cached_redis8 "$cache"; then
         for program in "${REDIS8_PROGRAMS[@]}"; do
             cp "$cache/$program" "$dir/source/src/$program"
         done
@@ -312,7 +314,7 @@ need_redis8() {
     fi
     cp "$dir/source/src/redis-server" "$dir/source/src/redis-cli" "$dir/"
     "$dir/redis-server" --version >&2
-    keep_redis8 "$dir" "$cache" ||
+    [ -z "$cache" ] || keep_redis8 "$dir" "$cache" ||
         echo "pathlock: could not keep the build in $cache; a fresh clone will build it again" >&2
 }
 
