@@ -261,11 +261,21 @@ fn spawn(dir: &Path, extra: &[String], fixed_port: Option<u16>, module: bool) ->
             if let Ok(Some(_)) = child.try_wait() {
                 break; // Exited: most likely the port was taken in the meantime.
             }
+            // The server that answers must be this child: when two tests were given the same
+            // free port, the one whose server lost the race could otherwise take the other's
+            // server for its own before its child exits. A loading server refuses `PING`, which
+            // keeps a restart waiting for its data.
             let ready = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
                 .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                .and_then(|mut c| cmd("PING").query::<String>(&mut c));
-            if ready.is_ok() {
-                return (child, port);
+                .and_then(|mut c| {
+                    cmd("PING").query::<String>(&mut c)?;
+                    Ok(info_field(&mut c, "server", "process_id"))
+                });
+            if let Ok(Some(pid)) = ready {
+                if pid == child.id().to_string() {
+                    return (child, port);
+                }
+                break; // Another test's server holds the port.
             }
             sleep(Duration::from_millis(20));
         }
