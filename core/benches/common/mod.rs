@@ -1,6 +1,6 @@
-//! What the pauses and copies benches share: the thread's CPU clock, and the paths and tokens a
-//! busy project's clients would send (depth 3, `/p<i%1000>/d<i/1000%1000>/f<i>`, one UUID-like
-//! token each).
+//! What the pauses, copies and encode benches share: the thread's CPU clock, and the paths and
+//! tokens a busy project's clients would send (depth 3, `/p<i%1000>/d<i/1000%1000>/f<i>`, one
+//! UUID-like token each).
 
 #![allow(dead_code)]
 
