@@ -246,6 +246,8 @@ fn server_command(dir: &Path, port: u16, logfile: &str, module: bool, extra: &[&
 
 fn spawn(dir: &Path, extra: &[String], fixed_port: Option<u16>, module: bool) -> (Child, u16) {
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    // The last other process found answering on a port this child was given, for the message.
+    let mut answered_by = None;
     for _ in 0..10 {
         let port = fixed_port.unwrap_or_else(free_port);
         let mut child = server_command(dir, port, "redis.log", module, &extra)
@@ -275,6 +277,7 @@ fn spawn(dir: &Path, extra: &[String], fixed_port: Option<u16>, module: bool) ->
                 if pid == child.id().to_string() {
                     return (child, port);
                 }
+                answered_by = Some((port, pid));
                 break; // Another test's server holds the port.
             }
             sleep(Duration::from_millis(20));
@@ -286,7 +289,12 @@ fn spawn(dir: &Path, extra: &[String], fixed_port: Option<u16>, module: bool) ->
         }
     }
     let log = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
-    panic!("redis-server did not start; its log:\n{log}");
+    // A `REDIS_SERVER` that is a script starting the server without `exec` always lands here:
+    // the server's process id is not the script's.
+    let other = answered_by.map_or(String::new(), |(port, pid)| {
+        format!(" (last, process {pid} answered on port {port}, not the child started for it)")
+    });
+    panic!("redis-server did not start{other}; its log:\n{log}");
 }
 
 /// Starts a server with the module that must refuse to start (its configs, or the files in
