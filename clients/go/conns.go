@@ -72,10 +72,21 @@ var (
 	poolIdleTime = time.Minute
 )
 
-// checkClient refuses a client whose commands cannot be routed to one project key's server.
+// checkClient refuses a client whose commands cannot be routed to one project key's server. A
+// nil *redis.Client or *redis.ClusterClient in the interface (a client variable declared and
+// never set) is refused as a nil interface is: it is not nil to a comparison with nil, and would
+// otherwise pass here and panic at the first command.
 func checkClient(client redis.UniversalClient) error {
-	switch client.(type) {
-	case *redis.Client, *redis.ClusterClient:
+	switch c := client.(type) {
+	case *redis.Client:
+		if c == nil {
+			return invalid("the client is nil (a *redis.Client never set)")
+		}
+		return nil
+	case *redis.ClusterClient:
+		if c == nil {
+			return invalid("the client is nil (a *redis.ClusterClient never set)")
+		}
 		return nil
 	case nil:
 		return invalid("the client is nil")

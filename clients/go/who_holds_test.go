@@ -63,6 +63,15 @@ func TestPathsAndOptionsTheContractDoesNotList(t *testing.T) {
 	if _, err := New(nil, testKey(t)); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
 	}
+	// A client variable declared and never set is a typed nil in the interface: refused as the
+	// nil interface is, not a panic at the first command.
+	var single *redis.Client
+	var cluster *redis.ClusterClient
+	for _, typed := range []redis.UniversalClient{single, cluster} {
+		if locks, err := New(typed, testKey(t)); locks != nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "the client is nil") {
+			t.Fatalf("%T: %v, %v", typed, locks, err)
+		}
+	}
 	// An empty key is a variable that was never set (as the Node.js and Java clients say too).
 	if locks, err := New(c, ""); locks != nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "the project key is empty") {
 		t.Fatal(err)
