@@ -13,6 +13,17 @@ import (
 // Granting: one PATHLOCK.ACQUIRE under a token, retried as the same owner after a connection
 // error, with the blockers of a refusal and the replicas' acknowledgement. A new owner's first
 // grant and a lease's further locks (Lease.Lock) both come through here.
+//
+// A waiting acquire first asks without waiting, through the application's client with Do: most
+// are granted at once, and then no connection of the blocking pool is pinned for them, and a
+// client the application has closed answers redis.ErrClosed (the blocking pool, a client of
+// our own, would not know). Only a refusal with wait left sends the request again, with WAIT
+// for what is left, on a pinned connection of the blocking pool (conns.go). A call with
+// replicas makes its grant on a pinned connection from the start, since WAIT counts the writes
+// of the connection that made the grant. A grant made on a pinned connection is confirmed
+// through the application's client (a RENEW, which also dates its deadline) before it is
+// handed out: a client closed before or during the wait answers redis.ErrClosed there, and the
+// grant is then released on the pinned connection, which is still open.
 
 // ask is who asks for what. fresh is a new owner's first grant, whose token holds nothing else:
 // on a failure after which it may hold locks anyway, the token is released. A lease's further
@@ -40,7 +51,7 @@ const retryPause = 20 * time.Millisecond
 const maxRedirects = 5
 
 func (l *Locks) grant(ctx context.Context, a ask) (granted, error) {
-	g := grantAttempt{l: l, a: a, budgetEnd: time.Now().Add(a.s.wait)}
+	g := grantAttempt{l: l, a: a, budgetEnd: time.Now().Add(a.s.wait), queue: a.s.replicas > 0}
 	result, err := g.run(ctx)
 	if err != nil && g.mayHold && a.fresh {
 		// A grant may have happened that no reply reported (or that failed its replicas): the
@@ -56,6 +67,10 @@ type grantAttempt struct {
 	budgetEnd time.Time
 	// pin is the connection of a blocking call while no request is pending on it.
 	pin *pinned
+	// queue is set while the next attempt goes to a pinned connection of the blocking pool (to
+	// wait on the server, or for the replicas' WAIT), and clear while it goes through the
+	// application's client without a wait.
+	queue bool
 	// unsure is set once an attempt failed without an answer: the server may have granted it.
 	unsure bool
 	// mayHold is set while the token may hold locks that no lease owns.
@@ -77,7 +92,7 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 			g.mayHold = g.unsure && g.a.fresh
 			return granted{}, context.Cause(ctx)
 		}
-		if g.a.s.blocks() && g.pin == nil {
+		if g.queue && g.pin == nil {
 			pin, err := g.l.pin(ctx, addr, g.a.s)
 			if err != nil {
 				failures++
@@ -90,9 +105,14 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 			}
 			g.pin = pin
 		}
-		wait := g.a.s.wait
-		if failures > 0 || g.unsure || redirects > 0 {
-			wait = max(time.Until(g.budgetEnd), 0)
+		// Only a pinned connection waits on the server: the whole wait when nothing was sent
+		// before, else what is left of it.
+		var wait time.Duration
+		if g.queue {
+			wait = g.a.s.wait
+			if failures > 0 || !g.lastSent.IsZero() {
+				wait = max(time.Until(g.budgetEnd), 0)
+			}
 		}
 		args := acquireArgs(g.l.key, g.a, wait)
 		sent := time.Now()
@@ -100,7 +120,8 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 		g.mayHold = g.a.fresh
 		var reply any
 		var err error
-		if g.pin != nil {
+		onPin := g.pin != nil
+		if onPin {
 			reply, err = g.pin.do(ctx, askFirst, args)
 			askFirst = false
 		} else {
@@ -112,7 +133,7 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 			if perr != nil {
 				return granted{}, perr
 			}
-			return g.granted(ctx, fence, sent)
+			return g.granted(ctx, fence, sent, onPin)
 		case errors.Is(err, redis.Nil):
 			if cerr := ctx.Err(); cerr != nil {
 				// Our own CLIENT UNBLOCK, for the caller's context: the request left the queue.
@@ -120,9 +141,16 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 				return granted{}, context.Cause(ctx)
 			}
 			if fence, ok := g.recoverEarlierGrant(ctx); ok {
-				return g.granted(ctx, fence, sent)
+				return g.granted(ctx, fence, sent, false)
 			}
 			g.mayHold = g.unsure && g.a.fresh
+			if !g.queue && time.Now().Before(g.budgetEnd) {
+				// Refused without waiting, with wait left: the same request (the same token)
+				// now waits on the server, on a pinned connection, for what is left. The
+				// blockers are asked for only if that is refused too.
+				g.queue = true
+				continue
+			}
 			blockers, berr := g.l.blockers(ctx, g.a.token, g.a.requests)
 			if berr != nil {
 				return granted{}, berr
@@ -143,12 +171,17 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 			continue
 		}
 		if !transient(err) {
-			// The server refused the request itself; only an earlier attempt may hold.
+			// The server refused the request itself, or the client is closed, or the caller's
+			// context ended before the request was sent; only an earlier attempt may hold.
 			g.mayHold = g.unsure && g.a.fresh
+			if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+				return granted{}, context.Cause(ctx)
+			}
 			return granted{}, about(g.l.key, err)
 		}
 		// The request may have been granted with its reply lost: from here on, giving up
-		// releases the token. A connection of its own is not used again after a failure.
+		// releases the token. A connection of its own is not used again after a failure, and
+		// the retry asks without waiting first again (a call with replicas excepted).
 		firstFailure := !g.unsure
 		g.unsure = true
 		failures++
@@ -156,6 +189,7 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 			g.pin.close()
 			g.pin = nil
 		}
+		g.queue = g.a.s.replicas > 0
 		if !firstFailure {
 			if !time.Now().Before(g.budgetEnd) {
 				return granted{}, err
@@ -180,20 +214,29 @@ func (g *grantAttempt) pause(ctx context.Context) {
 	}
 }
 
-// granted finishes a grant: the replicas' WAIT, and a renewal when the grant waited so long on
-// the server that its deadline must be dated again.
-func (g *grantAttempt) granted(ctx context.Context, fence int64, sent time.Time) (granted, error) {
+// granted finishes a grant: the replicas' WAIT, and a renewal through the application's client
+// when the grant was made on a pinned connection, or waited so long that its deadline must be
+// dated again.
+func (g *grantAttempt) granted(ctx context.Context, fence int64, sent time.Time, onPin bool) (granted, error) {
 	if g.a.s.replicas > 0 {
 		if err := g.awaitReplicas(ctx); err != nil {
 			return granted{}, err
 		}
 	}
-	if g.a.fresh && time.Since(sent) > g.a.s.ttl/3 {
-		// The grant waited on the server, and the client cannot tell when in that wait it was
-		// made: a renewal proves the lease alive and dates its deadline.
+	if g.a.fresh && (onPin || time.Since(sent) > g.a.s.ttl/3) {
+		// A grant made on the blocking pool has not been near the application's client, which
+		// the application may have closed meanwhile: the lease it would make could never renew
+		// nor release its locks. And a grant that waited on the server cannot tell when in
+		// that wait it was made. A renewal through the application's client answers both: it
+		// proves the client open and the lease alive, and dates its deadline.
 		sent = time.Now()
 		n, err := g.l.client.Do(ctx, "PATHLOCK.RENEW", g.l.key, g.a.token, millis(g.a.s.ttl)).Int64()
 		if err != nil {
+			if errors.Is(err, redis.ErrClosed) {
+				// Nothing will go through the closed client again, the background release
+				// included: the connection that made the grant frees it.
+				g.releaseOnPin(ctx)
+			}
 			return granted{}, about(g.l.key, err)
 		}
 		if n <= 0 {
@@ -217,12 +260,20 @@ func (g *grantAttempt) awaitReplicas(ctx context.Context) error {
 	if acked >= int64(wanted) {
 		return nil
 	}
-	if g.a.fresh {
-		if _, rerr := g.l.client.Do(ctx, "PATHLOCK.RELEASE", g.l.key, g.a.token).Result(); rerr == nil {
-			g.mayHold = false
-		}
-	}
+	g.releaseOnPin(ctx)
 	return &NotReplicatedError{Acknowledged: int(acked), Wanted: wanted}
+}
+
+// releaseOnPin frees a new owner's grant on the pinned connection that made it (which works
+// whether or not the application has closed its client), even once ctx has ended; if that
+// fails, the token is left to the background release of grant.
+func (g *grantAttempt) releaseOnPin(ctx context.Context) {
+	if !g.a.fresh || g.pin == nil {
+		return
+	}
+	if err := g.pin.conn.Do(context.WithoutCancel(ctx), "PATHLOCK.RELEASE", g.l.key, g.a.token).Err(); err == nil {
+		g.mayHold = false
+	}
 }
 
 // recoverEarlierGrant: after an attempt of a new owner went unanswered, a refusal of the retry

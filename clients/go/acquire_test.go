@@ -6,6 +6,7 @@ package pathlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -211,6 +212,24 @@ func TestAGrantThatWaitedLongerThanAThirdOfItsTTLIsRenewedAtOnce(t *testing.T) {
 	}
 }
 
+// waitRefused sends a waiting acquire on c that waits on c's blocking pool: another owner holds
+// the path for the whole of its short wait (on free paths it would be granted without a wait,
+// through c's own pool).
+func waitRefused(t testing.TB, c redis.UniversalClient, key string) {
+	t.Helper()
+	locks := mustNew(t, c, key)
+	holder, err := locks.Delete(bg, "/A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locks.Upload(bg, "/A", WithWait(50*time.Millisecond)); !errors.Is(err, ErrBusy) {
+		t.Fatalf("%T: want busy, got %v", c, err)
+	}
+	if err := holder.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An application that makes a client per tenant (or a test suite, one per test) and closes it
 // after a waiting acquire leaves nothing open behind it: the blocking pool made for each client
 // is closed once unused, and one still in use is made again at its next wait.
@@ -220,11 +239,6 @@ func TestABlockingPoolIsClosedOnceUnused(t *testing.T) {
 		poolsMu.Lock()
 		poolIdleTime = d
 		poolsMu.Unlock()
-	}
-	registered := func(c redis.UniversalClient) bool {
-		poolsMu.Lock()
-		defer poolsMu.Unlock()
-		return pools[c] != nil
 	}
 	// expire starts a short idle period for the pool of c, as a call that just gave it back.
 	expire := func(c redis.UniversalClient) {
@@ -248,13 +262,7 @@ func TestABlockingPoolIsClosedOnceUnused(t *testing.T) {
 		var closed []*redis.Client
 		for range 3 {
 			c := redis.NewClient(&redis.Options{Addr: srv.addr(), ClientName: name})
-			lease, err := mustNew(t, c, testKey(t)).Upload(bg, "/A", WithWait(time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := lease.Release(bg); err != nil {
-				t.Fatal(err)
-			}
+			waitRefused(t, c, testKey(t))
 			_ = c.Close()
 			closed = append(closed, c)
 		}
@@ -267,7 +275,7 @@ func TestABlockingPoolIsClosedOnceUnused(t *testing.T) {
 		}
 		waitUntil(t, 5*time.Second, "the closed clients' pools to close", func() bool { return named() == 0 })
 		for _, c := range closed {
-			if registered(c) {
+			if hasPool(c) {
 				t.Fatal("a closed client's pool is still registered")
 			}
 		}
@@ -275,21 +283,232 @@ func TestABlockingPoolIsClosedOnceUnused(t *testing.T) {
 
 	t.Run("a client still in use", func(t *testing.T) {
 		for _, c := range []redis.UniversalClient{sharedClient(t), clusterClient(t, sharedCluster(t))} {
-			locks := mustNew(t, c, testKey(t))
 			for round := range 2 {
-				lease, err := locks.Upload(bg, "/A", WithWait(time.Second))
-				if err != nil {
-					t.Fatalf("%T, round %d: %v", c, round, err)
-				}
-				if err := lease.Release(bg); err != nil {
-					t.Fatal(err)
-				}
-				if !registered(c) {
-					t.Fatalf("%T: no pool after a wait", c)
+				waitRefused(t, c, testKey(t))
+				if !hasPool(c) {
+					t.Fatalf("%T, round %d: no pool after a wait", c, round)
 				}
 				expire(c)
-				waitUntil(t, 5*time.Second, "the pool to close", func() bool { return !registered(c) })
+				waitUntil(t, 5*time.Second, "the pool to close", func() bool { return !hasPool(c) })
 			}
+		}
+	})
+}
+
+// hasPool tells whether the blocking pool of c is registered: whether a blocking call has used
+// it (within the pools' idle time).
+func hasPool(c redis.UniversalClient) bool {
+	poolsMu.Lock()
+	defer poolsMu.Unlock()
+	return pools[c] != nil
+}
+
+// A waiting acquire on free paths is granted by its first request, sent without a wait through
+// the application's client: no connection of the blocking pool is pinned for it, nor the pool
+// made. Refused first, it waits on a pinned connection and is granted in the order it queued.
+func TestAWaitingAcquireAsksWithoutWaitingFirst(t *testing.T) {
+	t.Parallel()
+	admin := sharedClient(t)
+	key := testKey(t)
+	for _, c := range []redis.UniversalClient{sharedClient(t), clusterClient(t, sharedCluster(t))} {
+		lease, err := mustNew(t, c, key).Upload(bg, "/A/f", WithWait(5*time.Second))
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		if hasPool(c) {
+			t.Fatalf("%T: a grant on free paths made the blocking pool", c)
+		}
+		if err := lease.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c := sharedClient(t)
+	locks := mustNew(t, c, key)
+	holder, err := locks.Delete(bg, "/A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *Lease
+		err   error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	wait := func(out chan<- result, note string) {
+		lease, err := locks.Upload(bg, "/A/f", WithWait(10*time.Second), WithNote(note))
+		out <- result{lease, err}
+	}
+	queued := func(n int) func() bool {
+		return func() bool {
+			w, _ := locks.Waiters(bg, "")
+			return len(w) == n
+		}
+	}
+	go wait(first, "first")
+	waitUntil(t, 5*time.Second, "the first waiter to queue", queued(1))
+	go wait(second, "second")
+	waitUntil(t, 5*time.Second, "the second waiter to queue", queued(2))
+	if !hasPool(c) {
+		t.Fatal("the waiters queued without the blocking pool")
+	}
+	if w, _ := locks.Waiters(bg, ""); w[0].Note != "first" || w[1].Note != "second" {
+		t.Fatalf("queued %+v", w)
+	}
+	if err := holder.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	r1 := <-first
+	if r1.err != nil {
+		t.Fatal(r1.err)
+	}
+	select {
+	case r := <-second:
+		t.Fatalf("the second waiter was granted beside the first: %v", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := r1.lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	r2 := <-second
+	if r2.err != nil {
+		t.Fatal(r2.err)
+	}
+	if r2.lease.Fence() <= r1.lease.Fence() {
+		t.Fatalf("fences %d then %d", r1.lease.Fence(), r2.lease.Fence())
+	}
+	if err := r2.lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if got := held(t, admin, key); len(got) != 0 {
+		t.Fatalf("left %v", got)
+	}
+}
+
+// A waiting acquire on a client the application has closed fails with go-redis's ErrClosed, as
+// any other call does, and leaves no lock on the server: closed before the call, whether the
+// paths are free or busy, and closed while the call waits on the blocking pool (which the
+// application's Close does not reach).
+func TestAWaitingAcquireOnAClosedClientFails(t *testing.T) {
+	t.Parallel()
+	admin := sharedClient(t)
+	closedErr := func(t *testing.T, lease *Lease, err error) {
+		t.Helper()
+		if lease != nil || !errors.Is(err, redis.ErrClosed) {
+			t.Fatalf("want redis.ErrClosed, got %v, %v", lease, err)
+		}
+	}
+
+	t.Run("free paths", func(t *testing.T) {
+		t.Parallel()
+		key := testKey(t)
+		for _, c := range []redis.UniversalClient{sharedServer(t).client(), clusterClient(t, sharedCluster(t))} {
+			locks := mustNew(t, c, key)
+			_ = c.Close()
+			lease, err := locks.Upload(bg, "/A/f", WithWait(100*time.Millisecond), WithTTL(3*time.Second))
+			closedErr(t, lease, err)
+		}
+		if got := held(t, admin, key); len(got) != 0 {
+			t.Fatalf("left %v", got)
+		}
+	})
+
+	t.Run("busy paths", func(t *testing.T) {
+		t.Parallel()
+		key := testKey(t)
+		holder, err := mustNew(t, admin, key).Delete(bg, "/A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer holder.Release(bg)
+		c := sharedServer(t).client()
+		_ = c.Close()
+		started := time.Now()
+		lease, err := mustNew(t, c, key).Upload(bg, "/A/f", WithWait(5*time.Second))
+		closedErr(t, lease, err)
+		if took := time.Since(started); took > time.Second {
+			t.Fatalf("refused after %v", took)
+		}
+		if got, want := held(t, admin, key), lockLines(holder.Token(), Request{Write, "/A"}); !sameLines(got, want) {
+			t.Fatalf("held %v, want %v", got, want)
+		}
+	})
+
+	t.Run("closed during the wait", func(t *testing.T) {
+		t.Parallel()
+		key := testKey(t)
+		holder, err := mustNew(t, admin, key).Delete(bg, "/A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := sharedServer(t).client()
+		locks := mustNew(t, c, key)
+		done := make(chan error, 1)
+		go func() {
+			lease, err := locks.Upload(bg, "/A/f", WithWait(10*time.Second), WithTTL(30*time.Second))
+			if lease != nil {
+				err = fmt.Errorf("granted %v (error %v)", lease, err)
+			}
+			done <- err
+		}()
+		waitUntil(t, 5*time.Second, "the upload to queue", func() bool {
+			w, _ := mustNew(t, admin, key).Waiters(bg, "")
+			return len(w) == 1
+		})
+		_ = c.Close()
+		if err := holder.Release(bg); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, redis.ErrClosed) {
+			t.Fatalf("want redis.ErrClosed, got %v", err)
+		}
+		// Released at once on the connection that made the grant, not left to its 30 s TTL.
+		if got := held(t, admin, key); len(got) != 0 {
+			t.Fatalf("left %v", got)
+		}
+	})
+
+	// What the README says of a lease held when the client is closed: it cannot release its
+	// locks (Release answers the error), and unreleased it is lost when its deadline passes.
+	t.Run("a lease held", func(t *testing.T) {
+		t.Parallel()
+		key := testKey(t)
+		c := sharedServer(t).client()
+		locks := mustNew(t, c, key, WithTTL(600*time.Millisecond))
+		released, err := locks.Upload(bg, "/A/f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := locks.Upload(bg, "/A/g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := time.Now()
+		_ = c.Close()
+		if err := released.Release(bg); !errors.Is(err, redis.ErrClosed) {
+			t.Fatalf("Release on a closed client: %v", err)
+		}
+		lostWithin(t, kept, closed, 600*time.Millisecond+slack)
+		if lostReason(kept) != Expired {
+			t.Fatalf("lost as %v", kept.Err())
+		}
+		if err := kept.Release(bg); err != nil {
+			t.Fatalf("Release of a lost lease: %v", err)
+		}
+	})
+
+	t.Run("replicas", func(t *testing.T) {
+		t.Parallel()
+		master := ownServer(t)
+		replicaOf(t, master)
+		admin := master.client()
+		defer admin.Close()
+		key := testKey(t)
+		c := master.client()
+		_ = c.Close()
+		lease, err := mustNew(t, c, key).Upload(bg, "/A/f", WithReplicas(1), WithTTL(30*time.Second))
+		closedErr(t, lease, err)
+		if got := held(t, admin, key); len(got) != 0 {
+			t.Fatalf("left %v", got)
 		}
 	})
 }

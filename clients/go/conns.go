@@ -16,8 +16,8 @@ import (
 
 // Where the commands go.
 //
-// Short commands (a non-waiting ACQUIRE, RENEW, RELEASE, CHECK, LOCKS, WAITERS) go through the
-// application's client with Do: its pool hands each command a connection of its own, so a
+// Short commands (an ACQUIRE without WAIT, RENEW, RELEASE, CHECK, LOCKS, WAITERS) go through
+// the application's client with Do: its pool hands each command a connection of its own, so a
 // renewal never waits behind another command on a connection, and a ClusterClient routes each
 // by its key (go-redis takes the first argument after the command name as the key of a command
 // it does not know, and COMMAND INFO's first key, which is also 1, once it has read it).
@@ -32,6 +32,12 @@ import (
 // renewals. Each blocking call pins one connection of that pool (Conn), with a read timeout
 // that covers its wait, and sends WAIT on the connection that made the grant, since WAIT
 // counts that connection's writes.
+//
+// A waiting acquire comes here only once the application's client has refused it without a
+// wait (acquire.go): most are granted at once and pin nothing, and a client the application
+// has closed answers that first request with redis.ErrClosed, where this pool, a client of our
+// own, would not know it was closed. A grant made here is confirmed through the application's
+// client before it is handed out, for a client closed during the wait.
 //
 // go-redis tells nobody when the application closes its client, so a blocking pool is closed,
 // and dropped from the registry, once nothing has used it for poolIdleTime: otherwise every

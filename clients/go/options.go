@@ -124,8 +124,3 @@ func millis(d time.Duration) int64 {
 func (s settings) period() time.Duration {
 	return max(s.ttl/3, time.Millisecond)
 }
-
-// blocks tells whether the acquire blocks its connection on the server (WAIT of either kind).
-func (s settings) blocks() bool {
-	return s.wait > 0 || s.replicas > 0
-}

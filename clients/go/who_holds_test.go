@@ -112,7 +112,16 @@ func TestPathsAndOptionsTheContractDoesNotList(t *testing.T) {
 		{func() (*Lease, error) { return locks.Lock(bg, many) }, "too many paths"},
 		{func() (*Lease, error) { return locks.Upload(bg, "/A", WithNote(strings.Repeat("n", 300))) }, "NOTE too long"},
 		{func() (*Lease, error) { return locks.Upload(bg, "/A", WithTTL(48*time.Hour)) }, "invalid TTL"},
-		{func() (*Lease, error) { return locks.Upload(bg, "/A", WithWait(48*time.Hour)) }, "invalid WAIT"},
+		{func() (*Lease, error) {
+			// A waiting acquire's first request carries no wait, so the server sees the wait,
+			// and refuses it, when the paths are busy.
+			holder, err := locks.Delete(bg, "/A")
+			if err != nil {
+				return nil, err
+			}
+			defer holder.Release(bg)
+			return locks.Upload(bg, "/A/f", WithWait(48*time.Hour))
+		}, "invalid WAIT"},
 		{func() (*Lease, error) { _, err := locks.Check(bg, many, ""); return nil, err }, "too many paths"},
 	}
 	for i, tc := range beyond {
