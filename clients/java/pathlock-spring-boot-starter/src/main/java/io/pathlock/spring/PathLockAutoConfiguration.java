@@ -10,12 +10,14 @@ import java.util.function.Function;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnSingleCandidate;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
 import org.springframework.boot.context.properties.source.InvalidConfigurationPropertyValueException;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Configuration;
 import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
 
 /**
@@ -47,34 +49,58 @@ public class PathLockAutoConfiguration {
     }
 
     /**
-     * The handle on the connection factory's Lettuce client, with the {@code pathlock.*} defaults,
-     * reporting to every {@link PathLockObserver} bean (the Micrometer meters among them). Its
-     * connections close with the application context, before the factory shuts its client down.
-     *
-     * @param factory    the application's connection factory
-     * @param properties the {@code pathlock.*} properties
-     * @param observers  the observers
-     * @return the handle
+     * The starter's own handle, unless the application has one, and what closes it in time.
+     * Member classes are read before the beans of the class that holds them, so the template below
+     * finds this handle.
      */
-    @Bean(destroyMethod = "close")
-    @ConditionalOnMissingBean
+    @Configuration(proxyBeanMethods = false)
+    @ConditionalOnMissingBean(PathLocks.class)
     @ConditionalOnSingleCandidate(LettuceConnectionFactory.class)
-    public PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties,
-            ObjectProvider<PathLockObserver> observers) {
-        AbstractRedisClient client = nativeClient(factory);
-        PathLockObserver observer = CompositeObserver.of(observers.orderedStream().toList());
-        PathLocks.Builder builder;
-        if (client instanceof RedisClusterClient cluster) {
-            builder = PathLocks.builder(cluster);
-        } else if (client instanceof RedisClient standalone) {
-            builder = PathLocks.builder(standalone);
-        } else {
-            throw new IllegalStateException("pathlock needs a RedisClient or a RedisClusterClient, and the "
-                    + "LettuceConnectionFactory has " + client);
+    static class HandleConfiguration {
+        /**
+         * The handle on the connection factory's Lettuce client, with the {@code pathlock.*}
+         * defaults, reporting to every {@link PathLockObserver} bean (the Micrometer meters among
+         * them). Its connections close when the application context stops, before the factory
+         * shuts its client down ({@link #pathLocksLifecycle}); the destroy method is for a context
+         * that never started.
+         *
+         * @param factory    the application's connection factory
+         * @param properties the {@code pathlock.*} properties
+         * @param observers  the observers
+         * @return the handle
+         */
+        @Bean(destroyMethod = "close")
+        PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties,
+                ObjectProvider<PathLockObserver> observers) {
+            AbstractRedisClient client = nativeClient(factory);
+            PathLockObserver observer = CompositeObserver.of(observers.orderedStream().toList());
+            PathLocks.Builder builder;
+            if (client instanceof RedisClusterClient cluster) {
+                builder = PathLocks.builder(cluster);
+            } else if (client instanceof RedisClient standalone) {
+                builder = PathLocks.builder(standalone);
+            } else {
+                throw new IllegalStateException("pathlock needs a RedisClient or a RedisClusterClient, and the "
+                        + "LettuceConnectionFactory has " + client);
+            }
+            PathLocks locks = property("pathlock.max-waiting-connections", properties.getMaxWaitingConnections(),
+                    builder::maxWaitingConnections).observer(observer).build(properties.getKeyPrefix() + BASE_KEY);
+            return configure(locks, properties);
         }
-        PathLocks locks = property("pathlock.max-waiting-connections", properties.getMaxWaitingConnections(),
-                builder::maxWaitingConnections).observer(observer).build(properties.getKeyPrefix() + BASE_KEY);
-        return configure(locks, properties);
+
+        /**
+         * Closes the handle when the context stops, in a phase above the factory's. Leases still
+         * held then are not released behind the work that holds them: they stop renewing and lapse
+         * at their TTL, each reported lost at its deadline (see {@link PathLocks#close()}).
+         *
+         * @param pathLocks the starter's handle
+         * @param factory   the application's connection factory
+         * @return the lifecycle
+         */
+        @Bean
+        ClosingLifecycle pathLocksLifecycle(PathLocks pathLocks, LettuceConnectionFactory factory) {
+            return new ClosingLifecycle(pathLocks, factory);
+        }
     }
 
     /**

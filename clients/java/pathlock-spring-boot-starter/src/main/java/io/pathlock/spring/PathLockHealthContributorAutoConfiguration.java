@@ -5,12 +5,14 @@ import java.time.Duration;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnSingleCandidate;
 import org.springframework.boot.health.autoconfigure.contributor.ConditionalOnEnabledHealthIndicator;
 import org.springframework.boot.health.contributor.HealthIndicator;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Configuration;
 import org.springframework.data.redis.connection.RedisStandaloneConfiguration;
 import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
 
@@ -33,16 +35,38 @@ public class PathLockHealthContributorAutoConfiguration {
     }
 
     /**
-     * The check, on the connection factory's Lettuce client.
-     *
-     * @param factory the application's connection factory
-     * @return the check
+     * The starter's check, unless the application has one, and what closes its connection in
+     * time. Member classes are read before the beans of the class that holds them, so the
+     * indicator below finds this check.
      */
-    @Bean(destroyMethod = "close")
-    @ConditionalOnMissingBean
+    @Configuration(proxyBeanMethods = false)
+    @ConditionalOnMissingBean(ModuleCheck.class)
     @ConditionalOnSingleCandidate(LettuceConnectionFactory.class)
-    public ModuleCheck pathLockModuleCheck(LettuceConnectionFactory factory) {
-        return new ModuleCheck(PathLockAutoConfiguration.nativeClient(factory), describe(factory), TIMEOUT);
+    static class CheckConfiguration {
+        /**
+         * The check, on the connection factory's Lettuce client. Its connection closes when the
+         * context stops, before the factory shuts its client down ({@link
+         * #pathLockModuleCheckLifecycle}); the destroy method is for a context that never started.
+         *
+         * @param factory the application's connection factory
+         * @return the check
+         */
+        @Bean(destroyMethod = "close")
+        ModuleCheck pathLockModuleCheck(LettuceConnectionFactory factory) {
+            return new ModuleCheck(PathLockAutoConfiguration.nativeClient(factory), describe(factory), TIMEOUT);
+        }
+
+        /**
+         * Closes the check's connection when the context stops, in a phase above the factory's.
+         *
+         * @param pathLockModuleCheck the starter's check
+         * @param factory             the application's connection factory
+         * @return the lifecycle
+         */
+        @Bean
+        ClosingLifecycle pathLockModuleCheckLifecycle(ModuleCheck pathLockModuleCheck, LettuceConnectionFactory factory) {
+            return new ClosingLifecycle(pathLockModuleCheck, factory);
+        }
     }
 
     /**
