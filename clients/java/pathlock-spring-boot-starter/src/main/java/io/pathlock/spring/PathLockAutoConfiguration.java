@@ -39,6 +39,7 @@ import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactor
         "org.springframework.boot.data.redis.autoconfigure.DataRedisAutoConfiguration",
         "org.springframework.boot.autoconfigure.data.redis.RedisAutoConfiguration" })
 @ConditionalOnClass({ PathLocks.class, LettuceConnectionFactory.class })
+@ConditionalOnBooleanProperty(name = "pathlock.enabled", matchIfMissing = true)
 @EnableConfigurationProperties(PathLockProperties.class)
 public class PathLockAutoConfiguration {
     /** The placeholder key of the handle every project's handle is derived from. */

@@ -18,13 +18,16 @@ import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactor
 
 /**
  * {@link EnableAutoConfiguration Auto-configuration} of {@link PathLockHealthIndicator} (Spring
- * Boot 4's health API, with Actuator), named {@code pathlock} in the health endpoint; {@code
- * management.health.pathlock.enabled=false} turns it off.
+ * Boot 4's health API, with Actuator), named {@code pathlock} in the health endpoint, when there is
+ * a {@link PathLocks} handle (the starter's, or the application's own) and a Lettuce connection
+ * factory to ask through; {@code management.health.pathlock.enabled=false} turns it off, as {@code
+ * pathlock.enabled=false} and excluding {@link PathLockAutoConfiguration} do.
  */
 @AutoConfiguration(after = PathLockAutoConfiguration.class)
 @ConditionalOnClass({ HealthIndicator.class, ConditionalOnEnabledHealthIndicator.class, PathLocks.class,
         LettuceConnectionFactory.class })
 @ConditionalOnBean(PathLocks.class)
+@ConditionalOnBooleanProperty(name = "pathlock.enabled", matchIfMissing = true)
 @ConditionalOnEnabledHealthIndicator("pathlock")
 public class PathLockHealthContributorAutoConfiguration {
     /** How long a health check waits for the servers' answers. */

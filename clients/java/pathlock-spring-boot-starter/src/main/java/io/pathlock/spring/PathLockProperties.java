@@ -10,6 +10,9 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  */
 @ConfigurationProperties("pathlock")
 public class PathLockProperties {
+    /** Whether the starter configures pathlock: false leaves out every bean of its own (the handle, the template, the meters, the health indicator, the Spring MVC problem details). */
+    private boolean enabled = true;
+
     /** The length of a lease; the watchdog renews it every third of it. At least 1 ms. */
     private Duration ttl = Duration.ofSeconds(30);
 
@@ -37,6 +40,24 @@ public class PathLockProperties {
     private final Metrics metrics = new Metrics();
 
     private final Mvc mvc = new Mvc();
+
+    /**
+     * Whether the starter configures pathlock.
+     *
+     * @return whether it does
+     */
+    public boolean isEnabled() {
+        return enabled;
+    }
+
+    /**
+     * Sets whether the starter configures pathlock.
+     *
+     * @param enabled whether it does
+     */
+    public void setEnabled(boolean enabled) {
+        this.enabled = enabled;
+    }
 
     /**
      * The lease length.
