@@ -31,8 +31,11 @@ import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactor
  *
  * <p>Every bean steps back when the application defines its own. With Jedis instead of Lettuce
  * there is no Lettuce client to reuse: the application then defines its own {@code PathLocks}
- * bean (for example {@code PathLocks.of("redis://...", key)}), on which the template and the rest
- * of the starter work as usual.
+ * bean (for example {@code PathLocks.of("redis://...", key)}), which the template, the meters and
+ * the Spring MVC problem details then go with; the {@code pathlock.*} defaults and the meters
+ * reach that handle only as the application applies them ({@link
+ * PathLockProperties#applyTo(PathLocks)}, {@code PathLocks.builder(client).observer(meters)}).
+ * {@code pathlock.enabled=false} turns the starter off.
  */
 @AutoConfiguration(afterName = {
         // Spring Boot 4's, then Spring Boot 3's, auto-configuration of the connection factory.

@@ -1,5 +1,6 @@
 package io.pathlock.spring;
 
+import io.pathlock.PathLocks;
 import java.time.Duration;
 import org.springframework.boot.context.properties.ConfigurationProperties;
 
@@ -57,6 +58,21 @@ public class PathLockProperties {
      */
     public void setEnabled(boolean enabled) {
         this.enabled = enabled;
+    }
+
+    /**
+     * These defaults on a handle of the application's own, as the starter's handle has them: the
+     * TTL, the wait, the replicas and their timeout, the note, and whether operations note
+     * themselves ({@code pathlock.max-waiting-connections} and the meters are the builder's:
+     * {@code PathLocks.builder(client).maxWaitingConnections(n).observer(meters)}). A value the
+     * client refuses throws Spring Boot's {@code InvalidConfigurationPropertyValueException},
+     * naming the property.
+     *
+     * @param locks a handle
+     * @return the handle with these defaults (handles are immutable: a new one)
+     */
+    public PathLocks applyTo(PathLocks locks) {
+        return PathLockAutoConfiguration.configure(locks, this);
     }
 
     /**

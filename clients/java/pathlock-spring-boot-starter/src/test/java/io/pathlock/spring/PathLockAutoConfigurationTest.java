@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.lettuce.core.RedisClient;
+import io.micrometer.core.instrument.MeterRegistry;
 import io.pathlock.Busy;
 import io.pathlock.Lease;
 import io.pathlock.PathLocks;
@@ -265,6 +266,48 @@ class PathLockAutoConfigurationTest {
     @Configuration(proxyBeanMethods = false)
     @EnableAutoConfiguration
     static class AllAutoConfiguration {
+    }
+
+    @Test
+    void theApplicationsOwnHandleTakesTheDefaultsAndMetersAsTheReadmeShows() throws IOException {
+        // OwnConfigured's bean method is the README's, as printed.
+        String readme = Files.readString(Path.of("..", "README.md"));
+        assertThat(readme).contains("PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties,"
+                + " PathLockMeters meters) {\n    RedisClient client = (RedisClient) factory.getRequiredNativeClient();\n"
+                + "    return properties.applyTo(PathLocks.builder(client)\n"
+                + "            .maxWaitingConnections(properties.getMaxWaitingConnections())\n"
+                + "            .observer(meters)");
+
+        everything.withUserConfiguration(OwnConfigured.class)
+                .withPropertyValues("pathlock.ttl=7s", "pathlock.note=own-app", "pathlock.key-prefix=own:",
+                        "pathlock.max-waiting-connections=2")
+                .run(context -> {
+                    assertThat(context).hasSingleBean(PathLocks.class).doesNotHaveBean("pathLocksLifecycle")
+                            .hasSingleBean(PathLockMeters.class).hasSingleBean(BusyProblemDetails.class);
+                    PathLocks project = context.getBean(PathLockTemplate.class).project("configured");
+                    assertThat(project.key()).isEqualTo("own:configured");
+                    assertThat(project.ttl()).isEqualTo(Duration.ofSeconds(7));
+                    assertThat(project.note()).isEqualTo("own-app");
+                    assertThat(project.maxWaitingConnections()).isEqualTo(2);
+                    try (Lease lease = project.upload("/f")) {
+                        assertThat(lease.note()).isEqualTo("own-app");
+                    }
+                    assertThat(PathLockMetersTest.count(context.getBean(MeterRegistry.class), "upload", "granted"))
+                            .isEqualTo(1);
+                });
+    }
+
+    /** The README's handle of the application's own, with the starter's defaults and meters. */
+    @Configuration(proxyBeanMethods = false)
+    static class OwnConfigured {
+        @Bean(destroyMethod = "close")
+        PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties, PathLockMeters meters) {
+            RedisClient client = (RedisClient) factory.getRequiredNativeClient();
+            return properties.applyTo(PathLocks.builder(client)
+                    .maxWaitingConnections(properties.getMaxWaitingConnections())
+                    .observer(meters)                                  // the starter's Micrometer meters
+                    .build(properties.getKeyPrefix() + "default"));
+        }
     }
 
     /** A handle of the application's own made from a URL, which nothing here uses: it never connects. */
