@@ -427,7 +427,8 @@ public final class Lease implements AutoCloseable {
      * can neither outlive the release nor report a loss. The call waits for the server at most until
      * the lease's deadline (and the command timeout); when the server cannot be reached, the
      * release goes on in the background until the TTL has passed (the locks expire by then anyway)
-     * rather than being thrown.
+     * rather than being thrown. Once the handle is closed ({@link PathLocks#close()}) nothing can
+     * send it: the locks stay until their TTL runs out, and a warning is logged that says so.
      *
      * <p>On a Netty event loop thread (in a callback of the asynchronous API, which completes on
      * Lettuce's), it starts the release and returns without waiting, as {@link #releaseAsync()}
@@ -483,7 +484,17 @@ public final class Lease implements AutoCloseable {
                 .thenCompose(ignored -> owner.release(token, List.of(),
                         Duration.ofNanos(Math.max(1, until - System.nanoTime()))))
                 .handle((freed, error) -> {
-                    if (error != null) {
+                    if (error != null && owner.redis().isClosed()) {
+                        // Nothing can send it, now or later: the locks stay until the server's
+                        // TTL ends them. Not thrown (it would hide the exception that ended a
+                        // try-with-resources block), but said, as the other clients report a
+                        // release that fails.
+                        if (!wasLost) {
+                            LOG.log(System.Logger.Level.WARNING, "pathlock: lease {0} on {1} was not released: its handle"
+                                    + " was closed (PathLocks.close()), so its locks stay on the server until their ttl"
+                                    + " of {2} ms runs out", token, Paths.quote(owner.key()), ttlMs);
+                        }
+                    } else if (error != null) {
                         RuntimeException failure = Errors.of(error, owner.key(), settings);
                         if (failure instanceof CancellationException || !Errors.isReply(error)) {
                             LOG.log(System.Logger.Level.DEBUG, "pathlock: releasing {0} failed, retrying in the background: {1}",
@@ -526,7 +537,9 @@ public final class Lease implements AutoCloseable {
         if (finished()) {
             return;
         }
-        long at = inflight.size() >= MAX_INFLIGHT ? deadline : Math.min(nextRenew, deadline);
+        // Once the handle is closed nothing can renew the lease: it lapses at its deadline.
+        long at = inflight.size() >= MAX_INFLIGHT || owner.redis().isClosed() ? deadline
+                : Math.min(nextRenew, deadline);
         if (timer != null) {
             if (timerAt <= at) {
                 return;
@@ -557,7 +570,7 @@ public final class Lease implements AutoCloseable {
             if (now - deadline >= 0) {
                 expired = true;
             } else {
-                if (inflight.size() < MAX_INFLIGHT && now - nextRenew >= 0) {
+                if (inflight.size() < MAX_INFLIGHT && now - nextRenew >= 0 && !owner.redis().isClosed()) {
                     renew(now);
                 }
                 arm();

@@ -430,7 +430,11 @@ public final class PathLocks implements AutoCloseable {
     /**
      * Closes the connections this handle and every handle derived from it share, and shuts down
      * the client if the handle made it from a URI; the application's own client stays open. Leases
-     * still held stop renewing and are reported lost at their deadline: release them first.
+     * still held stop renewing: their locks stay on the server until their TTL runs out, and each is
+     * reported lost ({@link LostReason#EXPIRED}) at its deadline, so that work under it stops. A
+     * lease released after the close cannot free its locks either; its release does not throw, and
+     * logs a warning that says so. Release the leases first, to free their locks at once.
+     * Closing twice does nothing.
      */
     @Override
     public void close() {

@@ -19,6 +19,7 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
@@ -410,8 +411,9 @@ final class Redis {
     // Closing.
 
     /**
-     * Closes the family's connections (and shuts down a client it made itself). Callers waiting
-     * for a dedicated connection fail; those lent are closed as they come back.
+     * Closes the family's connections (and shuts down a client it made itself), and waits until
+     * the open ones are closed, but on a thread that must not block. Callers waiting for a
+     * dedicated connection fail; those lent are closed as they come back.
      */
     void close() {
         List<StatefulConnection<String, String>> toClose = new ArrayList<>();
@@ -434,10 +436,27 @@ final class Redis {
             turn.timer.cancel(false);
             turn.connection.completeExceptionally(closedError());
         }
-        if (opened != null) {
+        List<CompletableFuture<Void>> closing = new ArrayList<>();
+        if (opened != null && opened.isDone() && !opened.isCompletedExceptionally()) {
+            closing.add(opened.join().closeAsync());
+        } else if (opened != null) {
+            // Still connecting: closed once it is, without waiting for a connect that may take long.
             opened.thenAccept(StatefulConnection::closeAsync);
         }
-        toClose.forEach(StatefulConnection::closeAsync);
+        toClose.forEach(connection -> closing.add(connection.closeAsync()));
+        if (!Futures.mustNotBlock()) {
+            // The application may shut its client down right after (Spring's connection factory
+            // does when the context stops): a connection still closing then is closed a second
+            // time by the client's shutdown, which Lettuce warns about ("Connection is already
+            // closed").
+            try {
+                CompletableFuture.allOf(closing.toArray(CompletableFuture[]::new)).get();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } catch (ExecutionException e) {
+                // A connection that failed to close is closed all the same.
+            }
+        }
         if (ownsClient) {
             client.shutdown();
         }

@@ -14,8 +14,14 @@ import io.lettuce.core.RedisURI;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import java.util.logging.SimpleFormatter;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.AfterAll;
@@ -196,4 +202,55 @@ class WatchdogTest {
         assertEquals(List.of(), locks.locks());
     }
 
+    @Test
+    void aLeaseWhoseHandleClosedStopsRenewingIsLostAtItsDeadlineAndItsReleaseSaysSo() {
+        // A closed handle can neither renew nor release: a lease held then lapses on the server at
+        // its TTL, and is reported lost (EXPIRED) at its deadline, as when the server is gone; a
+        // lease released after the close says, as a warning, that its locks were not freed.
+        PathLocks family = server.connect();
+        String key = project();
+        PathLocks locks = family.project(key).ttl(Duration.ofMillis(600));
+        Lease held = locks.upload("/A");
+        Lease done = locks.upload("/B");
+        CompletableFuture<Double> lost = lostAt(held);
+        List<String> warnings = new CopyOnWriteArrayList<>();
+        Logger log = Logger.getLogger("io.pathlock");
+        Handler capture = new Handler() {
+            @Override
+            public void publish(LogRecord record) {
+                if (record.getLevel().intValue() >= Level.WARNING.intValue()) {
+                    warnings.add(new SimpleFormatter().formatMessage(record));
+                }
+            }
+
+            @Override
+            public void flush() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        log.addHandler(capture);
+        try {
+            double closedAt = Servers.nowMs();
+            family.close();
+            long renewals = renewCalls(server);
+            done.close();
+            assertTrue(done.isReleased());
+            assertFalse(done.isLost());
+            assertTrue(warnings.stream().anyMatch(w -> w.contains(done.token()) && w.contains("PathLocks.close()")),
+                    "warnings: " + warnings);
+            double lostAtMs = within(lost, 2000);
+            assertTrue(held.isLost());
+            assertEquals(LostReason.EXPIRED, within(held.lost(), 100).reason());
+            assertTrue(lostAtMs - closedAt <= 600 + SLACK_MS, "lost " + (lostAtMs - closedAt) + " ms after the close");
+            // Nothing was sent after the close: no renewal kept the locks, which lapsed on the server.
+            assertEquals(renewals, renewCalls(server));
+            Support.waitUntil("the locks to lapse", 1000, () -> connection.project(key).locks().isEmpty());
+            held.close();
+        } finally {
+            log.removeHandler(capture);
+        }
+    }
 }

@@ -27,7 +27,8 @@ import java.util.concurrent.TimeoutException;
  * Whether the pathlock module is loaded on the servers that serve the application's keys, asked
  * with {@code MODULE LIST}: the one server of a standalone or Sentinel setup (its master), or every
  * master that serves slots in a cluster. It asks on a connection of its own on the application's
- * Lettuce client, opened at the first check and kept for the next (closed by {@link #close()}).
+ * Lettuce client, opened at the first check and kept for the next (closed by {@link #close()}, for
+ * good).
  */
 public class ModuleCheck implements AutoCloseable {
     /** The module's name in {@code MODULE LIST}. */
@@ -51,6 +52,7 @@ public class ModuleCheck implements AutoCloseable {
     private final String server;
     private final Duration timeout;
     private StatefulConnection<String, String> connection;
+    private boolean closed;
 
     /**
      * A check through {@code client}.
@@ -148,6 +150,10 @@ public class ModuleCheck implements AutoCloseable {
     }
 
     private synchronized StatefulConnection<String, String> connection() {
+        if (closed) {
+            // The context is stopping: a connection opened now would outlive the client's shutdown.
+            throw new IllegalStateException("the pathlock module check was closed");
+        }
         if (connection == null || !connection.isOpen()) {
             if (client instanceof RedisClusterClient cluster) {
                 connection = cluster.connect(StringCodec.UTF8);
@@ -158,11 +164,14 @@ public class ModuleCheck implements AutoCloseable {
         return connection;
     }
 
-    /** Closes the check's connection, if it opened one. */
+    /** Closes the check's connection, if it opened one; a check after that fails. Closing twice does nothing. */
     @Override
     public synchronized void close() {
+        closed = true;
         if (connection != null) {
-            connection.closeAsync();
+            // Closed before this returns: the application's client may be shut down next, and it
+            // would close a connection still closing a second time, with a warning.
+            connection.close();
             connection = null;
         }
     }

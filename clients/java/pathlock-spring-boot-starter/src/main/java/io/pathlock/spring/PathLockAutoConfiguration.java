@@ -10,12 +10,14 @@ import java.util.function.Function;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnSingleCandidate;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
 import org.springframework.boot.context.properties.source.InvalidConfigurationPropertyValueException;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Configuration;
 import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
 
 /**
@@ -29,14 +31,18 @@ import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactor
  *
  * <p>Every bean steps back when the application defines its own. With Jedis instead of Lettuce
  * there is no Lettuce client to reuse: the application then defines its own {@code PathLocks}
- * bean (for example {@code PathLocks.of("redis://...", key)}), on which the template and the rest
- * of the starter work as usual.
+ * bean (for example {@code PathLocks.of("redis://...", key)}), which the template, the meters and
+ * the Spring MVC problem details then go with; the {@code pathlock.*} defaults and the meters
+ * reach that handle only as the application applies them ({@link
+ * PathLockProperties#applyTo(PathLocks)}, {@code PathLocks.builder(client).observer(meters)}).
+ * {@code pathlock.enabled=false} turns the starter off.
  */
 @AutoConfiguration(afterName = {
         // Spring Boot 4's, then Spring Boot 3's, auto-configuration of the connection factory.
         "org.springframework.boot.data.redis.autoconfigure.DataRedisAutoConfiguration",
         "org.springframework.boot.autoconfigure.data.redis.RedisAutoConfiguration" })
 @ConditionalOnClass({ PathLocks.class, LettuceConnectionFactory.class })
+@ConditionalOnBooleanProperty(name = "pathlock.enabled", matchIfMissing = true)
 @EnableConfigurationProperties(PathLockProperties.class)
 public class PathLockAutoConfiguration {
     /** The placeholder key of the handle every project's handle is derived from. */
@@ -47,34 +53,58 @@ public class PathLockAutoConfiguration {
     }
 
     /**
-     * The handle on the connection factory's Lettuce client, with the {@code pathlock.*} defaults,
-     * reporting to every {@link PathLockObserver} bean (the Micrometer meters among them). Its
-     * connections close with the application context, before the factory shuts its client down.
-     *
-     * @param factory    the application's connection factory
-     * @param properties the {@code pathlock.*} properties
-     * @param observers  the observers
-     * @return the handle
+     * The starter's own handle, unless the application has one, and what closes it in time.
+     * Member classes are read before the beans of the class that holds them, so the template below
+     * finds this handle.
      */
-    @Bean(destroyMethod = "close")
-    @ConditionalOnMissingBean
+    @Configuration(proxyBeanMethods = false)
+    @ConditionalOnMissingBean(PathLocks.class)
     @ConditionalOnSingleCandidate(LettuceConnectionFactory.class)
-    public PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties,
-            ObjectProvider<PathLockObserver> observers) {
-        AbstractRedisClient client = nativeClient(factory);
-        PathLockObserver observer = CompositeObserver.of(observers.orderedStream().toList());
-        PathLocks.Builder builder;
-        if (client instanceof RedisClusterClient cluster) {
-            builder = PathLocks.builder(cluster);
-        } else if (client instanceof RedisClient standalone) {
-            builder = PathLocks.builder(standalone);
-        } else {
-            throw new IllegalStateException("pathlock needs a RedisClient or a RedisClusterClient, and the "
-                    + "LettuceConnectionFactory has " + client);
+    static class HandleConfiguration {
+        /**
+         * The handle on the connection factory's Lettuce client, with the {@code pathlock.*}
+         * defaults, reporting to every {@link PathLockObserver} bean (the Micrometer meters among
+         * them). Its connections close when the application context stops, before the factory
+         * shuts its client down ({@link #pathLocksLifecycle}); the destroy method is for a context
+         * that never started.
+         *
+         * @param factory    the application's connection factory
+         * @param properties the {@code pathlock.*} properties
+         * @param observers  the observers
+         * @return the handle
+         */
+        @Bean(destroyMethod = "close")
+        PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties,
+                ObjectProvider<PathLockObserver> observers) {
+            AbstractRedisClient client = nativeClient(factory);
+            PathLockObserver observer = CompositeObserver.of(observers.orderedStream().toList());
+            PathLocks.Builder builder;
+            if (client instanceof RedisClusterClient cluster) {
+                builder = PathLocks.builder(cluster);
+            } else if (client instanceof RedisClient standalone) {
+                builder = PathLocks.builder(standalone);
+            } else {
+                throw new IllegalStateException("pathlock needs a RedisClient or a RedisClusterClient, and the "
+                        + "LettuceConnectionFactory has " + client);
+            }
+            PathLocks locks = property("pathlock.max-waiting-connections", properties.getMaxWaitingConnections(),
+                    builder::maxWaitingConnections).observer(observer).build(properties.getKeyPrefix() + BASE_KEY);
+            return configure(locks, properties);
         }
-        PathLocks locks = property("pathlock.max-waiting-connections", properties.getMaxWaitingConnections(),
-                builder::maxWaitingConnections).observer(observer).build(properties.getKeyPrefix() + BASE_KEY);
-        return configure(locks, properties);
+
+        /**
+         * Closes the handle when the context stops, in a phase above the factory's. Leases still
+         * held then are not released behind the work that holds them: they stop renewing and lapse
+         * at their TTL, each reported lost at its deadline (see {@link PathLocks#close()}).
+         *
+         * @param pathLocks the starter's handle
+         * @param factory   the application's connection factory
+         * @return the lifecycle
+         */
+        @Bean
+        ClosingLifecycle pathLocksLifecycle(PathLocks pathLocks, LettuceConnectionFactory factory) {
+            return new ClosingLifecycle(pathLocks, factory);
+        }
     }
 
     /**

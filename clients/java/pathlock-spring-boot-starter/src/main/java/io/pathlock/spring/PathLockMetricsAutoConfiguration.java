@@ -13,16 +13,20 @@ import org.springframework.context.annotation.Bean;
 /**
  * {@link EnableAutoConfiguration Auto-configuration} of pathlock's Micrometer meters ({@link
  * PathLockMeters}), when Micrometer is on the classpath and the application has a {@link
- * MeterRegistry} (Spring Boot's Actuator makes one). It runs before {@link
- * PathLockAutoConfiguration}, whose handle reports to it; {@code pathlock.metrics.enabled=false}
- * turns it off.
+ * MeterRegistry} (Spring Boot's Actuator makes one) and a {@link PathLocks} handle (the starter's,
+ * or the application's own). It runs after {@link PathLockAutoConfiguration}, so that it goes when
+ * that one is excluded or turned off ({@code pathlock.enabled=false}); the starter's handle still
+ * reports to the meters, as it looks for its observers only when it is made, after every bean is
+ * defined. An application's own handle reports to them when it is built with {@code
+ * .observer(pathLockMeters)}. {@code pathlock.metrics.enabled=false} turns it off.
  */
-@AutoConfiguration(before = PathLockAutoConfiguration.class, afterName = {
+@AutoConfiguration(after = PathLockAutoConfiguration.class, afterName = {
         // Where Spring Boot 4, then Spring Boot 3, makes the application's registry.
         "org.springframework.boot.micrometer.metrics.autoconfigure.CompositeMeterRegistryAutoConfiguration",
         "org.springframework.boot.actuate.autoconfigure.metrics.CompositeMeterRegistryAutoConfiguration" })
 @ConditionalOnClass({ MeterRegistry.class, PathLocks.class })
-@ConditionalOnBean(MeterRegistry.class)
+@ConditionalOnBean({ MeterRegistry.class, PathLocks.class })
+@ConditionalOnBooleanProperty(name = "pathlock.enabled", matchIfMissing = true)
 @ConditionalOnBooleanProperty(name = "pathlock.metrics.enabled", matchIfMissing = true)
 public class PathLockMetricsAutoConfiguration {
     /** Creates the auto-configuration; Spring does. */

@@ -1,5 +1,6 @@
 package io.pathlock.spring;
 
+import io.pathlock.PathLocks;
 import java.time.Duration;
 import org.springframework.boot.context.properties.ConfigurationProperties;
 
@@ -10,6 +11,9 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  */
 @ConfigurationProperties("pathlock")
 public class PathLockProperties {
+    /** Whether the starter configures pathlock: false leaves out every bean of its own (the handle, the template, the meters, the health indicator, the Spring MVC problem details). */
+    private boolean enabled = true;
+
     /** The length of a lease; the watchdog renews it every third of it. At least 1 ms. */
     private Duration ttl = Duration.ofSeconds(30);
 
@@ -37,6 +41,39 @@ public class PathLockProperties {
     private final Metrics metrics = new Metrics();
 
     private final Mvc mvc = new Mvc();
+
+    /**
+     * Whether the starter configures pathlock.
+     *
+     * @return whether it does
+     */
+    public boolean isEnabled() {
+        return enabled;
+    }
+
+    /**
+     * Sets whether the starter configures pathlock.
+     *
+     * @param enabled whether it does
+     */
+    public void setEnabled(boolean enabled) {
+        this.enabled = enabled;
+    }
+
+    /**
+     * These defaults on a handle of the application's own, as the starter's handle has them: the
+     * TTL, the wait, the replicas and their timeout, the note, and whether operations note
+     * themselves ({@code pathlock.max-waiting-connections} and the meters are the builder's:
+     * {@code PathLocks.builder(client).maxWaitingConnections(n).observer(meters)}). A value the
+     * client refuses throws Spring Boot's {@code InvalidConfigurationPropertyValueException},
+     * naming the property.
+     *
+     * @param locks a handle
+     * @return the handle with these defaults (handles are immutable: a new one)
+     */
+    public PathLocks applyTo(PathLocks locks) {
+        return PathLockAutoConfiguration.configure(locks, this);
+    }
 
     /**
      * The lease length.

@@ -142,14 +142,21 @@ class BusyProblemDetailsTest {
     }
 
     @Test
-    void theAdviceIsOffByPropertyAndOutsideMvc() {
+    void theAdviceIsOffByPropertyAndOutsideMvcAndWithoutAHandle() {
         WebApplicationContextRunner web = new WebApplicationContextRunner()
-                .withConfiguration(AutoConfigurations.of(PathLockWebMvcAutoConfiguration.class));
+                .withConfiguration(AutoConfigurations.of(PathLockWebMvcAutoConfiguration.class))
+                .withUserConfiguration(PathLockAutoConfigurationTest.UrlHandle.class);
         web.run(context -> assertThat(context).hasSingleBean(BusyProblemDetails.class));
         web.withPropertyValues("pathlock.mvc.problemdetails.enabled=false")
                 .run(context -> assertThat(context).doesNotHaveBean(BusyProblemDetails.class));
+        web.withPropertyValues("pathlock.enabled=false")
+                .run(context -> assertThat(context).doesNotHaveBean(BusyProblemDetails.class));
+        new WebApplicationContextRunner()
+                .withConfiguration(AutoConfigurations.of(PathLockWebMvcAutoConfiguration.class))
+                .run(context -> assertThat(context).doesNotHaveBean(BusyProblemDetails.class));
         new org.springframework.boot.test.context.runner.ApplicationContextRunner()
                 .withConfiguration(AutoConfigurations.of(PathLockWebMvcAutoConfiguration.class))
+                .withUserConfiguration(PathLockAutoConfigurationTest.UrlHandle.class)
                 .run(context -> assertThat(context).doesNotHaveBean(BusyProblemDetails.class));
     }
 }

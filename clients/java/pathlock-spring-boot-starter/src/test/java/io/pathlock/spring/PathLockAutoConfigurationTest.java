@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.lettuce.core.RedisClient;
+import io.micrometer.core.instrument.MeterRegistry;
 import io.pathlock.Busy;
 import io.pathlock.Lease;
 import io.pathlock.PathLocks;
@@ -19,9 +20,11 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.context.properties.source.InvalidConfigurationPropertyValueException;
 import org.springframework.boot.data.redis.autoconfigure.DataRedisAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
+import org.springframework.boot.test.context.runner.WebApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
@@ -217,6 +220,103 @@ class PathLockAutoConfigurationTest {
     void theApplicationsOwnTemplateStays() {
         runner.withUserConfiguration(OwnTemplate.class).run(context ->
                 assertThat(context.getBean(PathLockTemplate.class).keyPrefix()).isEqualTo("mine/"));
+    }
+
+    /** The whole starter in a Spring MVC application with a meter registry. */
+    final WebApplicationContextRunner everything = new WebApplicationContextRunner()
+            .withConfiguration(AutoConfigurations.of(DataRedisAutoConfiguration.class, PathLockAutoConfiguration.class,
+                    PathLockMetricsAutoConfiguration.class, PathLockHealthContributorAutoConfiguration.class,
+                    PathLockWebMvcAutoConfiguration.class))
+            .withUserConfiguration(PathLockMetersTest.Registry.class)
+            .withPropertyValues("spring.data.redis.host=127.0.0.1", "spring.data.redis.port=" + server.port());
+
+    /** Every bean the starter can make. */
+    static final List<Class<?>> STARTERS_BEANS = List.of(PathLocks.class, PathLockTemplate.class, PathLockMeters.class,
+            ModuleCheck.class, PathLockHealthIndicator.class, BusyProblemDetails.class, PathLockProperties.class);
+
+    @Test
+    void pathlockEnabledFalseLeavesOutEveryBean() {
+        everything.run(context -> STARTERS_BEANS.forEach(type -> assertThat(context).hasSingleBean(type)));
+        everything.withPropertyValues("pathlock.enabled=false").run(context -> {
+            assertThat(context).hasNotFailed();
+            STARTERS_BEANS.forEach(type -> assertThat(context).doesNotHaveBean(type));
+            assertThat(context).doesNotHaveBean(ClosingLifecycle.class);
+        });
+    }
+
+    @Test
+    void excludingTheAutoConfigurationTakesTheMetersHealthAndAdviceWithIt() {
+        // As spring.autoconfigure.exclude=io.pathlock.spring.PathLockAutoConfiguration does, on
+        // @EnableAutoConfiguration's own reading of the starter's imports file.
+        new WebApplicationContextRunner()
+                .withUserConfiguration(AllAutoConfiguration.class)
+                .withPropertyValues("spring.data.redis.host=127.0.0.1", "spring.data.redis.port=" + server.port(),
+                        "spring.autoconfigure.exclude=io.pathlock.spring.PathLockAutoConfiguration")
+                .run(context -> {
+                    assertThat(context).hasNotFailed().hasSingleBean(LettuceConnectionFactory.class);
+                    STARTERS_BEANS.forEach(type -> assertThat(context).doesNotHaveBean(type));
+                });
+        // Without the exclusion, the same application has them all.
+        new WebApplicationContextRunner()
+                .withUserConfiguration(AllAutoConfiguration.class)
+                .withPropertyValues("spring.data.redis.host=127.0.0.1", "spring.data.redis.port=" + server.port())
+                .run(context -> STARTERS_BEANS.forEach(type -> assertThat(context).hasSingleBean(type)));
+    }
+
+    @Configuration(proxyBeanMethods = false)
+    @EnableAutoConfiguration
+    static class AllAutoConfiguration {
+    }
+
+    @Test
+    void theApplicationsOwnHandleTakesTheDefaultsAndMetersAsTheReadmeShows() throws IOException {
+        // OwnConfigured's bean method is the README's, as printed.
+        String readme = Files.readString(Path.of("..", "README.md"));
+        assertThat(readme).contains("PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties,"
+                + " PathLockMeters meters) {\n    RedisClient client = (RedisClient) factory.getRequiredNativeClient();\n"
+                + "    return properties.applyTo(PathLocks.builder(client)\n"
+                + "            .maxWaitingConnections(properties.getMaxWaitingConnections())\n"
+                + "            .observer(meters)");
+
+        everything.withUserConfiguration(OwnConfigured.class)
+                .withPropertyValues("pathlock.ttl=7s", "pathlock.note=own-app", "pathlock.key-prefix=own:",
+                        "pathlock.max-waiting-connections=2")
+                .run(context -> {
+                    assertThat(context).hasSingleBean(PathLocks.class).doesNotHaveBean("pathLocksLifecycle")
+                            .hasSingleBean(PathLockMeters.class).hasSingleBean(BusyProblemDetails.class);
+                    PathLocks project = context.getBean(PathLockTemplate.class).project("configured");
+                    assertThat(project.key()).isEqualTo("own:configured");
+                    assertThat(project.ttl()).isEqualTo(Duration.ofSeconds(7));
+                    assertThat(project.note()).isEqualTo("own-app");
+                    assertThat(project.maxWaitingConnections()).isEqualTo(2);
+                    try (Lease lease = project.upload("/f")) {
+                        assertThat(lease.note()).isEqualTo("own-app");
+                    }
+                    assertThat(PathLockMetersTest.count(context.getBean(MeterRegistry.class), "upload", "granted"))
+                            .isEqualTo(1);
+                });
+    }
+
+    /** The README's handle of the application's own, with the starter's defaults and meters. */
+    @Configuration(proxyBeanMethods = false)
+    static class OwnConfigured {
+        @Bean(destroyMethod = "close")
+        PathLocks pathLocks(LettuceConnectionFactory factory, PathLockProperties properties, PathLockMeters meters) {
+            RedisClient client = (RedisClient) factory.getRequiredNativeClient();
+            return properties.applyTo(PathLocks.builder(client)
+                    .maxWaitingConnections(properties.getMaxWaitingConnections())
+                    .observer(meters)                                  // the starter's Micrometer meters
+                    .build(properties.getKeyPrefix() + "default"));
+        }
+    }
+
+    /** A handle of the application's own made from a URL, which nothing here uses: it never connects. */
+    @Configuration(proxyBeanMethods = false)
+    static class UrlHandle {
+        @Bean(destroyMethod = "close")
+        PathLocks urlLocks() {
+            return PathLocks.of("redis://127.0.0.1:6379", "url:default");
+        }
     }
 
     @Test
