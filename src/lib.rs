@@ -70,13 +70,20 @@ mod timetable;
 mod waits;
 
 use keytype::PATHLOCK_TYPE;
-use redis_module::configuration::ConfigurationFlags;
-use redis_module::{redis_module, Context, RedisString, Status};
+use redis_module::configuration::{
+    register_bool_configuration, register_i64_configuration, ConfigurationFlags,
+};
+use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-/// Loads the module: registers its commands, subscribes to the server's events, starts the
-/// expiry cycle and registers the signal worker.
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+/// Loads the module: registers its settings, registers its commands, subscribes to the server's
+/// events, starts the expiry cycle and registers the signal worker.
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     contain::contained("loading the module", Status::Err, || {
+        // The settings first, before anything starts that would have to be stopped again: a
+        // load refused here leaves nothing running.
+        if load_configs(ctx, args) == Status::Err {
+            return Status::Err;
+        }
         // Without this option a short read while loading an RDB or a RESTORE payload kills the
         // server; with it, the loader sees the error and refuses the value. Where the server
         // has Valkey's atomic slot migration, the module declares that it handles it too
@@ -114,6 +121,84 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
 /// Redis's allocator inside Redis (through `defrag::Allocator`, which routes a defrag rebuild's
 /// allocations as the defragmenter's); the system's in unit tests and fuzz targets, where
 /// Redis's would abort on the first allocation.
+/// Registers the `pathlock.*` settings (`config`), the module's arguments as their defaults,
+/// and has the server apply what redis.conf or `MODULE LOADEX ... CONFIG` gives them. Refuses
+/// the load, with the reason in the log, when the arguments or those values are wrong.
+/// redis-module's own registration read the arguments unchecked and ignored what applying the
+/// values answered: a value out of range given to `MODULE LOADEX` then left the module loaded
+/// with its defaults on Redis 7.0, and crashed Valkey 9.1 as it unloaded the module again.
+fn load_configs(ctx: &Context, args: &[RedisString]) -> Status {
+    let bytes: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    let defaults = match config::module_args(&bytes) {
+        Ok(defaults) => defaults,
+        Err(refused) => {
+            ctx.log_warning(&format!(
+                "pathlock: not loaded: {}",
+                describe_arg_error(&refused)
+            ));
+            return Status::Err;
+        }
+    };
+    for (setting, &default) in config::NUMERIC.iter().zip(&defaults.numeric) {
+        register_i64_configuration(
+            ctx,
+            setting.name,
+            setting.value,
+            default,
+            setting.min,
+            setting.max,
+            ConfigurationFlags::DEFAULT,
+            None,
+        );
+    }
+    for (setting, &default) in config::FLAGS.iter().zip(&defaults.flags) {
+        register_bool_configuration(
+            ctx,
+            setting.name,
+            setting.value,
+            default,
+            ConfigurationFlags::DEFAULT,
+            None,
+        );
+    }
+    // SAFETY: called during the module's load, on its load context, as the API asks.
+    let applied = unsafe { raw::RedisModule_LoadConfigs.map(|load| load(ctx.ctx)) };
+    if applied == Some(raw::Status::Err as i32) {
+        // The server has logged which value it refused.
+        ctx.log_warning("pathlock: not loaded: a pathlock.* value above was refused");
+        return Status::Err;
+    }
+    Status::Ok
+}
+
+/// The log's words for refused module arguments; what the operator wrote is escaped.
+fn describe_arg_error(refused: &config::ArgError) -> String {
+    match refused {
+        config::ArgError::Unpaired(name) => format!(
+            "the module's argument '{}' has no value: its arguments are pairs of a setting's \
+             name and value, such as max-ttl 60000",
+            errors::for_log(name)
+        ),
+        config::ArgError::Unknown(name) => format!(
+            "the module's argument '{}' names no pathlock setting (see CONFIG GET pathlock.*)",
+            errors::for_log(name)
+        ),
+        config::ArgError::OutOfRange {
+            name,
+            value,
+            min,
+            max,
+        } => format!(
+            "the module's argument {name} '{}' is not an integer from {min} to {max}",
+            errors::for_log(value)
+        ),
+        config::ArgError::NotYesNo { name, value } => format!(
+            "the module's argument {name} '{}' is not yes or no",
+            errors::for_log(value)
+        ),
+    }
+}
+
 #[cfg(not(any(test, feature = "system-alloc")))]
 macro_rules! allocator {
     () => {
@@ -145,21 +230,4 @@ redis_module! {
         // One subscriber, which ends by undoing Valkey 8.1's database switch (`events`).
         [@GENERIC @LOADED @EVICTED: events::on_keyspace_event],
     ],
-    configurations: [
-        i64: [
-            ["default-ttl", &config::DEFAULT_TTL, config::DEFAULT_TTL_MS, 1, config::TTL_CEILING_MS, ConfigurationFlags::DEFAULT, None],
-            ["max-ttl", &config::MAX_TTL, config::MAX_TTL_MS, 1, config::TTL_CEILING_MS, ConfigurationFlags::DEFAULT, None],
-            ["max-path-bytes", &config::PATH_BYTES, config::MAX_PATH_BYTES, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
-            ["max-depth", &config::DEPTH, config::MAX_DEPTH, 1, config::DEPTH_CEILING, ConfigurationFlags::DEFAULT, None],
-            ["max-paths-per-call", &config::PATHS_PER_CALL, config::MAX_PATHS_PER_CALL, 1, config::LIMIT_CEILING, ConfigurationFlags::DEFAULT, None],
-            ["max-note-bytes", &config::NOTE_BYTES, config::MAX_NOTE_BYTES, 0, config::NOTE_CEILING_BYTES, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [],
-        bool: [
-            ["accept-eviction", &config::ACCEPT_EVICTION, false, ConfigurationFlags::DEFAULT, None],
-            ["lower-impossible-fences", &config::LOWER_IMPOSSIBLE_FENCES, false, ConfigurationFlags::DEFAULT, None],
-        ],
-        enum: [],
-        module_args_as_configuration: true,
-    ]
 }

@@ -175,6 +175,78 @@ fn a_server_refuses_to_start_with_a_bad_config() {
     assert!(!status.success(), "{status:?}; its log:\n{log}");
 }
 
+fn config_get(con: &mut Connection, name: &str) -> String {
+    let pair: Vec<String> = cmd("CONFIG")
+        .arg(&["GET", name])
+        .query(con)
+        .expect("CONFIG GET");
+    pair.get(1).cloned().unwrap_or_default()
+}
+
+/// The arguments after the module's path (`loadmodule /path/libpathlock.so max-ttl 60000`) are
+/// the settings' defaults, checked as `CONFIG SET` checks a value: the server took `max-ttl 0`
+/// there, and every lease it then granted had lapsed at once.
+#[test]
+fn a_server_refuses_to_start_with_bad_module_arguments() {
+    for (args, reason) in [
+        (
+            &["max-ttl", "0"][..],
+            "max-ttl '0' is not an integer from 1 to",
+        ),
+        (&["bogus", "5"][..], "'bogus' names no pathlock setting"),
+        (&["max-depth"][..], "'max-depth' has no value"),
+        (
+            &["accept-eviction", "true"][..],
+            "accept-eviction 'true' is not yes or no",
+        ),
+    ] {
+        let (status, log) = start_refused(None, args);
+        assert!(!status.success(), "{args:?}: {status:?}; its log:\n{log}");
+        assert!(
+            log.contains(reason),
+            "{args:?}: no {reason:?} in its log:\n{log}"
+        );
+    }
+    let server = Server::start_with(&["max-ttl", "60000", "pathlock.accept-eviction", "yes"]);
+    let mut con = server.conn();
+    assert_eq!(config_get(&mut con, "pathlock.max-ttl"), "60000");
+    assert_eq!(config_get(&mut con, "pathlock.accept-eviction"), "yes");
+    let error = error_of(try_acquire(&mut con, "p", &["TTL", "60001", "WRITE", "/a"]));
+    assert!(error.contains("from 1 to 60000"), "{error}");
+}
+
+/// `MODULE LOADEX` with a value the server refuses: the module is not loaded and the server runs
+/// on. The module used to ignore what applying its settings answered, which left it loaded
+/// with its defaults on Redis 7.0 and crashed Valkey 9.1 as the server unloaded it again.
+#[test]
+fn a_refused_module_loadex_leaves_the_server_running_without_the_module() {
+    let server = Server::start_without_module(&["--enable-module-command", "yes"]);
+    let mut con = server.conn();
+    let path = module_path();
+    let path = path.to_str().expect("a UTF-8 path");
+    let refused: redis::RedisResult<()> = cmd("MODULE")
+        .arg(&["LOADEX", path, "CONFIG", "pathlock.default-ttl", "0"])
+        .query(&mut con);
+    assert!(refused.is_err(), "{refused:?}");
+    let pong: String = cmd("PING").query(&mut con).expect("the server runs on");
+    assert_eq!(pong, "PONG");
+    let modules: Vec<Vec<redis::Value>> = cmd("MODULE").arg("LIST").query(&mut con).expect("LIST");
+    assert!(
+        !format!("{modules:?}").contains("pathlock"),
+        "the module stayed loaded: {modules:?}"
+    );
+    let _: () = cmd("MODULE")
+        .arg(&["LOADEX", path, "CONFIG", "pathlock.default-ttl", "5000"])
+        .arg(&["ARGS", "max-ttl", "70000"])
+        .query(&mut con)
+        .expect("a LOADEX with sound values");
+    assert_eq!(config_get(&mut con, "pathlock.default-ttl"), "5000");
+    assert_eq!(config_get(&mut con, "pathlock.max-ttl"), "70000");
+    assert!(try_acquire(&mut con, "p", &["WRITE", "/a"])
+        .expect("ACQUIRE")
+        .is_some());
+}
+
 #[test]
 fn inspecting_a_narrow_subtree_of_a_large_project_is_cheap() {
     let server = Server::start();
