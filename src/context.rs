@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use redis_module::key::KeyFlags;
-use redis_module::{raw, Context, ContextFlags, RedisString};
+use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
 // What the command running now asked once, for it to ask again for free. Commands run on the
 // server's main thread only, one at a time, so plain statics serve; they are atomics (relaxed,
@@ -207,4 +207,35 @@ pub fn notify(ctx: &Context, event: &CStr, key: &RedisString) {
             );
         }
     }
+}
+
+/// A server setting's value, as `CONFIG GET name` answers it; `None` when it has none.
+pub fn config_get(ctx: &Context, name: &str) -> Option<String> {
+    match ctx.call("CONFIG", &["GET", name]) {
+        Ok(RedisValue::Array(items)) => match items.get(1) {
+            Some(RedisValue::SimpleString(s)) | Some(RedisValue::BulkString(s)) => Some(s.clone()),
+            Some(RedisValue::BulkRedisString(s)) => Some(s.to_string_lossy()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The server's `latency-monitor-threshold` in milliseconds, 0 while the monitor is off: read
+/// when the module loads and again when a `CONFIG SET` changes it (`eviction` follows the
+/// server's config-change event), so that a tick does not call `CONFIG GET`, which would show
+/// in the server's command statistics.
+static LATENCY_THRESHOLD: AtomicU64 = AtomicU64::new(0);
+
+/// Reads `latency-monitor-threshold` again.
+pub fn refresh_latency_threshold(ctx: &Context) {
+    let threshold = config_get(ctx, "latency-monitor-threshold")
+        .and_then(|value| value.parse::<u64>().ok())
+        .unwrap_or(0);
+    LATENCY_THRESHOLD.store(threshold, Relaxed);
+}
+
+/// `latency-monitor-threshold` as last read.
+pub fn latency_threshold() -> u64 {
+    LATENCY_THRESHOLD.load(Relaxed)
 }

@@ -21,7 +21,7 @@
 //! changes `maxmemory` or `maxmemory-policy` (the server's config-change event), never per
 //! command: the commands read two atomics.
 //!
-//! Level 1: imports `config`, `contain`, `errors`, `stats`. Used by `lib.rs` (load), the ACQUIRE
+//! Level 1: imports `config`, `contain`, `context`, `errors`, `stats`. Used by `lib.rs` (load), the ACQUIRE
 //! handler, `store` (protection after every change), `keytype` (a project leaving its key) and
 //! `events` (the `evicted` keyspace event).
 
@@ -30,9 +30,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis_module::{raw, Context, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisString};
 
 use crate::contain::contained;
+use crate::context::{config_get, refresh_latency_threshold};
 use crate::{config, errors, stats};
 
 /// Whether the server's policy and limit can evict a project key.
@@ -49,17 +50,6 @@ static LEAVING: Mutex<Option<(Vec<u8>, usize, Instant)>> = Mutex::new(None);
 
 fn policy_evicts(policy: &str, maxmemory: i64) -> bool {
     maxmemory > 0 && policy.starts_with("allkeys-")
-}
-
-fn config_get(ctx: &Context, name: &str) -> Option<String> {
-    match ctx.call("CONFIG", &["GET", name]) {
-        Ok(RedisValue::Array(items)) => match items.get(1) {
-            Some(RedisValue::SimpleString(s)) | Some(RedisValue::BulkString(s)) => Some(s.clone()),
-            Some(RedisValue::BulkRedisString(s)) => Some(s.to_string_lossy()),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// Reads the policy and the limit again, and warns when they can evict projects.
@@ -205,11 +195,19 @@ extern "C" fn on_config_change(
             let name = unsafe { *change.config_names.add(i) };
             (!name.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(name) })
         });
-        let relevant = names
-            .map(|n| n.to_bytes().to_ascii_lowercase())
-            .any(|n| n == b"maxmemory-policy" || n == b"maxmemory");
-        if relevant {
-            refresh(&Context::new(ctx));
+        let (mut policy, mut latency) = (false, false);
+        for name in names.map(|n| n.to_bytes().to_ascii_lowercase()) {
+            policy |= name == b"maxmemory-policy" || name == b"maxmemory";
+            latency |= name == b"latency-monitor-threshold";
+        }
+        let ctx = Context::new(ctx);
+        if policy {
+            refresh(&ctx);
+        }
+        // The module's one subscriber to this event (a second subscription would replace it)
+        // also follows the latency monitor's threshold, which the expiry cycle reads.
+        if latency {
+            refresh_latency_threshold(&ctx);
         }
     });
 }

@@ -40,7 +40,7 @@ use redis_module::{raw, Context, ContextFlags};
 
 use crate::change::{expire_until, free_until};
 use crate::contain::contained;
-use crate::context::remembering_work_flags;
+use crate::context::{latency_threshold, remembering_work_flags};
 use crate::store::ServerKey;
 use crate::{clock, schedule, slot, stats};
 
@@ -181,14 +181,22 @@ fn trim_schedule(until: Instant) -> bool {
     schedule::has_slack()
 }
 
-/// Gives the latency monitor a tick's time, in whole milliseconds as Redis counts its own events;
-/// the server keeps it only when it reaches `latency-monitor-threshold`.
+/// Gives the latency monitor a tick's time, in whole milliseconds as Redis counts its own events,
+/// when it reaches `latency-monitor-threshold`, and nothing while that is 0 (the monitor off),
+/// as the server does for its own `expire-cycle`. The module API keeps every sample at or above
+/// the threshold, so with the monitor off it kept each tick, of 0 ms too: `LATENCY LATEST` listed
+/// `pathlock-cycle` and `LATENCY DOCTOR` reported spikes on a server that never asked.
 fn report_latency(spent: Duration) {
+    let ms = u64::try_from(spent.as_millis()).unwrap_or(u64::MAX);
+    let threshold = latency_threshold();
+    if threshold == 0 || ms < threshold {
+        return;
+    }
     // SAFETY: the function pointer is the server's, called on the main thread with a C string
     // that lives as long as the module.
     unsafe {
         if let Some(add) = raw::RedisModule_LatencyAddSample {
-            add(LATENCY_EVENT.as_ptr(), spent.as_millis() as raw::mstime_t);
+            add(LATENCY_EVENT.as_ptr(), ms as raw::mstime_t);
         }
     }
 }

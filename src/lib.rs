@@ -111,6 +111,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         propagation::subscribe(ctx);
         eviction::subscribe(ctx);
         eviction::refresh(ctx);
+        context::refresh_latency_threshold(ctx);
         // The registry of waiters queues signals; the waits layer above it works them off.
         registry::set_worker(ctx, waits::work_off_signals);
         commands::describe(ctx);

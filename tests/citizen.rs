@@ -347,27 +347,40 @@ fn the_expiry_cycles_ticks_are_shown_to_the_latency_monitor() {
     const LOCKS: usize = 50_000;
     let server = Server::start();
     let mut con = server.conn();
-    config_set(&mut con, "latency-monitor-threshold", "1");
     // Another owner's lock keeps the project a key, so that the module frees the released
     // owner's locks itself (a project left empty goes whole to the server's lazy-free thread).
     assert!(take(&mut con, "p", "other", &["WRITE", "/other"]));
     // One token's locks, released whole: the release answers at once and the ticks free them,
-    // each for as long as its budget allows.
-    big_owner_holds(&mut con, "p", LOCKS);
-    assert_eq!(release(&mut con, "p", "big", &[]), LOCKS as i64);
-    wait_until(Duration::from_secs(60), "the background to free", || {
-        info_number(&mut con, "pathlock", "pathlock_background_keys") == 0
-    });
-    // LATENCY LATEST: [event, unix time, latest ms, max ms, ...] each, as for `expire-cycle`
-    // (Valkey adds fields after these four).
-    let latest: Vec<Vec<Value>> = cmd("LATENCY")
-        .arg("LATEST")
-        .query(&mut con)
-        .expect("LATENCY LATEST");
-    eprintln!("LATENCY LATEST after freeing {LOCKS} locks: {latest:?}");
-    let cycle = latest.iter().find(|entry| {
-        matches!(entry.first(), Some(Value::BulkString(event)) if event == b"pathlock-cycle")
-    });
+    // each for as long as its budget allows. Then LATENCY LATEST: [event, unix time, latest ms,
+    // max ms, ...] each, as for `expire-cycle` (Valkey adds fields after these four).
+    let free_a_release = |con: &mut Connection| {
+        big_owner_holds(con, "p", LOCKS);
+        assert_eq!(release(con, "p", "big", &[]), LOCKS as i64);
+        wait_until(Duration::from_secs(60), "the background to free", || {
+            info_number(con, "pathlock", "pathlock_background_keys") == 0
+        });
+        let latest: Vec<Vec<Value>> = cmd("LATENCY")
+            .arg("LATEST")
+            .query(con)
+            .expect("LATENCY LATEST");
+        eprintln!("LATENCY LATEST after freeing {LOCKS} locks: {latest:?}");
+        latest
+    };
+    let is_cycle = |entry: &&Vec<Value>| matches!(entry.first(), Some(Value::BulkString(event)) if event == b"pathlock-cycle");
+    // With the monitor off (`latency-monitor-threshold 0`, the default) the server keeps no
+    // sample of its own events, and none of the module's: the module API would keep every one.
+    let off = free_a_release(&mut con);
+    assert!(
+        info_number(&mut con, "pathlock", "pathlock_total_cycles_over_1ms") > 0,
+        "ticks of a millisecond or more, which a threshold of 1 would keep"
+    );
+    assert!(
+        !off.iter().any(|entry| is_cycle(&entry)),
+        "the monitor is off: {off:?}"
+    );
+    config_set(&mut con, "latency-monitor-threshold", "1");
+    let latest = free_a_release(&mut con);
+    let cycle = latest.iter().find(is_cycle);
     let entry = cycle.unwrap_or_else(|| panic!("no pathlock-cycle in {latest:?}"));
     let Some(Value::Int(worst)) = entry.get(3) else {
         panic!("the worst of {entry:?}")
