@@ -49,9 +49,11 @@ snippet() {
     cat <<EOF
 # pathlock's settings for $name, from the $package package. They take effect once the server
 # loads the module and reads this file:
-#   1. uncomment the loadmodule line below (or put it in $conf);
-#   2. add this line to $conf:  include /etc/$server/pathlock.conf
+#   1. put the loadmodule line below, without its '#', in $conf;
+#   2. add this line to $conf after it:  include /etc/$server/pathlock.conf
 #   3. restart the server:  systemctl restart $service
+# Keep the loadmodule line in $conf itself, not here: CONFIG REWRITE writes one into $conf for
+# every loaded module, and a second one here would stop the next start.
 # A server that reads pathlock.* settings without loading the module refuses to start.
 # loadmodule $module
 EOF

@@ -6,8 +6,9 @@
 #    and no redis-pathlock is installed already, else unpacked with `dpkg-deb -x` into a scratch
 #    root. lintian must find nothing at warning level or above. Then a stock redis-server (and each
 #    Valkey of .deps/) loads the module from the packaged path through the packaged snippet, with
-#    its loadmodule line uncommented as the snippet says; CONFIG GET pathlock.* must list exactly
-#    the snippet's settings, and a lock is granted, refused to a conflicting request and released.
+#    its loadmodule line in the server's own config file as the snippet says; CONFIG GET
+#    pathlock.* must list exactly the snippet's settings, and a lock is granted, refused to a
+#    conflicting request and released; a setting saved with CONFIG REWRITE survives a restart.
 #    A dpkg install is purged at once, and nothing of it may be left; the servers keep the module
 #    they loaded, and serve the clients below.
 # 2. The wheel, then the sdist, each into a fresh virtualenv; examples/cloud_drive.py runs with it.
@@ -107,14 +108,15 @@ for file in pathlock.lua grafana-dashboard.json; do
         fail "$prometheus_dir/$file is not packaging/prometheus/$file"
 done
 
-# Starts a server from the packaged snippet, the way its header says: loadmodule uncommented,
-# the snippet included. Sets `port`.
+# Starts a server from the packaged snippet, the way its header says: the snippet's loadmodule
+# line in the server's own config file, then the snippet included as it is. Sets `port`.
 start_from_snippet() {
-    local server=$1 snippet=$2 name=$3 dir
+    local server=$1 snippet=$2 name=$3 dir module_line
     dir=$work/$name
     mkdir -p "$dir"
-    grep -q "^# loadmodule /usr/lib/" "$snippet" || fail "$snippet has no commented loadmodule line"
-    sed "s|^# loadmodule /usr/lib/|loadmodule $prefix/usr/lib/|" "$snippet" >"$dir/pathlock.conf"
+    module_line=$(sed -n "s|^# loadmodule /usr/lib/|loadmodule $prefix/usr/lib/|p" "$snippet")
+    [ -n "$module_line" ] || fail "$snippet has no commented loadmodule line"
+    cp "$snippet" "$dir/pathlock.conf"
     port=$(free_port)
     cat >"$dir/server.conf" <<EOF
 port $port
@@ -125,15 +127,44 @@ appendonly no
 logfile $dir/server.log
 daemonize yes
 pidfile $dir/server.pid
+$module_line
 include $dir/pathlock.conf
 EOF
-    "$server" "$dir/server.conf" >/dev/null
     ports+=("$port")
+    start_server "$server" "$dir/server.conf" "$port" "$name"
+}
+
+# Starts `server` with `conf`, daemonized, and waits until it answers on `port`.
+start_server() {
+    local server=$1 conf=$2 port=$3 name=$4
+    "$server" "$conf" >/dev/null
     for _ in $(seq 100); do
         redis-cli -p "$port" ping >/dev/null 2>&1 && break
         sleep 0.05
     done
-    redis-cli -p "$port" ping >/dev/null 2>&1 || { cat "$dir/server.log" >&2; fail "$name did not start"; }
+    redis-cli -p "$port" ping >/dev/null 2>&1 || { cat "$(dirname "$conf")/server.log" >&2; fail "$name did not start"; }
+}
+
+# A setting changed with CONFIG SET and saved with CONFIG REWRITE survives a restart: the rewrite
+# writes a loadmodule line for every loaded module into the main file, which the snippet's
+# layout (the line in the main file, not in the included snippet) leaves the only one.
+check_rewrite() {
+    local server=$1 port=$2 name=$3 conf lines
+    conf=$work/$name/server.conf
+    redis-cli -p "$port" CONFIG SET pathlock.max-note-bytes 300 >/dev/null
+    [ "$(redis-cli -p "$port" CONFIG REWRITE)" = OK ] || fail "$name: CONFIG REWRITE"
+    lines=$(grep -c '^loadmodule ' "$conf")
+    [ "$lines" = 1 ] || fail "$name: CONFIG REWRITE left $lines loadmodule lines in $conf"
+    redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+    for _ in $(seq 100); do
+        redis-cli -p "$port" ping >/dev/null 2>&1 || break
+        sleep 0.05
+    done
+    start_server "$server" "$conf" "$port" "$name (restarted after CONFIG REWRITE)"
+    [ "$(redis-cli -p "$port" CONFIG GET pathlock.max-note-bytes | tail -1)" = 300 ] ||
+        fail "$name: pathlock.max-note-bytes did not survive CONFIG REWRITE and a restart"
+    redis-cli -p "$port" CONFIG SET pathlock.max-note-bytes 256 >/dev/null
+    say "$name: CONFIG REWRITE kept one loadmodule line, and the server started again with the setting"
 }
 
 # The module answers from the packaged path with the snippet's settings, and grants a lock.
@@ -162,10 +193,13 @@ $got"
 start_from_snippet redis-server "$prefix/etc/redis/pathlock.conf" redis
 redis_port=$port
 check_server "$redis_port" "$prefix/etc/redis/pathlock.conf" "$redis_path" "$(redis-server --version | cut -d' ' -f1-3)"
+check_rewrite redis-server "$redis_port" redis
 for valkey in "$root"/.deps/valkey-*/valkey-server; do
     [ -x "$valkey" ] || continue
-    start_from_snippet "$valkey" "$prefix/etc/valkey/pathlock.conf" "$(basename "$(dirname "$valkey")")"
+    name=$(basename "$(dirname "$valkey")")
+    start_from_snippet "$valkey" "$prefix/etc/valkey/pathlock.conf" "$name"
     check_server "$port" "$prefix/etc/valkey/pathlock.conf" "$valkey_path" "$("$valkey" --version | cut -d' ' -f1-3)"
+    check_rewrite "$valkey" "$port" "$name"
 done
 
 if [ -n "$installed" ]; then

@@ -1,6 +1,6 @@
 #!lua flags=no-writes
 -- Every numeric field of `INFO pathlock`, for oliver006's redis_exporter:
---   redis_exporter --script /usr/share/pathlock/pathlock.lua
+--   redis_exporter --script /usr/share/redis-pathlock/prometheus/pathlock.lua
 -- The exporter runs the script with EVAL (or EVAL_RO with --lua-script-read-only) at each scrape
 -- and exports each returned pair as the gauge redis_script_values{key="<field>"}.
 --
