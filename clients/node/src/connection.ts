@@ -69,6 +69,20 @@ export async function send(client: Client, key: string, command: string, args: A
 }
 
 /**
+ * The prefix ioredis puts before the keys of the commands it knows (`keyPrefix`), which it cannot
+ * put before a module's: the handle puts it before the project key itself, so that the locks live
+ * where the application's other keys do. A Cluster takes its `redisOptions.keyPrefix` when it has
+ * no `keyPrefix` of its own, as ioredis does.
+ */
+export function keyPrefix(client: Client): string {
+  if (!client.isCluster) {
+    return (client as Redis).options.keyPrefix ?? "";
+  }
+  const options = (client as Cluster).options;
+  return options.keyPrefix ?? options.redisOptions?.keyPrefix ?? "";
+}
+
+/**
  * `WAIT replicas timeoutMs` on the connection that serves `key`, which must be the one the grant
  * was made on. Returns the number of replicas that acknowledged.
  */

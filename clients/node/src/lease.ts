@@ -13,7 +13,10 @@ export const now = (): number => performance.now();
 /** Everything a lease needs to know about its grant. Made by `PathLocks`, not by applications. */
 export interface Grant {
   client: Client;
+  /** The project key as the application gave it. */
   key: string;
+  /** The key on the server: the client's `keyPrefix`, then `key`. */
+  wire: string;
   token: string;
   fence: number;
   locks: LockRequest[];
@@ -57,6 +60,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
   readonly note: string | undefined;
 
   private readonly client: Client;
+  private readonly wire: string;
   private readonly lockMore: Grant["lockMore"];
   private held: readonly LockRequest[];
   /**
@@ -83,6 +87,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     super();
     this.client = grant.client;
     this.key = grant.key;
+    this.wire = grant.wire;
     this.token = grant.token;
     this.fence = grant.fence;
     this.held = Object.freeze(grant.locks.map((l) => Object.freeze({ ...l })));
@@ -169,7 +174,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     this.throwIfUnusable();
     const sentAt = now();
     try {
-      const renewed = Number(await send(this.client, this.key, "PATHLOCK.RENEW", [this.key, this.token, this.ttlMs]));
+      const renewed = Number(await send(this.client, this.wire, "PATHLOCK.RENEW", [this.wire, this.token, this.ttlMs]));
       if (renewed <= 0) {
         this.markLost("gone");
       } else if (!this.stopped) {
@@ -236,7 +241,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
   }
 
   private sendRelease(): Promise<unknown> {
-    return send(this.client, this.key, "PATHLOCK.RELEASE", [this.key, this.token]);
+    return send(this.client, this.wire, "PATHLOCK.RELEASE", [this.wire, this.token]);
   }
 
   private stop(): void {
@@ -265,7 +270,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     }
     const sentAt = now();
     this.lastSent = sentAt;
-    this.inflight = send(this.client, this.key, "PATHLOCK.RENEW", [this.key, this.token, this.ttlMs])
+    this.inflight = send(this.client, this.wire, "PATHLOCK.RENEW", [this.wire, this.token, this.ttlMs])
       .then(
         (renewed) => this.onRenewed(sentAt, Number(renewed)),
         (error: unknown) => this.onRenewFailed(error),

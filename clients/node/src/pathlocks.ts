@@ -1,7 +1,16 @@
 // The handle: one project key on one ioredis client, its operations, and inspection.
 // Level 3: builds on `lease`, `pool`, `operations`, `errors`, `connection` and `types`.
 import { randomUUID } from "node:crypto";
-import { type Arg, type Client, isReplyError, isWrongType, send, sleep, waitForReplicas } from "./connection";
+import {
+  type Arg,
+  type Client,
+  isReplyError,
+  isWrongType,
+  keyPrefix,
+  send,
+  sleep,
+  waitForReplicas,
+} from "./connection";
 import { BusyError, LeaseLostError, NotReplicatedError, WrongTypeError } from "./errors";
 import { Lease, now } from "./lease";
 import { defaultNote, described, into, named, normaliseRequests, read, sibling, write } from "./operations";
@@ -50,11 +59,14 @@ const LIMITS: Record<Exclude<keyof Settings, "note">, [number, string]> = {
  * path and the project root; `lock([["WRITE", "/"]])` asks for the whole project in so many words.
  */
 export class PathLocks implements AsyncDisposable {
+  /** The project key as the application gave it, without the client's `keyPrefix`. */
   readonly key: string;
   readonly options: Readonly<PathLocksOptions>;
   private readonly settings: Settings;
   private readonly client: Client;
   private readonly blocking: BlockingPool;
+  /** The key on the server: the client's `keyPrefix`, then `key`. */
+  private readonly wire: string;
 
   constructor(client: Client, key: string, options: PathLocksOptions = {}) {
     if (typeof key !== "string" || key === "") {
@@ -62,6 +74,7 @@ export class PathLocks implements AsyncDisposable {
     }
     this.client = client;
     this.key = key;
+    this.wire = keyPrefix(client) + key;
     this.settings = resolve(DEFAULTS, options);
     this.options = Object.freeze({ ...this.settings });
     this.blocking = new BlockingPool(client);
@@ -130,7 +143,7 @@ export class PathLocks implements AsyncDisposable {
   async check(requests: readonly LockRequestLike[], options: { token?: string } = {}): Promise<Blocker[]> {
     const words = normaliseRequests(requests).flatMap((r) => [r.mode, r.path]);
     const { token } = options;
-    const args: Arg[] = token === undefined ? [this.key, ...words] : [this.key, "TOKEN", token, ...words];
+    const args: Arg[] = token === undefined ? [this.wire, ...words] : [this.wire, "TOKEN", token, ...words];
     return parseLocks(await this.call("PATHLOCK.CHECK", args));
   }
 
@@ -139,7 +152,7 @@ export class PathLocks implements AsyncDisposable {
    * given (`PATHLOCK.LOCKS`).
    */
   async locks(path?: string, options: { token?: string } = {}): Promise<Blocker[]> {
-    const args: Arg[] = [this.key];
+    const args: Arg[] = [this.wire];
     if (path !== undefined) {
       args.push(path);
     }
@@ -151,7 +164,7 @@ export class PathLocks implements AsyncDisposable {
 
   /** The waiting acquires for paths at or under `path`, in queue order (`PATHLOCK.WAITERS`). */
   async waiters(path?: string): Promise<Waiter[]> {
-    const args: Arg[] = path === undefined ? [this.key] : [this.key, path];
+    const args: Arg[] = path === undefined ? [this.wire] : [this.wire, path];
     return parseWaiters(await this.call("PATHLOCK.WAITERS", args));
   }
 
@@ -170,7 +183,7 @@ export class PathLocks implements AsyncDisposable {
 
   private async call(command: string, args: Arg[], connection: Client = this.client): Promise<unknown> {
     try {
-      return await send(connection, this.key, command, args);
+      return await send(connection, this.wire, command, args);
     } catch (error) {
       throw isWrongType(error) ? new WrongTypeError(this.key) : error;
     }
@@ -190,7 +203,7 @@ export class PathLocks implements AsyncDisposable {
       // The grant waited on the server: the client cannot tell when in that wait it was made,
       // so it proves the lease alive with a renewal, which dates its deadline.
       sentAt = now();
-      const renewed = Number(await this.call("PATHLOCK.RENEW", [this.key, token, settings.ttlMs]));
+      const renewed = Number(await this.call("PATHLOCK.RENEW", [this.wire, token, settings.ttlMs]));
       if (renewed <= 0) {
         throw new LeaseLostError(this.key, token, "gone");
       }
@@ -198,6 +211,7 @@ export class PathLocks implements AsyncDisposable {
     return new Lease({
       client: this.client,
       key: this.key,
+      wire: this.wire,
       token,
       fence: granted.fence,
       locks,
@@ -232,7 +246,7 @@ export class PathLocks implements AsyncDisposable {
       if (settings.replicas > 0) {
         let acknowledged: number;
         try {
-          acknowledged = await waitForReplicas(connection, this.key, settings.replicas, settings.replicasTimeoutMs);
+          acknowledged = await waitForReplicas(connection, this.wire, settings.replicas, settings.replicasTimeoutMs);
         } catch (error) {
           if (fresh) {
             await this.release(token, settings.ttlMs);
@@ -270,7 +284,7 @@ export class PathLocks implements AsyncDisposable {
     for (;;) {
       attempt += 1;
       const waitLeft = Math.max(0, Math.ceil(budgetEnd - now()));
-      const args: Arg[] = [this.key, "TOKEN", token, "TTL", ttlMs];
+      const args: Arg[] = [this.wire, "TOKEN", token, "TTL", ttlMs];
       if (waitLeft > 0) {
         args.push("WAIT", waitLeft);
       }
@@ -318,7 +332,7 @@ export class PathLocks implements AsyncDisposable {
   /** Releases `token` now, or in the background if the server cannot be reached. */
   private async release(token: string, ttlMs: number): Promise<void> {
     try {
-      await send(this.client, this.key, "PATHLOCK.RELEASE", [this.key, token]);
+      await send(this.client, this.wire, "PATHLOCK.RELEASE", [this.wire, token]);
     } catch {
       this.releaseLater(token, ttlMs);
     }
@@ -333,7 +347,7 @@ export class PathLocks implements AsyncDisposable {
     const attempt = async (): Promise<void> => {
       for (;;) {
         try {
-          await send(this.client, this.key, "PATHLOCK.RELEASE", [this.key, token]);
+          await send(this.client, this.wire, "PATHLOCK.RELEASE", [this.wire, token]);
           return;
         } catch (error) {
           if (isReplyError(error) || now() >= giveUpAt) {
