@@ -82,6 +82,14 @@ export function keyPrefix(client: Client): string {
   return options.keyPrefix ?? options.redisOptions?.keyPrefix ?? "";
 }
 
+/** ioredis's message for a command on a client that was closed (`quit()`, `disconnect()`). */
+export const CONNECTION_CLOSED = "Connection is closed.";
+
+/** True once the application has closed the client (ioredis's status `end`). */
+export function isClosed(client: Client): boolean {
+  return client.status === "end";
+}
+
 /**
  * `WAIT replicas timeoutMs` on the connection that serves `key`, which must be the one the grant
  * was made on. Returns the number of replicas that acknowledged.

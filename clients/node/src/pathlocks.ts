@@ -4,6 +4,8 @@ import { randomUUID } from "node:crypto";
 import {
   type Arg,
   type Client,
+  CONNECTION_CLOSED,
+  isClosed,
   isReplyError,
   isWrongType,
   keyPrefix,
@@ -14,7 +16,7 @@ import {
 import { BusyError, LeaseLostError, NotReplicatedError, WrongTypeError } from "./errors";
 import { Lease, now } from "./lease";
 import { defaultNote, described, into, named, normaliseRequests, read, sibling, write } from "./operations";
-import { BlockingPool } from "./pool";
+import { type BlockingPool, blockingPool } from "./pool";
 import type {
   AcquireOptions,
   Blocker,
@@ -77,7 +79,7 @@ export class PathLocks implements AsyncDisposable {
     this.wire = keyPrefix(client) + key;
     this.settings = resolve(DEFAULTS, options);
     this.options = Object.freeze({ ...this.settings });
-    this.blocking = new BlockingPool(client);
+    this.blocking = blockingPool(client);
   }
 
   /** Creating or uploading a file or folder: `WRITE path`. */
@@ -169,8 +171,10 @@ export class PathLocks implements AsyncDisposable {
   }
 
   /**
-   * Closes the extra connections kept for waiting acquires and `replicas`. The application's
-   * own client stays open; leases already held keep their watchdogs.
+   * Closes the extra connections kept for waiting acquires and `replicas` (those in use as their
+   * calls end), which every handle on the same client shares. The application's own client stays
+   * open; leases already held keep their watchdogs, and a later waiting acquire opens new ones.
+   * Closing the application's client closes them too.
    */
   close(): void {
     this.blocking.close();
@@ -198,16 +202,6 @@ export class PathLocks implements AsyncDisposable {
     // server then refreshes the grant instead of refusing or doubling it.
     const token = randomUUID();
     const granted = await this.take(token, locks, settings, true);
-    let sentAt = granted.sentAt;
-    if (now() - sentAt > settings.ttlMs / 3) {
-      // The grant waited on the server: the client cannot tell when in that wait it was made,
-      // so it proves the lease alive with a renewal, which dates its deadline.
-      sentAt = now();
-      const renewed = Number(await this.call("PATHLOCK.RENEW", [this.wire, token, settings.ttlMs]));
-      if (renewed <= 0) {
-        throw new LeaseLostError(this.key, token, "gone");
-      }
-    }
     return new Lease({
       client: this.client,
       key: this.key,
@@ -217,8 +211,8 @@ export class PathLocks implements AsyncDisposable {
       locks,
       ttlMs: settings.ttlMs,
       note: settings.note,
-      deadline: sentAt + settings.ttlMs,
-      sentAt,
+      deadline: granted.sentAt + settings.ttlMs,
+      sentAt: granted.sentAt,
       lockMore: async (more: LockRequest[], options: LockMoreOptions) =>
         (await this.take(token, more, resolve(settings, options), false)).fence,
     });
@@ -229,9 +223,11 @@ export class PathLocks implements AsyncDisposable {
    * connection up, so it runs on one of its own and the renewals of other leases never queue
    * behind it; WAIT counts the writes of its own connection, so it follows the ACQUIRE there.
    *
-   * `fresh` is a new owner's first grant, whose token holds nothing else: on a failure after
-   * which it may hold locks anyway, the token is released. A lease's own further locks (`fresh`
-   * false) are never released that way, since that would free the lease too.
+   * `fresh` is a new owner's first grant, whose token holds nothing else: every way out of this
+   * call after the grant but a lease handed out releases it (too few replicas, the application's
+   * client closed meanwhile, a failed renewal), so that no lock is left for nobody. A lease's own
+   * further locks (`fresh` false) are never released that way, since that would free the lease
+   * too: they stay the lease's, renewed and released with it.
    */
   private async take(
     token: string,
@@ -241,26 +237,41 @@ export class PathLocks implements AsyncDisposable {
   ): Promise<{ fence: number; sentAt: number }> {
     const blocks = settings.waitMs > 0 || settings.replicas > 0;
     const connection = blocks ? await this.blocking.take() : this.client;
+    let holds = false;
     try {
       const granted = await this.grant(connection, token, locks, settings, fresh);
+      holds = fresh;
       if (settings.replicas > 0) {
-        let acknowledged: number;
-        try {
-          acknowledged = await waitForReplicas(connection, this.wire, settings.replicas, settings.replicasTimeoutMs);
-        } catch (error) {
-          if (fresh) {
-            await this.release(token, settings.ttlMs);
-          }
-          throw error;
-        }
-        if (acknowledged < settings.replicas) {
-          if (fresh) {
-            await this.release(token, settings.ttlMs);
-          }
-          throw new NotReplicatedError(this.key, settings.replicas, acknowledged);
+        const { replicas, replicasTimeoutMs } = settings;
+        const acknowledged = await waitForReplicas(connection, this.wire, replicas, replicasTimeoutMs);
+        if (acknowledged < replicas) {
+          throw new NotReplicatedError(this.key, replicas, acknowledged);
         }
       }
+      if (connection !== this.client && isClosed(this.client)) {
+        // The application closed its client while the call waited on the pool's connection: a
+        // lease on that client could neither renew nor release its locks.
+        throw new Error(CONNECTION_CLOSED);
+      }
+      if (fresh && (connection !== this.client || now() - granted.sentAt > settings.ttlMs / 3)) {
+        // A grant made on the pool has not been near the application's client, which may be
+        // closing (a quit() still on its way does not show in its status): a renewal through it
+        // proves it open, or fails, and the grant is released here. A grant that waited on the
+        // server cannot tell when in that wait it was made: the renewal dates its deadline.
+        granted.sentAt = now();
+        const renewed = Number(await this.call("PATHLOCK.RENEW", [this.wire, token, settings.ttlMs]));
+        if (renewed <= 0) {
+          holds = false;
+          throw new LeaseLostError(this.key, token, "gone");
+        }
+      }
+      holds = false;
       return granted;
+    } catch (error) {
+      if (holds) {
+        await this.releaseOn(connection, token, settings.ttlMs);
+      }
+      throw error;
     } finally {
       if (connection !== this.client) {
         this.blocking.give(connection);
@@ -329,8 +340,20 @@ export class PathLocks implements AsyncDisposable {
     return { fence: Number(fence), sentAt };
   }
 
-  /** Releases `token` now, or in the background if the server cannot be reached. */
-  private async release(token: string, ttlMs: number): Promise<void> {
+  /**
+   * Releases `token` on `connection`, the one that made its grant, which is open even when the
+   * application has closed its own client meanwhile; else through the application's client, now
+   * or in the background if the server cannot be reached.
+   */
+  private async releaseOn(connection: Client, token: string, ttlMs: number): Promise<void> {
+    if (connection !== this.client && !isClosed(connection)) {
+      try {
+        await send(connection, this.wire, "PATHLOCK.RELEASE", [this.wire, token]);
+        return;
+      } catch {
+        // Tried again below, as any release that cannot reach the server.
+      }
+    }
     try {
       await send(this.client, this.wire, "PATHLOCK.RELEASE", [this.wire, token]);
     } catch {
