@@ -145,10 +145,13 @@ export class Lease extends EventEmitter implements AsyncDisposable {
    * the fence of that grant. They have the lease's TTL and replicas, are renewed by its watchdog
    * and freed by its release; `note` defaults to the lease's. Locking what the lease already
    * holds is an idempotent re-acquire (a new fence; `note` replaces theirs). Rejects with
-   * `BusyError` when another owner is in the way, `LeaseLostError` once the lease is lost.
+   * `BusyError` when another owner is in the way, `LeaseLostError` once the lease is lost, and
+   * `options.signal.reason` when that signal aborts; locks granted in the same instant as the
+   * abort stay the lease's, and go with its release.
    */
   async lock(requests: readonly LockRequestLike[], options: LockMoreOptions = {}): Promise<number> {
     const locks = normaliseRequests(requests);
+    options.signal?.throwIfAborted();
     await this.proveHeld();
     const fence = await this.lockMore(locks, options);
     if (this.stopped) {

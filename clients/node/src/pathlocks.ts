@@ -10,6 +10,7 @@ import {
   isWrongType,
   keyPrefix,
   send,
+  sendBlocking,
   sleep,
   waitForReplicas,
 } from "./connection";
@@ -185,9 +186,14 @@ export class PathLocks implements AsyncDisposable {
     return Promise.resolve();
   }
 
-  private async call(command: string, args: Arg[], connection: Client = this.client): Promise<unknown> {
+  private async call(
+    command: string,
+    args: Arg[],
+    connection: Client = this.client,
+    signal?: AbortSignal,
+  ): Promise<unknown> {
     try {
-      return await send(connection, this.wire, command, args);
+      return await sendBlocking(connection, this.wire, command, args, signal);
     } catch (error) {
       throw isWrongType(error) ? new WrongTypeError(this.key) : error;
     }
@@ -195,13 +201,14 @@ export class PathLocks implements AsyncDisposable {
 
   private async operation(locks: LockRequest[], name: string, overrides: AcquireOptions = {}): Promise<Lease> {
     const settings = resolve(this.settings, overrides);
+    const signal = signalOf(overrides);
     if (overrides.note === undefined && this.settings.note === undefined) {
       settings.note = defaultNote(name);
     }
     // The client makes the token, so that a retry after a lost reply is the same owner: the
     // server then refreshes the grant instead of refusing or doubling it.
     const token = randomUUID();
-    const granted = await this.take(token, locks, settings, true);
+    const granted = await this.take(token, locks, settings, true, signal);
     return new Lease({
       client: this.client,
       key: this.key,
@@ -214,7 +221,7 @@ export class PathLocks implements AsyncDisposable {
       deadline: granted.sentAt + settings.ttlMs,
       sentAt: granted.sentAt,
       lockMore: async (more: LockRequest[], options: LockMoreOptions) =>
-        (await this.take(token, more, resolve(settings, options), false)).fence,
+        (await this.take(token, more, resolve(settings, options), false, signalOf(options))).fence,
     });
   }
 
@@ -224,26 +231,31 @@ export class PathLocks implements AsyncDisposable {
    * behind it; WAIT counts the writes of its own connection, so it follows the ACQUIRE there.
    *
    * `fresh` is a new owner's first grant, whose token holds nothing else: every way out of this
-   * call after the grant but a lease handed out releases it (too few replicas, the application's
-   * client closed meanwhile, a failed renewal), so that no lock is left for nobody. A lease's own
-   * further locks (`fresh` false) are never released that way, since that would free the lease
-   * too: they stay the lease's, renewed and released with it.
+   * call after the grant but a lease handed out releases it (an abort, too few replicas, the
+   * application's client closed meanwhile, a failed renewal), so that no lock is left for
+   * nobody. A lease's own further locks (`fresh` false) are never released that way, since that
+   * would free the lease too: they stay the lease's, renewed and released with it.
    */
   private async take(
     token: string,
     locks: LockRequest[],
     settings: Settings,
     fresh: boolean,
+    signal: AbortSignal | undefined,
   ): Promise<{ fence: number; sentAt: number }> {
+    // An aborted signal refuses the call before anything is sent, as Node.js APIs do.
+    signal?.throwIfAborted();
     const blocks = settings.waitMs > 0 || settings.replicas > 0;
     const connection = blocks ? await this.blocking.take() : this.client;
     let holds = false;
     try {
-      const granted = await this.grant(connection, token, locks, settings, fresh);
+      const granted = await this.grant(connection, token, locks, settings, fresh, signal);
       holds = fresh;
+      signal?.throwIfAborted();
       if (settings.replicas > 0) {
         const { replicas, replicasTimeoutMs } = settings;
-        const acknowledged = await waitForReplicas(connection, this.wire, replicas, replicasTimeoutMs);
+        const acknowledged = await waitForReplicas(connection, this.wire, replicas, replicasTimeoutMs, signal);
+        signal?.throwIfAborted();
         if (acknowledged < replicas) {
           throw new NotReplicatedError(this.key, replicas, acknowledged);
         }
@@ -264,6 +276,7 @@ export class PathLocks implements AsyncDisposable {
           holds = false;
           throw new LeaseLostError(this.key, token, "gone");
         }
+        signal?.throwIfAborted();
       }
       holds = false;
       return granted;
@@ -285,6 +298,7 @@ export class PathLocks implements AsyncDisposable {
     locks: LockRequest[],
     settings: Settings,
     fresh: boolean,
+    signal: AbortSignal | undefined,
   ): Promise<{ fence: number; sentAt: number }> {
     const { ttlMs, waitMs, note } = settings;
     const words = locks.flatMap((l) => [l.mode, l.path]);
@@ -293,6 +307,13 @@ export class PathLocks implements AsyncDisposable {
     let reply: unknown;
     let sentAt: number;
     for (;;) {
+      if (signal?.aborted) {
+        if (fresh && attempt > 0) {
+          // An earlier attempt failed with its fate unknown, and may have been granted.
+          this.releaseLater(token, ttlMs);
+        }
+        throw signal.reason;
+      }
       attempt += 1;
       const waitLeft = Math.max(0, Math.ceil(budgetEnd - now()));
       const args: Arg[] = [this.wire, "TOKEN", token, "TTL", ttlMs];
@@ -305,11 +326,21 @@ export class PathLocks implements AsyncDisposable {
       args.push(...words);
       sentAt = now();
       try {
-        reply = await this.call("PATHLOCK.ACQUIRE", args, connection);
+        // Only a request that waits on the server needs taking off its queue at an abort; one
+        // that does not is answered within a round trip, and its grant released below.
+        reply = await this.call("PATHLOCK.ACQUIRE", args, connection, waitLeft > 0 ? signal : undefined);
         break;
       } catch (error) {
         if (isReplyError(error) || error instanceof WrongTypeError) {
           throw error;
+        }
+        if (signal?.aborted) {
+          // The abort closed the connection, or it failed on its own: either way the request
+          // may have been granted before, and must not be left behind.
+          if (fresh) {
+            await this.releaseOn(connection, token, ttlMs);
+          }
+          throw signal.reason;
         }
         // The connection failed with the command's fate unknown: it may have been granted.
         // Retry as the same owner at least once, and for as long as the wait budget lasts.
@@ -319,10 +350,17 @@ export class PathLocks implements AsyncDisposable {
           }
           throw error;
         }
-        await sleep(Math.min(20 * attempt, 200));
+        await sleep(Math.min(20 * attempt, 200), signal);
       }
     }
     if (reply === null || reply === undefined) {
+      if (signal?.aborted) {
+        // Taken off the queue by the abort (or its wait ran out meanwhile): not granted.
+        if (fresh && attempt > 1) {
+          this.releaseLater(token, ttlMs);
+        }
+        throw signal.reason;
+      }
       if (fresh && attempt > 1) {
         // An earlier attempt may have been granted before its reply was lost; a waiter that
         // queued since can make the retry fail. Do not leave that grant behind.
@@ -382,6 +420,15 @@ export class PathLocks implements AsyncDisposable {
     };
     void attempt();
   }
+}
+
+/** The call's `signal`, checked to be an `AbortSignal`. */
+function signalOf(options: { signal?: AbortSignal }): AbortSignal | undefined {
+  const { signal } = options;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new TypeError(`signal must be an AbortSignal, not ${typeof signal}`);
+  }
+  return signal;
 }
 
 function resolve(base: Settings, overrides: PathLocksOptions): Settings {
