@@ -13,7 +13,10 @@ export const now = (): number => performance.now();
 /** Everything a lease needs to know about its grant. Made by `PathLocks`, not by applications. */
 export interface Grant {
   client: Client;
+  /** The project key as the application gave it. */
   key: string;
+  /** The key on the server: the client's `keyPrefix`, then `key`. */
+  wire: string;
   token: string;
   fence: number;
   locks: LockRequest[];
@@ -57,6 +60,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
   readonly note: string | undefined;
 
   private readonly client: Client;
+  private readonly wire: string;
   private readonly lockMore: Grant["lockMore"];
   private held: readonly LockRequest[];
   /**
@@ -83,6 +87,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     super();
     this.client = grant.client;
     this.key = grant.key;
+    this.wire = grant.wire;
     this.token = grant.token;
     this.fence = grant.fence;
     this.held = Object.freeze(grant.locks.map((l) => Object.freeze({ ...l })));
@@ -140,10 +145,13 @@ export class Lease extends EventEmitter implements AsyncDisposable {
    * the fence of that grant. They have the lease's TTL and replicas, are renewed by its watchdog
    * and freed by its release; `note` defaults to the lease's. Locking what the lease already
    * holds is an idempotent re-acquire (a new fence; `note` replaces theirs). Rejects with
-   * `BusyError` when another owner is in the way, `LeaseLostError` once the lease is lost.
+   * `BusyError` when another owner is in the way, `LeaseLostError` once the lease is lost, and
+   * `options.signal.reason` when that signal aborts; locks granted in the same instant as the
+   * abort stay the lease's, and go with its release.
    */
   async lock(requests: readonly LockRequestLike[], options: LockMoreOptions = {}): Promise<number> {
     const locks = normaliseRequests(requests);
+    options.signal?.throwIfAborted();
     await this.proveHeld();
     const fence = await this.lockMore(locks, options);
     if (this.stopped) {
@@ -169,7 +177,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     this.throwIfUnusable();
     const sentAt = now();
     try {
-      const renewed = Number(await send(this.client, this.key, "PATHLOCK.RENEW", [this.key, this.token, this.ttlMs]));
+      const renewed = Number(await send(this.client, this.wire, "PATHLOCK.RENEW", [this.wire, this.token, this.ttlMs]));
       if (renewed <= 0) {
         this.markLost("gone");
       } else if (!this.stopped) {
@@ -236,7 +244,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
   }
 
   private sendRelease(): Promise<unknown> {
-    return send(this.client, this.key, "PATHLOCK.RELEASE", [this.key, this.token]);
+    return send(this.client, this.wire, "PATHLOCK.RELEASE", [this.wire, this.token]);
   }
 
   private stop(): void {
@@ -265,7 +273,7 @@ export class Lease extends EventEmitter implements AsyncDisposable {
     }
     const sentAt = now();
     this.lastSent = sentAt;
-    this.inflight = send(this.client, this.key, "PATHLOCK.RENEW", [this.key, this.token, this.ttlMs])
+    this.inflight = send(this.client, this.wire, "PATHLOCK.RENEW", [this.wire, this.token, this.ttlMs])
       .then(
         (renewed) => this.onRenewed(sentAt, Number(renewed)),
         (error: unknown) => this.onRenewFailed(error),

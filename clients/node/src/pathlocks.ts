@@ -1,11 +1,23 @@
 // The handle: one project key on one ioredis client, its operations, and inspection.
 // Level 3: builds on `lease`, `pool`, `operations`, `errors`, `connection` and `types`.
 import { randomUUID } from "node:crypto";
-import { type Arg, type Client, isReplyError, isWrongType, send, sleep, waitForReplicas } from "./connection";
+import {
+  type Arg,
+  type Client,
+  CONNECTION_CLOSED,
+  isClosed,
+  isReplyError,
+  isWrongType,
+  keyPrefix,
+  send,
+  sendBlocking,
+  sleep,
+  waitForReplicas,
+} from "./connection";
 import { BusyError, LeaseLostError, NotReplicatedError, WrongTypeError } from "./errors";
 import { Lease, now } from "./lease";
 import { defaultNote, described, into, named, normaliseRequests, read, sibling, write } from "./operations";
-import { BlockingPool } from "./pool";
+import { type BlockingPool, blockingPool } from "./pool";
 import type {
   AcquireOptions,
   Blocker,
@@ -50,11 +62,14 @@ const LIMITS: Record<Exclude<keyof Settings, "note">, [number, string]> = {
  * path and the project root; `lock([["WRITE", "/"]])` asks for the whole project in so many words.
  */
 export class PathLocks implements AsyncDisposable {
+  /** The project key as the application gave it, without the client's `keyPrefix`. */
   readonly key: string;
   readonly options: Readonly<PathLocksOptions>;
   private readonly settings: Settings;
   private readonly client: Client;
   private readonly blocking: BlockingPool;
+  /** The key on the server: the client's `keyPrefix`, then `key`. */
+  private readonly wire: string;
 
   constructor(client: Client, key: string, options: PathLocksOptions = {}) {
     if (typeof key !== "string" || key === "") {
@@ -62,9 +77,10 @@ export class PathLocks implements AsyncDisposable {
     }
     this.client = client;
     this.key = key;
+    this.wire = keyPrefix(client) + key;
     this.settings = resolve(DEFAULTS, options);
     this.options = Object.freeze({ ...this.settings });
-    this.blocking = new BlockingPool(client);
+    this.blocking = blockingPool(client);
   }
 
   /** Creating or uploading a file or folder: `WRITE path`. */
@@ -130,7 +146,7 @@ export class PathLocks implements AsyncDisposable {
   async check(requests: readonly LockRequestLike[], options: { token?: string } = {}): Promise<Blocker[]> {
     const words = normaliseRequests(requests).flatMap((r) => [r.mode, r.path]);
     const { token } = options;
-    const args: Arg[] = token === undefined ? [this.key, ...words] : [this.key, "TOKEN", token, ...words];
+    const args: Arg[] = token === undefined ? [this.wire, ...words] : [this.wire, "TOKEN", token, ...words];
     return parseLocks(await this.call("PATHLOCK.CHECK", args));
   }
 
@@ -139,7 +155,7 @@ export class PathLocks implements AsyncDisposable {
    * given (`PATHLOCK.LOCKS`).
    */
   async locks(path?: string, options: { token?: string } = {}): Promise<Blocker[]> {
-    const args: Arg[] = [this.key];
+    const args: Arg[] = [this.wire];
     if (path !== undefined) {
       args.push(path);
     }
@@ -151,13 +167,15 @@ export class PathLocks implements AsyncDisposable {
 
   /** The waiting acquires for paths at or under `path`, in queue order (`PATHLOCK.WAITERS`). */
   async waiters(path?: string): Promise<Waiter[]> {
-    const args: Arg[] = path === undefined ? [this.key] : [this.key, path];
+    const args: Arg[] = path === undefined ? [this.wire] : [this.wire, path];
     return parseWaiters(await this.call("PATHLOCK.WAITERS", args));
   }
 
   /**
-   * Closes the extra connections kept for waiting acquires and `replicas`. The application's
-   * own client stays open; leases already held keep their watchdogs.
+   * Closes the extra connections kept for waiting acquires and `replicas` (those in use as their
+   * calls end), which every handle on the same client shares. The application's own client stays
+   * open; leases already held keep their watchdogs, and a later waiting acquire opens new ones.
+   * Closing the application's client closes them too.
    */
   close(): void {
     this.blocking.close();
@@ -168,9 +186,14 @@ export class PathLocks implements AsyncDisposable {
     return Promise.resolve();
   }
 
-  private async call(command: string, args: Arg[], connection: Client = this.client): Promise<unknown> {
+  private async call(
+    command: string,
+    args: Arg[],
+    connection: Client = this.client,
+    signal?: AbortSignal,
+  ): Promise<unknown> {
     try {
-      return await send(connection, this.key, command, args);
+      return await sendBlocking(connection, this.wire, command, args, signal);
     } catch (error) {
       throw isWrongType(error) ? new WrongTypeError(this.key) : error;
     }
@@ -178,35 +201,27 @@ export class PathLocks implements AsyncDisposable {
 
   private async operation(locks: LockRequest[], name: string, overrides: AcquireOptions = {}): Promise<Lease> {
     const settings = resolve(this.settings, overrides);
+    const signal = signalOf(overrides);
     if (overrides.note === undefined && this.settings.note === undefined) {
       settings.note = defaultNote(name);
     }
     // The client makes the token, so that a retry after a lost reply is the same owner: the
     // server then refreshes the grant instead of refusing or doubling it.
     const token = randomUUID();
-    const granted = await this.take(token, locks, settings, true);
-    let sentAt = granted.sentAt;
-    if (now() - sentAt > settings.ttlMs / 3) {
-      // The grant waited on the server: the client cannot tell when in that wait it was made,
-      // so it proves the lease alive with a renewal, which dates its deadline.
-      sentAt = now();
-      const renewed = Number(await this.call("PATHLOCK.RENEW", [this.key, token, settings.ttlMs]));
-      if (renewed <= 0) {
-        throw new LeaseLostError(this.key, token, "gone");
-      }
-    }
+    const granted = await this.take(token, locks, settings, true, signal);
     return new Lease({
       client: this.client,
       key: this.key,
+      wire: this.wire,
       token,
       fence: granted.fence,
       locks,
       ttlMs: settings.ttlMs,
       note: settings.note,
-      deadline: sentAt + settings.ttlMs,
-      sentAt,
+      deadline: granted.sentAt + settings.ttlMs,
+      sentAt: granted.sentAt,
       lockMore: async (more: LockRequest[], options: LockMoreOptions) =>
-        (await this.take(token, more, resolve(settings, options), false)).fence,
+        (await this.take(token, more, resolve(settings, options), false, signalOf(options))).fence,
     });
   }
 
@@ -215,38 +230,61 @@ export class PathLocks implements AsyncDisposable {
    * connection up, so it runs on one of its own and the renewals of other leases never queue
    * behind it; WAIT counts the writes of its own connection, so it follows the ACQUIRE there.
    *
-   * `fresh` is a new owner's first grant, whose token holds nothing else: on a failure after
-   * which it may hold locks anyway, the token is released. A lease's own further locks (`fresh`
-   * false) are never released that way, since that would free the lease too.
+   * `fresh` is a new owner's first grant, whose token holds nothing else: every way out of this
+   * call after the grant but a lease handed out releases it (an abort, too few replicas, the
+   * application's client closed meanwhile, a failed renewal), so that no lock is left for
+   * nobody. A lease's own further locks (`fresh` false) are never released that way, since that
+   * would free the lease too: they stay the lease's, renewed and released with it.
    */
   private async take(
     token: string,
     locks: LockRequest[],
     settings: Settings,
     fresh: boolean,
+    signal: AbortSignal | undefined,
   ): Promise<{ fence: number; sentAt: number }> {
+    // An aborted signal refuses the call before anything is sent, as Node.js APIs do.
+    signal?.throwIfAborted();
     const blocks = settings.waitMs > 0 || settings.replicas > 0;
     const connection = blocks ? await this.blocking.take() : this.client;
+    let holds = false;
     try {
-      const granted = await this.grant(connection, token, locks, settings, fresh);
+      const granted = await this.grant(connection, token, locks, settings, fresh, signal);
+      holds = fresh;
+      signal?.throwIfAborted();
       if (settings.replicas > 0) {
-        let acknowledged: number;
-        try {
-          acknowledged = await waitForReplicas(connection, this.key, settings.replicas, settings.replicasTimeoutMs);
-        } catch (error) {
-          if (fresh) {
-            await this.release(token, settings.ttlMs);
-          }
-          throw error;
-        }
-        if (acknowledged < settings.replicas) {
-          if (fresh) {
-            await this.release(token, settings.ttlMs);
-          }
-          throw new NotReplicatedError(this.key, settings.replicas, acknowledged);
+        const { replicas, replicasTimeoutMs } = settings;
+        const acknowledged = await waitForReplicas(connection, this.wire, replicas, replicasTimeoutMs, signal);
+        signal?.throwIfAborted();
+        if (acknowledged < replicas) {
+          throw new NotReplicatedError(this.key, replicas, acknowledged);
         }
       }
+      if (connection !== this.client && isClosed(this.client)) {
+        // The application closed its client while the call waited on the pool's connection: a
+        // lease on that client could neither renew nor release its locks.
+        throw new Error(CONNECTION_CLOSED);
+      }
+      if (fresh && (connection !== this.client || now() - granted.sentAt > settings.ttlMs / 3)) {
+        // A grant made on the pool has not been near the application's client, which may be
+        // closing (a quit() still on its way does not show in its status): a renewal through it
+        // proves it open, or fails, and the grant is released here. A grant that waited on the
+        // server cannot tell when in that wait it was made: the renewal dates its deadline.
+        granted.sentAt = now();
+        const renewed = Number(await this.call("PATHLOCK.RENEW", [this.wire, token, settings.ttlMs]));
+        if (renewed <= 0) {
+          holds = false;
+          throw new LeaseLostError(this.key, token, "gone");
+        }
+        signal?.throwIfAborted();
+      }
+      holds = false;
       return granted;
+    } catch (error) {
+      if (holds) {
+        await this.releaseOn(connection, token, settings.ttlMs);
+      }
+      throw error;
     } finally {
       if (connection !== this.client) {
         this.blocking.give(connection);
@@ -260,6 +298,7 @@ export class PathLocks implements AsyncDisposable {
     locks: LockRequest[],
     settings: Settings,
     fresh: boolean,
+    signal: AbortSignal | undefined,
   ): Promise<{ fence: number; sentAt: number }> {
     const { ttlMs, waitMs, note } = settings;
     const words = locks.flatMap((l) => [l.mode, l.path]);
@@ -268,9 +307,16 @@ export class PathLocks implements AsyncDisposable {
     let reply: unknown;
     let sentAt: number;
     for (;;) {
+      if (signal?.aborted) {
+        if (fresh && attempt > 0) {
+          // An earlier attempt failed with its fate unknown, and may have been granted.
+          this.releaseLater(token, ttlMs);
+        }
+        throw signal.reason;
+      }
       attempt += 1;
       const waitLeft = Math.max(0, Math.ceil(budgetEnd - now()));
-      const args: Arg[] = [this.key, "TOKEN", token, "TTL", ttlMs];
+      const args: Arg[] = [this.wire, "TOKEN", token, "TTL", ttlMs];
       if (waitLeft > 0) {
         args.push("WAIT", waitLeft);
       }
@@ -280,11 +326,21 @@ export class PathLocks implements AsyncDisposable {
       args.push(...words);
       sentAt = now();
       try {
-        reply = await this.call("PATHLOCK.ACQUIRE", args, connection);
+        // Only a request that waits on the server needs taking off its queue at an abort; one
+        // that does not is answered within a round trip, and its grant released below.
+        reply = await this.call("PATHLOCK.ACQUIRE", args, connection, waitLeft > 0 ? signal : undefined);
         break;
       } catch (error) {
         if (isReplyError(error) || error instanceof WrongTypeError) {
           throw error;
+        }
+        if (signal?.aborted) {
+          // The abort closed the connection, or it failed on its own: either way the request
+          // may have been granted before, and must not be left behind.
+          if (fresh) {
+            await this.releaseOn(connection, token, ttlMs);
+          }
+          throw signal.reason;
         }
         // The connection failed with the command's fate unknown: it may have been granted.
         // Retry as the same owner at least once, and for as long as the wait budget lasts.
@@ -294,10 +350,17 @@ export class PathLocks implements AsyncDisposable {
           }
           throw error;
         }
-        await sleep(Math.min(20 * attempt, 200));
+        await sleep(Math.min(20 * attempt, 200), signal);
       }
     }
     if (reply === null || reply === undefined) {
+      if (signal?.aborted) {
+        // Taken off the queue by the abort (or its wait ran out meanwhile): not granted.
+        if (fresh && attempt > 1) {
+          this.releaseLater(token, ttlMs);
+        }
+        throw signal.reason;
+      }
       if (fresh && attempt > 1) {
         // An earlier attempt may have been granted before its reply was lost; a waiter that
         // queued since can make the retry fail. Do not leave that grant behind.
@@ -315,10 +378,22 @@ export class PathLocks implements AsyncDisposable {
     return { fence: Number(fence), sentAt };
   }
 
-  /** Releases `token` now, or in the background if the server cannot be reached. */
-  private async release(token: string, ttlMs: number): Promise<void> {
+  /**
+   * Releases `token` on `connection`, the one that made its grant, which is open even when the
+   * application has closed its own client meanwhile; else through the application's client, now
+   * or in the background if the server cannot be reached.
+   */
+  private async releaseOn(connection: Client, token: string, ttlMs: number): Promise<void> {
+    if (connection !== this.client && !isClosed(connection)) {
+      try {
+        await send(connection, this.wire, "PATHLOCK.RELEASE", [this.wire, token]);
+        return;
+      } catch {
+        // Tried again below, as any release that cannot reach the server.
+      }
+    }
     try {
-      await send(this.client, this.key, "PATHLOCK.RELEASE", [this.key, token]);
+      await send(this.client, this.wire, "PATHLOCK.RELEASE", [this.wire, token]);
     } catch {
       this.releaseLater(token, ttlMs);
     }
@@ -333,7 +408,7 @@ export class PathLocks implements AsyncDisposable {
     const attempt = async (): Promise<void> => {
       for (;;) {
         try {
-          await send(this.client, this.key, "PATHLOCK.RELEASE", [this.key, token]);
+          await send(this.client, this.wire, "PATHLOCK.RELEASE", [this.wire, token]);
           return;
         } catch (error) {
           if (isReplyError(error) || now() >= giveUpAt) {
@@ -345,6 +420,15 @@ export class PathLocks implements AsyncDisposable {
     };
     void attempt();
   }
+}
+
+/** The call's `signal`, checked to be an `AbortSignal`. */
+function signalOf(options: { signal?: AbortSignal }): AbortSignal | undefined {
+  const { signal } = options;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new TypeError(`signal must be an AbortSignal, not ${typeof signal}`);
+  }
+  return signal;
 }
 
 function resolve(base: Settings, overrides: PathLocksOptions): Settings {

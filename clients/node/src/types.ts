@@ -54,8 +54,15 @@ export interface PathLocksOptions {
   note?: string;
 }
 
-/** Per-call overrides of the handle's defaults. */
-export type AcquireOptions = PathLocksOptions;
+/** Per-call overrides of the handle's defaults, and the call's cancellation. */
+export interface AcquireOptions extends PathLocksOptions {
+  /**
+   * Ends the call when it aborts: an aborted signal refuses it before anything is sent; an abort
+   * during a wait takes the request off the server's queue, releases a grant that raced it, and
+   * rejects with `signal.reason`.
+   */
+  signal?: AbortSignal;
+}
 
 /** What `lease.lock()` takes: the lease's TTL and replicas are its own. */
 export interface LockMoreOptions {
@@ -63,4 +70,6 @@ export interface LockMoreOptions {
   waitMs?: number;
   /** The note of these locks. Default: the lease's. */
   note?: string;
+  /** Ends the call when it aborts, as `AcquireOptions.signal` does. */
+  signal?: AbortSignal;
 }

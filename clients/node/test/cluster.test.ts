@@ -1,13 +1,13 @@
 // A real 3-master Redis Cluster through ioredis's Cluster client.
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import type { Cluster } from "ioredis";
+import type { Cluster, ClusterOptions } from "ioredis";
 import { PathLocks } from "../dist/index.js";
 import { Server, closeClients, sleep, startCluster } from "./harness";
 
 describe("a 3-master cluster", () => {
   let nodes: Server[];
-  let cluster: () => Cluster;
+  let cluster: (options?: ClusterOptions) => Cluster;
 
   before(async () => {
     ({ nodes, cluster } = await startCluster());
@@ -56,6 +56,22 @@ describe("a 3-master cluster", () => {
     await Promise.all(leases.map((l) => l.release()));
     for (let i = 0; i < 30; i += 1) {
       assert.deepEqual(await new PathLocks(client, `proj:${i}`).locks(), []);
+    }
+  });
+
+  it("puts the cluster's keyPrefix before the project key, in the slot of the prefixed key", async () => {
+    // ioredis takes a Cluster's redisOptions.keyPrefix when it has no keyPrefix of its own.
+    for (const options of [{ keyPrefix: "app:" }, { redisOptions: { keyPrefix: "app:" } }]) {
+      const client = cluster(options);
+      const admin = cluster();
+      const locks = new PathLocks(client, "proj:pfx");
+      const lease = await locks.upload("/A", { waitMs: 1000 });
+      assert.equal(await client.exists("proj:pfx"), 1);
+      assert.equal(await admin.exists("app:proj:pfx"), 1);
+      assert.equal(await admin.exists("proj:pfx"), 0);
+      assert.equal((await locks.locks()).length, 1);
+      await lease.release();
+      assert.equal(await admin.exists("app:proj:pfx"), 0);
     }
   });
 });

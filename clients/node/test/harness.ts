@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { after, before } from "node:test";
-import { Cluster, Redis, type RedisOptions } from "ioredis";
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
 
 export const MODULE =
   process.env.PATHLOCK_MODULE ?? path.resolve(__dirname, "../../../target/release/libpathlock.so");
@@ -153,7 +153,7 @@ export async function startReplicated(): Promise<{ master: Server; replica: Serv
 }
 
 /** Three masters in one Redis Cluster, every slot assigned and agreed on. */
-export async function startCluster(): Promise<{ nodes: Server[]; cluster: () => Cluster }> {
+export async function startCluster(): Promise<{ nodes: Server[]; cluster: (options?: ClusterOptions) => Cluster }> {
   const nodes: Server[] = [];
   for (let i = 0; i < 3; i += 1) {
     nodes.push(
@@ -180,8 +180,11 @@ export async function startCluster(): Promise<{ nodes: Server[]; cluster: () => 
     }
     admin.disconnect();
   }
-  const cluster = (): Cluster => {
-    const client = new Cluster(nodes.map((n) => ({ host: "127.0.0.1", port: n.port })));
+  const cluster = (options: ClusterOptions = {}): Cluster => {
+    const client = new Cluster(
+      nodes.map((n) => ({ host: "127.0.0.1", port: n.port })),
+      options,
+    );
     client.on("error", () => undefined);
     clients.add(client);
     return client;
