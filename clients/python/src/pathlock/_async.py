@@ -158,32 +158,39 @@ class AsyncPathLocks(Operations["Acquiring"]):
         (`fresh` false) are never released that way, since that would free the lease too.
         """
         if not options.blocks:
-            return await self._send_acquire(
+            granted = await self._send_acquire(
                 self.client.execute_command, token, locks, options, fresh
             )
-        # A call that blocks on the server holds its connection up: it gets one of its own, so
-        # that the renewals of other leases never queue behind it. WAIT also counts the writes
-        # of its own connection, so it must follow the ACQUIRE on that connection.
-        async with self._pinned() as run:
-            sent, fence = await self._send_acquire(run, token, locks, options, fresh)
-            if options.replicas == 0:
-                return sent, fence
-            try:
-                acknowledged = int(await run("WAIT", options.replicas, options.replicas_timeout_ms))
-            except BaseException:
-                if fresh:
-                    await self._release_token(token, options)
-                raise
-            if acknowledged < options.replicas:
-                if fresh:
-                    await self._release_token(token, options)
-                raise NotReplicated(acknowledged, options.replicas)
-            return sent, fence
+        else:
+            # A call that blocks on the server holds its connection up: it gets one of its own,
+            # so that the renewals of other leases never queue behind it. WAIT also counts the
+            # writes of its own connection, so it must follow the ACQUIRE on that connection.
+            async with self._pinned() as run:
+                granted = await self._send_acquire(run, token, locks, options, fresh)
+                if granted is not None and options.replicas > 0:
+                    await self._replicated(run, token, options, fresh)
+        if granted is None:
+            # Asked once the blocking connection is closed, through the client's pool.
+            raise await self._busy(token, locks)
+        return granted
+
+    async def _replicated(self, run: Run, token: str, options: Options, fresh: bool) -> None:
+        """Waits for the replicas to acknowledge a grant; `NotReplicated` if too few did."""
+        try:
+            acknowledged = int(await run("WAIT", options.replicas, options.replicas_timeout_ms))
+        except BaseException:
+            if fresh:
+                await self._release_token(token, options)
+            raise
+        if acknowledged < options.replicas:
+            if fresh:
+                await self._release_token(token, options)
+            raise NotReplicated(acknowledged, options.replicas)
 
     async def _send_acquire(
         self, run: Run, token: str, locks: Sequence[LockRequest], options: Options, fresh: bool
-    ) -> Tuple[float, int]:
-        """When the attempt that was granted was sent, and the grant's fence; `Busy` if refused.
+    ) -> Optional[Tuple[float, int]]:
+        """When the attempt that was granted was sent, and the grant's fence; None if refused.
 
         After a connection error the grant may or may not have happened; sending the same token
         again is then idempotent. It is retried at least once and while the wait budget lasts.
@@ -214,12 +221,16 @@ class AsyncPathLocks(Operations["Acquiring"]):
                 # An earlier attempt may have been granted before its reply was lost, and a
                 # waiter that queued since refused the retry: do not leave that grant behind.
                 self._release_later(token, options)
-            try:
-                blockers = await self.check(locks, token=token)
-            except CONNECTION_ERRORS:
-                blockers = []
-            raise Busy(self.key, locks, blockers)
+            return None
         return sent, fence_of(reply)
+
+    async def _busy(self, token: str, locks: Sequence[LockRequest]) -> Busy:
+        """The `Busy` of a refused request, with the blockers `PATHLOCK.CHECK` reports now. When
+        they cannot be read, it says so: an empty list would claim that nothing holds them."""
+        try:
+            return Busy(self.key, locks, await self.check(locks, token=token))
+        except CONNECTION_ERRORS as error:
+            return Busy(self.key, locks, [], check_error=error)
 
     async def _release_token(self, token: str, options: Options) -> None:
         try:
@@ -233,21 +244,24 @@ class AsyncPathLocks(Operations["Acquiring"]):
 
     @asynccontextmanager
     async def _pinned(self) -> AsyncIterator[Run]:
-        """One connection to the key's master, held for a few commands."""
+        """A connection of its own to the key's master, outside the client's pool, held for the
+        commands of one blocking call and closed after them.
+
+        Not one of the pool's: a pool with `max_connections` would otherwise be emptied by as
+        many waits, and the renewals, which need a connection of it, would fail or queue until
+        their leases are lost. A connection of its own costs a connect per blocking call, small
+        beside a wait; and closing it is what takes a cancelled wait off the server's queue.
+        """
         client: Any = self.client
-        if not isinstance(client, RedisCluster):
-            pinned = client.client()
-            try:
-                yield pinned.execute_command
-            finally:
-                await pinned.aclose()
-            return
-        cluster: Any = client
-        await cluster.initialize()
-        node: Any = cluster.get_node_from_key(self.key)
-        # A connection of its own to the key's master: the cluster client has no public way to
-        # hold one of its pooled connections.
-        connection = node.connection_class(**node.connection_kwargs)
+        if isinstance(client, RedisCluster):
+            cluster: Any = client
+            await cluster.initialize()
+            # The cluster client has no public way to hold one of its pooled connections either.
+            node: Any = cluster.get_node_from_key(self.key)
+            connection = node.connection_class(**node.connection_kwargs)
+        else:
+            pool = client.connection_pool
+            connection = pool.connection_class(**pool.connection_kwargs)
 
         async def run(*args: Any) -> Any:
             await connection.send_command(*args)

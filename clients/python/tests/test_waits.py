@@ -1,0 +1,106 @@
+"""Waiting acquires at their edges: a capped connection pool, and a refusal whose blockers
+cannot be read. Each finding came from a newcomer's use."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, List
+
+import pytest
+import redis
+import redis.asyncio
+
+from helpers import KEY, held, run_async
+from servers import Server
+
+from pathlock import AsyncPathLocks, Busy, PathLocks
+
+# A capped connection pool: a wait takes a connection of its own, never one of the pool's.
+
+
+CAPPED_POOLS = {
+    "ConnectionPool": lambda port: redis.ConnectionPool(
+        host="127.0.0.1", port=port, max_connections=1
+    ),
+    "BlockingConnectionPool": lambda port: redis.BlockingConnectionPool(
+        host="127.0.0.1", port=port, max_connections=1, timeout=5
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(CAPPED_POOLS))
+def test_a_wait_on_a_capped_pool_never_starves_the_renewals_and_busy_names_the_holder(
+    server: Server, client: redis.Redis, kind: str
+) -> None:
+    pool = CAPPED_POOLS[kind](server.port)
+    capped = redis.Redis(connection_pool=pool)
+    locks = PathLocks(capped, KEY, ttl_ms=900)
+    refused: List[BaseException] = []
+
+    def upload() -> None:
+        try:
+            locks.upload("/F/x", wait_ms=1500)
+        except BaseException as error:
+            refused.append(error)
+
+    with locks.upload("/F/x") as hold:
+        waiter = threading.Thread(target=upload)
+        waiter.start()
+        waiter.join(10)
+        # Five renewal periods passed while the wait held its connection.
+        hold.check()
+        assert not hold.lost.is_set()
+    assert len(refused) == 1 and isinstance(refused[0], Busy), refused
+    busy = refused[0]
+    assert [b.token for b in busy.blockers] == [hold.token] and busy.check_error is None
+    assert f"held by {hold.token}" in str(busy)
+    assert held(client) == []
+    capped.close()
+
+
+def test_async_a_wait_on_a_capped_pool_never_starves_the_renewals_and_busy_names_the_holder(
+    server: Server, client: redis.Redis
+) -> None:
+    async def body(_: redis.asyncio.Redis) -> None:
+        for pool in [
+            redis.asyncio.ConnectionPool(host="127.0.0.1", port=server.port, max_connections=1),
+            redis.asyncio.BlockingConnectionPool(
+                host="127.0.0.1", port=server.port, max_connections=1, timeout=5
+            ),
+        ]:
+            capped = redis.asyncio.Redis(connection_pool=pool)
+            locks = AsyncPathLocks(capped, KEY, ttl_ms=900)
+            async with locks.upload("/F/x") as hold:
+                with pytest.raises(Busy) as refused:
+                    await locks.upload("/F/x", wait_ms=1500)
+                hold.check()
+            busy = refused.value
+            assert [b.token for b in busy.blockers] == [hold.token] and busy.check_error is None
+            assert held(client) == []
+            await capped.aclose()
+
+    run_async(server.port, body)
+
+
+class CheckFails(redis.Redis):
+    """A client whose `PATHLOCK.CHECK` never reaches the server."""
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        if args[0] == "PATHLOCK.CHECK":
+            raise redis.ConnectionError("the check was cut off")
+        return super().execute_command(*args, **options)
+
+
+def test_busy_whose_check_failed_says_the_blockers_are_unknown(
+    server: Server, client: redis.Redis
+) -> None:
+    locks = PathLocks(CheckFails(host="127.0.0.1", port=server.port), KEY)
+    with PathLocks(client, KEY).upload("/F/x"):
+        for wait_ms in (0, 50):
+            with pytest.raises(Busy) as refused:
+                locks.upload("/F/x", wait_ms=wait_ms)
+            busy = refused.value
+            assert busy.blockers == () and isinstance(busy.check_error, redis.ConnectionError)
+            assert busy.__cause__ is busy.check_error
+            assert "nothing holds" not in str(busy)
+            assert "could not be read (ConnectionError: the check was cut off)" in str(busy)
