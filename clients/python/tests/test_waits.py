@@ -1,8 +1,10 @@
-"""Waiting acquires at their edges: a capped connection pool, and a refusal whose blockers
-cannot be read. Each finding came from a newcomer's use."""
+"""Waiting acquires at their edges: one cancelled while the grant races it, a capped connection
+pool, and a refusal whose blockers cannot be read. Each finding came from a newcomer's use."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 import threading
 from typing import Any, List
 
@@ -14,6 +16,70 @@ from helpers import KEY, held, run_async
 from servers import Server
 
 from pathlock import AsyncPathLocks, Busy, PathLocks
+
+# A cancelled waiting acquire.
+
+
+def test_a_cancelled_waiting_acquire_never_leaves_a_lock_or_a_waiter(
+    server: Server, client: redis.Redis
+) -> None:
+    """The holder lets go and the waiter is cancelled at once, so the cancellation lands before
+    the grant, while its reply is on its way, or after it was read but before it became a lease.
+    Whichever it was, nothing may stay on the server: a lock that nobody renews or releases
+    would block everybody for its TTL."""
+    rounds = 200
+
+    async def body(aclient: redis.asyncio.Redis) -> None:
+        locks = AsyncPathLocks(aclient, KEY, ttl_ms=60000)
+        outcomes = {"cancelled": 0, "granted": 0}
+        for _ in range(rounds):
+            hold = await locks.upload("/F/x")
+            waiter = asyncio.ensure_future(locks.upload("/F/x", wait_ms=10000))
+            while not await locks.waiters():
+                await asyncio.sleep(0.001)
+            await hold.release()
+            # A few turns of the loop at most: the waiter's reply is read within a turn or two.
+            for _ in range(random.randrange(4)):
+                await asyncio.sleep(0)
+            waiter.cancel()
+            try:
+                lease = await waiter
+            except asyncio.CancelledError:
+                outcomes["cancelled"] += 1
+            else:
+                # The task had finished before the cancellation: the lease is the caller's.
+                outcomes["granted"] += 1
+                await lease.release()
+            assert held(client) == [], f"a lock was left behind: {held(client)}"
+            assert client.execute_command("PATHLOCK.WAITERS", KEY) == []
+        assert outcomes["cancelled"] > 0, outcomes
+
+    run_async(server.port, body)
+
+
+def test_a_waiting_acquire_cancelled_while_queued_leaves_the_queue_at_once(
+    server: Server, client: redis.Redis
+) -> None:
+    async def body(aclient: redis.asyncio.Redis) -> None:
+        locks = AsyncPathLocks(aclient, KEY)
+        async with locks.upload("/F/x"):
+            waiter = asyncio.ensure_future(locks.upload("/F/x", wait_ms=10000))
+            while not await locks.waiters():
+                await asyncio.sleep(0.005)
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            # Its place in the queue is given up with it, not when its wait would have ended.
+            await asyncio.wait_for(_until_no_waiters(locks), 2)
+            assert len(held(client)) == 1
+
+    run_async(server.port, body)
+
+
+async def _until_no_waiters(locks: AsyncPathLocks) -> None:
+    while await locks.waiters():
+        await asyncio.sleep(0.01)
+
 
 # A capped connection pool: a wait takes a connection of its own, never one of the pool's.
 

@@ -129,14 +129,26 @@ class AsyncPathLocks(Operations["Acquiring"]):
         # The client makes the token, so that a retry after a lost reply is the same owner.
         token = new_token()
         await self._ready()
-        sent, fence = await self._grant(token, locks, options, fresh=True)
-        loop = asyncio.get_running_loop()
-        if loop.time() - sent > options.period:
-            # The grant waited on the server, and the client cannot tell when in that wait it
-            # was made: a renewal proves the lease alive and dates its deadline.
-            sent = loop.time()
-            if int(await self._run("PATHLOCK.RENEW", self.key, token, options.ttl_ms)) == 0:
-                raise LeaseLost(self.key, token, "gone")
+        granted = False
+        try:
+            sent, fence = await self._grant(token, locks, options, fresh=True)
+            granted = True
+            loop = asyncio.get_running_loop()
+            if loop.time() - sent > options.period:
+                # The grant waited on the server, and the client cannot tell when in that wait
+                # it was made: a renewal proves the lease alive and dates its deadline.
+                sent = loop.time()
+                if int(await self._run("PATHLOCK.RENEW", self.key, token, options.ttl_ms)) == 0:
+                    raise LeaseLost(self.key, token, "gone")
+        except BaseException as error:
+            # Cancelled once the ACQUIRE may have been sent, the grant may have happened (its
+            # reply on its way, or read and not yet a lease); granted, the renewal that dates it
+            # may have failed. Either way nobody would renew or release those locks, so the
+            # token is released before the error goes on. A refusal or a failed grant has
+            # released what it had to in `_grant`.
+            if granted or isinstance(error, asyncio.CancelledError):
+                await self._release_shielded(token, locks, options)
+            raise
         lease = AsyncLease(self, token, fence, locks, options, sent)
         lease._schedule()
         return lease
@@ -178,7 +190,8 @@ class AsyncPathLocks(Operations["Acquiring"]):
         """Waits for the replicas to acknowledge a grant; `NotReplicated` if too few did."""
         try:
             acknowledged = int(await run("WAIT", options.replicas, options.replicas_timeout_ms))
-        except BaseException:
+        except Exception:
+            # A cancellation is left to `_acquire_now`, which releases a fresh token shielded.
             if fresh:
                 await self._release_token(token, options)
             raise
@@ -235,6 +248,42 @@ class AsyncPathLocks(Operations["Acquiring"]):
     async def _release_token(self, token: str, options: Options) -> None:
         try:
             await self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+        except CONNECTION_ERRORS:
+            self._release_later(token, options)
+
+    async def _release_shielded(
+        self, token: str, locks: Sequence[LockRequest], options: Options
+    ) -> None:
+        """Releases the token of an acquire that ended before it became a lease, shielded from
+        a cancellation: a second one ends the wait for it, not the release."""
+        release = asyncio.ensure_future(self._release_unqueued(token, locks, options))
+        _keep(release)
+        try:
+            await asyncio.shield(release)
+        except asyncio.CancelledError:
+            pass
+        except Exception as error:
+            log.debug("pathlock: releasing %s failed: %r", token, error)
+
+    async def _release_unqueued(
+        self, token: str, locks: Sequence[LockRequest], options: Options
+    ) -> None:
+        """Sends RELEASE for a token once its request is no longer queued.
+
+        A waiting request leaves the queue when the server reads the close of its connection,
+        which redis-py closes on a cancellation; this RELEASE goes over another connection and
+        may be read first. A request still queued then could be granted after it, so the
+        RELEASE is sent again until a look at the queue, before it, no longer finds the token.
+        """
+        try:
+            while True:
+                queued = options.wait_ms > 0 and any(
+                    waiter.token == token for waiter in await self.waiters(locks[0][1])
+                )
+                await self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+                if not queued:
+                    return
+                await asyncio.sleep(0.01)
         except CONNECTION_ERRORS:
             self._release_later(token, options)
 

@@ -91,7 +91,12 @@ class PathLocks(Operations["Lease"]):
         if time.monotonic() - sent > options.period:
             # The grant waited on the server, and the client cannot tell when in that wait it
             # was made: a renewal proves the lease alive and dates its deadline.
-            sent = self._renew_now(token, options)
+            try:
+                sent = self._renew_now(token, options)
+            except BaseException:
+                # Granted, but the caller gets no lease to release: nobody else would.
+                self._release_token(token, options)
+                raise
         lease = Lease(self, token, fence, locks, options, sent)
         lease._schedule()
         return lease
