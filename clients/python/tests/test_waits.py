@@ -1,11 +1,18 @@
 """Waiting acquires at their edges: one cancelled while the grant races it, a capped connection
-pool, and a refusal whose blockers cannot be read. Each finding came from a newcomer's use."""
+pool, and a refusal whose blockers cannot be read; and a client of the wrong kind for the
+handle. Each finding came from a newcomer's use."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
 import random
+import subprocess
+import sys
 import threading
+import warnings
+from pathlib import Path
 from typing import Any, List
 
 import pytest
@@ -170,3 +177,53 @@ def test_busy_whose_check_failed_says_the_blockers_are_unknown(
             assert busy.__cause__ is busy.check_error
             assert "nothing holds" not in str(busy)
             assert "could not be read (ConnectionError: the check was cut off)" in str(busy)
+
+
+# A client of the wrong kind for the handle.
+
+
+def test_a_client_of_the_wrong_kind_is_refused_before_anything_is_sent(
+    server: Server, client: redis.Redis
+) -> None:
+    aclient = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+    acluster = redis.asyncio.RedisCluster(host="127.0.0.1", port=server.port)
+    with warnings.catch_warnings():
+        # A coroutine made and never awaited would warn: nothing may be called on the client.
+        warnings.simplefilter("error")
+        for wrong in (aclient, acluster):
+            with pytest.raises(TypeError, match="use AsyncPathLocks with a redis.asyncio client"):
+                PathLocks(wrong, KEY)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="use PathLocks with a blocking redis client"):
+            AsyncPathLocks(client, KEY)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"takes a redis.Redis or a redis.RedisCluster, not a "):
+            PathLocks("redis://localhost", KEY)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="not a pipeline"):
+            PathLocks(client.pipeline(), KEY)
+    assert held(client) == []
+    asyncio.run(aclient.aclose())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
+def test_mypy_refuses_a_client_of_the_wrong_kind(tmp_path: Path) -> None:
+    """The handles' client parameter is typed, so a type checker says it before anything runs."""
+    source = tmp_path / "wrong.py"
+    source.write_text(
+        "import redis\n"
+        "import redis.asyncio\n"
+        "from pathlock import AsyncPathLocks, PathLocks\n"
+        'PathLocks(redis.Redis(), "k")\n'
+        'AsyncPathLocks(redis.asyncio.Redis(), "k")\n'
+        'PathLocks(redis.asyncio.Redis(), "k")\n'
+        'AsyncPathLocks(redis.Redis(), "k")\n'
+    )
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull,
+         str(source)],
+        capture_output=True,
+        text=True,
+        # This checkout's package, whether or not it is the one installed.
+        env={**os.environ, "MYPYPATH": str(Path(__file__).resolve().parents[1] / "src")},
+    )
+    errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors] == ["6", "7"], checked.stdout
+    assert all("[arg-type]" in line for line in errors), checked.stdout

@@ -27,6 +27,7 @@ from typing import (
     Union,
 )
 
+import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
@@ -75,7 +76,7 @@ def _forget(future: "asyncio.Future[Any]") -> None:
         log.debug("pathlock: background task failed: %r", future.exception())
 
 
-class AsyncPathLocks(Operations["Acquiring"]):
+class AsyncPathLocks(Operations[Client, "Acquiring"]):
     """The asyncio twin of `PathLocks`. Each operation returns an `Acquiring`: await it for an
     `AsyncLease`, or use it directly in `async with`.
 
@@ -85,6 +86,10 @@ class AsyncPathLocks(Operations["Acquiring"]):
     """
 
     _timers: Optional[LoopTimers] = None
+    _clients = (redis.asyncio.Redis, RedisCluster)
+    _wants = "a redis.asyncio.Redis or a redis.asyncio.RedisCluster"
+    _other_clients = (redis.Redis, redis.RedisCluster)
+    _instead = "use PathLocks with a blocking redis client"
 
     def _timers_of_loop(self) -> LoopTimers:
         loop = asyncio.get_running_loop()
@@ -114,7 +119,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
 
     async def _run(self, *args: Any) -> Any:
         try:
-            return await self.client.execute_command(*args)
+            return await self._command(*args)
         except ResponseError as error:
             if is_wrong_type(error):
                 raise WrongType(self.key) from error
@@ -171,7 +176,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
         """
         if not options.blocks:
             granted = await self._send_acquire(
-                self.client.execute_command, token, locks, options, fresh
+                self._command, token, locks, options, fresh
             )
         else:
             # A call that blocks on the server holds its connection up: it gets one of its own,
@@ -247,7 +252,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
 
     async def _release_token(self, token: str, options: Options) -> None:
         try:
-            await self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+            await self._command("PATHLOCK.RELEASE", self.key, token)
         except CONNECTION_ERRORS:
             self._release_later(token, options)
 
@@ -280,7 +285,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
                 queued = options.wait_ms > 0 and any(
                     waiter.token == token for waiter in await self.waiters(locks[0][1])
                 )
-                await self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+                await self._command("PATHLOCK.RELEASE", self.key, token)
                 if not queued:
                     return
                 await asyncio.sleep(0.01)
@@ -289,7 +294,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
 
     def _release_later(self, token: str, options: Options) -> None:
         until = asyncio.get_running_loop().time() + (options.wait_ms + options.ttl_ms) / 1000.0
-        _keep(asyncio.ensure_future(_release_later(self.client, self.key, token, until)))
+        _keep(asyncio.ensure_future(_release_later(self._command, self.key, token, until)))
 
     @asynccontextmanager
     async def _pinned(self) -> AsyncIterator[Run]:
@@ -397,7 +402,7 @@ class AsyncLease(LeaseState):
         #: released, so that nothing waits for the loss of a released lease.
         self.lost = AsyncLostSignal()
         self._owner = owner
-        self._client = owner.client
+        self._command = owner._command
         self._timers = owner._timers_of_loop()
 
     async def lock(
@@ -432,7 +437,7 @@ class AsyncLease(LeaseState):
         renewed, error = 0, None
         try:
             renewed = int(
-                await self._client.execute_command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+                await self._command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
             )
         except ResponseError as raised:
             error = raised
@@ -471,10 +476,10 @@ class AsyncLease(LeaseState):
         self._released = True
         self.lost._ended.set()
         try:
-            await self._client.execute_command("PATHLOCK.RELEASE", self.key, self.token)
+            await self._command("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
             until = self._timers.loop.time() + self._ttl
-            _keep(asyncio.ensure_future(_release_later(self._client, self.key, self.token, until)))
+            _keep(asyncio.ensure_future(_release_later(self._command, self.key, self.token, until)))
         except ResponseError as error:
             # A key overwritten by another value took the locks with it: nothing left to free.
             if not is_wrong_type(error):
@@ -512,7 +517,7 @@ class AsyncLease(LeaseState):
 
     async def _renew(self, sent: float) -> None:
         try:
-            answer: Any = await self._client.execute_command(
+            answer: Any = await self._command(
                 "PATHLOCK.RENEW", self.key, self.token, self.ttl_ms
             )
         except Exception as error:  # retried while the deadline is ahead, whatever it was
@@ -538,12 +543,12 @@ class AsyncLease(LeaseState):
                 log.exception("pathlock: on_lost callback failed")
 
 
-async def _release_later(client: Client, key: Key, token: str, until: float) -> None:
+async def _release_later(command: Run, key: Key, token: str, until: float) -> None:
     """Sends RELEASE for a token until it gets through or the locks have surely expired."""
     loop = asyncio.get_running_loop()
     while True:
         try:
-            await client.execute_command("PATHLOCK.RELEASE", key, token)
+            await command("PATHLOCK.RELEASE", key, token)
             return
         except Exception:
             if loop.time() >= until:

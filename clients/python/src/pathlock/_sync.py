@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import redis
+import redis.asyncio
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
@@ -44,7 +45,7 @@ Client = Union["redis.Redis", "RedisCluster"]
 Run = Callable[..., Any]
 
 
-class PathLocks(Operations["Lease"]):
+class PathLocks(Operations[Client, "Lease"]):
     """A Redis connection bound to one project key, with the defaults of every lease it takes.
 
     `client` is a `redis.Redis` or a `redis.RedisCluster`. `note` is the note of every lease
@@ -55,6 +56,11 @@ class PathLocks(Operations["Lease"]):
     lease's command; an acquire that blocks on the server (`wait_ms`, `replicas`) holds a
     connection of the pool of its own for as long as it blocks.
     """
+
+    _clients = (redis.Redis, RedisCluster)
+    _wants = "a redis.Redis or a redis.RedisCluster"
+    _other_clients = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
+    _instead = "use AsyncPathLocks with a redis.asyncio client"
 
     # Inspecting.
 
@@ -76,7 +82,7 @@ class PathLocks(Operations["Lease"]):
 
     def _run(self, *args: Any) -> Any:
         try:
-            return self.client.execute_command(*args)
+            return self._command(*args)
         except ResponseError as error:
             if is_wrong_type(error):
                 raise WrongType(self.key) from error
@@ -112,7 +118,7 @@ class PathLocks(Operations["Lease"]):
         """
         if not options.blocks:
             granted = self._send_acquire(
-                self.client.execute_command, token, locks, options, fresh
+                self._command, token, locks, options, fresh
             )
         else:
             # A call that blocks on the server holds its connection up: it gets one of its own,
@@ -191,13 +197,13 @@ class PathLocks(Operations["Lease"]):
 
     def _release_token(self, token: str, options: Options) -> None:
         try:
-            self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+            self._command("PATHLOCK.RELEASE", self.key, token)
         except CONNECTION_ERRORS:
             self._release_later(token, options)
 
     def _release_later(self, token: str, options: Options) -> None:
         until = time.monotonic() + (options.wait_ms + options.ttl_ms) / 1000.0
-        _ReleaseLater(self.client.execute_command, self.key, token, until)._start()
+        _ReleaseLater(self._command, self.key, token, until)._start()
 
     @contextmanager
     def _pinned(self) -> Iterator[Run]:
@@ -247,7 +253,7 @@ class Lease(LeaseState):
     ) -> None:
         super().__init__(owner.key, token, fence, locks, options, sent)
         self._owner = owner
-        self._execute = owner.client.execute_command
+        self._execute = owner._command
         self._mutex = threading.Lock()
         # Set once the lease is lost or released, for `lost.wait()`. Made on first use: most
         # leases end without anyone waiting for their loss, and an Event (a Condition and its
