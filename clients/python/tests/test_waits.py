@@ -204,17 +204,19 @@ def test_a_client_of_the_wrong_kind_is_refused_before_anything_is_sent(
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
-def test_mypy_refuses_a_client_of_the_wrong_kind(tmp_path: Path) -> None:
-    """The handles' client parameter is typed, so a type checker says it before anything runs."""
+def test_mypy_refuses_a_client_of_the_wrong_kind_and_a_mode_that_is_none(tmp_path: Path) -> None:
+    """The handles' client parameter and the lock requests' mode are typed, so a type checker
+    says so before anything runs."""
     source = tmp_path / "wrong.py"
     source.write_text(
         "import redis\n"
         "import redis.asyncio\n"
         "from pathlock import AsyncPathLocks, PathLocks\n"
-        'PathLocks(redis.Redis(), "k")\n'
+        'PathLocks(redis.Redis(), "k").lock([("WRITE", "/X"), ("READ", "/Y")])\n'
         'AsyncPathLocks(redis.asyncio.Redis(), "k")\n'
         'PathLocks(redis.asyncio.Redis(), "k")\n'
         'AsyncPathLocks(redis.Redis(), "k")\n'
+        'PathLocks(redis.Redis(), "k").lock([("EXCL", "/X")])\n'
     )
     checked = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull,
@@ -225,5 +227,5 @@ def test_mypy_refuses_a_client_of_the_wrong_kind(tmp_path: Path) -> None:
         env={**os.environ, "MYPYPATH": str(Path(__file__).resolve().parents[1] / "src")},
     )
     errors = [line for line in checked.stdout.splitlines() if ": error:" in line]
-    assert [line.split(":")[1] for line in errors] == ["6", "7"], checked.stdout
-    assert all("[arg-type]" in line for line in errors), checked.stdout
+    assert [line.split(":")[1] for line in errors] == ["6", "7", "8"], checked.stdout
+    assert all("[arg-type]" in line or "[list-item]" in line for line in errors), checked.stdout

@@ -11,6 +11,7 @@ from typing import (
     Callable,
     Generic,
     Iterable,
+    List,
     Optional,
     Sequence,
     Tuple,
@@ -131,18 +132,18 @@ class Operations(Generic[C, L]):
         changes folders). A `new_name` with a `/`, empty, `.`, `..` or the current name is
         refused."""
         target = sibling(path, new_name)
-        locks = [("WRITE", path), ("WRITE", target)]
+        locks: List[LockRequest] = [("WRITE", path), ("WRITE", target)]
         return self._operation(locks, f"rename {path} -> {target}", overrides)
 
     def move(self, path: str, into_folder: str, **overrides: Unpack[Overrides]) -> L:
         """`WRITE path`, `WRITE into_folder/<last segment of path>`. Refused when `into_folder`
         is `path`, inside it, or the folder `path` is already in."""
-        locks = [("WRITE", path), ("WRITE", into(into_folder, path, "move"))]
+        locks: List[LockRequest] = [("WRITE", path), ("WRITE", into(into_folder, path, "move"))]
         return self._operation(locks, f"move {path} -> {into_folder}", overrides)
 
     def copy(self, path: str, into_folder: str, **overrides: Unpack[Overrides]) -> L:
         """`READ path`, `WRITE into_folder/<last segment of path>`, refused as `move` is."""
-        locks = [("READ", path), ("WRITE", into(into_folder, path, "copy"))]
+        locks: List[LockRequest] = [("READ", path), ("WRITE", into(into_folder, path, "copy"))]
         return self._operation(locks, f"copy {path} -> {into_folder}", overrides)
 
     def delete(self, path: str, **overrides: Unpack[Overrides]) -> L:
