@@ -4,7 +4,10 @@ who holds what, an empty path and a wrong TTL."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -48,6 +51,25 @@ def test_the_readme_example_runs_as_written(server: Server, capsys: Any) -> None
     assert capsys.readouterr().out == "the folders were busy a moment ago; try again\n"
     bob.release()
     waiter.join(10)
+
+
+def test_the_async_readme_example_runs_as_written_and_closes_its_client(server: Server) -> None:
+    example = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[1]
+    example = example.replace("redis.asyncio.Redis()", f"redis.asyncio.Redis(port={server.port})")
+    # The work the example leaves to the application.
+    copy_file = "async def copy_file(source, target, fence):\n    print('copied', source, target)\n"
+    # -X dev reports what a newcomer would see: a client or connection left open, a coroutine
+    # never awaited. This checkout's package goes first, whether or not it is the one installed.
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    ran = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", copy_file + example],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "copied /A/a.txt /B/a.txt\n", "")
 
 
 def test_what_a_newcomer_writes(server: Server) -> None:

@@ -48,6 +48,39 @@ def test_wrong_type_is_also_a_redis_py_response_error(client: redis.Redis) -> No
     assert refused.value.key == "cache:1" and isinstance(refused.value, ResponseError)
 
 
+def test_a_dot_dot_segment_is_refused_by_every_helper_and_lock_before_anything_is_sent(
+    client: redis.Redis,
+) -> None:
+    """The server refuses `..` too, but with a ResponseError after a round trip; the helpers
+    that compare paths (move, copy, rename) refused it before, and now every one does."""
+    locks = PathLocks(client, KEY)
+    calls = [
+        lambda: locks.upload("/A/../B"),
+        lambda: locks.create("/A/.."),
+        lambda: locks.read("/../A"),
+        lambda: locks.delete("/A/../B"),
+        lambda: locks.purge("/bin/1", "/bin/../x"),
+        lambda: locks.rename("/A/../C", "D"),
+        lambda: locks.move("/A/C", "/B/.."),
+        lambda: locks.copy("/A/../C", "/B"),
+        lambda: locks.lock([("WRITE", "/A/../B")]),
+    ]
+
+    def acquires() -> int:
+        stats = {name.lower(): value for name, value in client.info("commandstats").items()}
+        return int(stats.get("cmdstat_pathlock.acquire", {}).get("calls", 0))
+
+    sent = acquires()
+    for call in calls:
+        with pytest.raises(ValueError, match="has a '..' segment, which pathlock refuses"):
+            call()
+    assert acquires() == sent
+    # A mode in another case is still taken, and sent upper-cased.
+    with locks.lock([("write", "/A")]) as lease:  # type: ignore[list-item]
+        assert lease.locks == (("WRITE", "/A"),)
+    assert acquires() == sent + 1
+
+
 # A waiting acquire on the holder's own client.
 
 

@@ -27,6 +27,7 @@ from typing import (
     Union,
 )
 
+import redis
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
@@ -75,7 +76,7 @@ def _forget(future: "asyncio.Future[Any]") -> None:
         log.debug("pathlock: background task failed: %r", future.exception())
 
 
-class AsyncPathLocks(Operations["Acquiring"]):
+class AsyncPathLocks(Operations[Client, "Acquiring"]):
     """The asyncio twin of `PathLocks`. Each operation returns an `Acquiring`: await it for an
     `AsyncLease`, or use it directly in `async with`.
 
@@ -85,6 +86,10 @@ class AsyncPathLocks(Operations["Acquiring"]):
     """
 
     _timers: Optional[LoopTimers] = None
+    _clients = (redis.asyncio.Redis, RedisCluster)
+    _wants = "a redis.asyncio.Redis or a redis.asyncio.RedisCluster"
+    _other_clients = (redis.Redis, redis.RedisCluster)
+    _instead = "use PathLocks with a blocking redis client"
 
     def _timers_of_loop(self) -> LoopTimers:
         loop = asyncio.get_running_loop()
@@ -114,7 +119,7 @@ class AsyncPathLocks(Operations["Acquiring"]):
 
     async def _run(self, *args: Any) -> Any:
         try:
-            return await self.client.execute_command(*args)
+            return await self._command(*args)
         except ResponseError as error:
             if is_wrong_type(error):
                 raise WrongType(self.key) from error
@@ -129,14 +134,26 @@ class AsyncPathLocks(Operations["Acquiring"]):
         # The client makes the token, so that a retry after a lost reply is the same owner.
         token = new_token()
         await self._ready()
-        sent, fence = await self._grant(token, locks, options, fresh=True)
-        loop = asyncio.get_running_loop()
-        if loop.time() - sent > options.period:
-            # The grant waited on the server, and the client cannot tell when in that wait it
-            # was made: a renewal proves the lease alive and dates its deadline.
-            sent = loop.time()
-            if int(await self._run("PATHLOCK.RENEW", self.key, token, options.ttl_ms)) == 0:
-                raise LeaseLost(self.key, token, "gone")
+        granted = False
+        try:
+            sent, fence = await self._grant(token, locks, options, fresh=True)
+            granted = True
+            loop = asyncio.get_running_loop()
+            if loop.time() - sent > options.period:
+                # The grant waited on the server, and the client cannot tell when in that wait
+                # it was made: a renewal proves the lease alive and dates its deadline.
+                sent = loop.time()
+                if int(await self._run("PATHLOCK.RENEW", self.key, token, options.ttl_ms)) == 0:
+                    raise LeaseLost(self.key, token, "gone")
+        except BaseException as error:
+            # Cancelled once the ACQUIRE may have been sent, the grant may have happened (its
+            # reply on its way, or read and not yet a lease); granted, the renewal that dates it
+            # may have failed. Either way nobody would renew or release those locks, so the
+            # token is released before the error goes on. A refusal or a failed grant has
+            # released what it had to in `_grant`.
+            if granted or isinstance(error, asyncio.CancelledError):
+                await self._release_shielded(token, locks, options)
+            raise
         lease = AsyncLease(self, token, fence, locks, options, sent)
         lease._schedule()
         return lease
@@ -158,32 +175,40 @@ class AsyncPathLocks(Operations["Acquiring"]):
         (`fresh` false) are never released that way, since that would free the lease too.
         """
         if not options.blocks:
-            return await self._send_acquire(
-                self.client.execute_command, token, locks, options, fresh
+            granted = await self._send_acquire(
+                self._command, token, locks, options, fresh
             )
-        # A call that blocks on the server holds its connection up: it gets one of its own, so
-        # that the renewals of other leases never queue behind it. WAIT also counts the writes
-        # of its own connection, so it must follow the ACQUIRE on that connection.
-        async with self._pinned() as run:
-            sent, fence = await self._send_acquire(run, token, locks, options, fresh)
-            if options.replicas == 0:
-                return sent, fence
-            try:
-                acknowledged = int(await run("WAIT", options.replicas, options.replicas_timeout_ms))
-            except BaseException:
-                if fresh:
-                    await self._release_token(token, options)
-                raise
-            if acknowledged < options.replicas:
-                if fresh:
-                    await self._release_token(token, options)
-                raise NotReplicated(acknowledged, options.replicas)
-            return sent, fence
+        else:
+            # A call that blocks on the server holds its connection up: it gets one of its own,
+            # so that the renewals of other leases never queue behind it. WAIT also counts the
+            # writes of its own connection, so it must follow the ACQUIRE on that connection.
+            async with self._pinned() as run:
+                granted = await self._send_acquire(run, token, locks, options, fresh)
+                if granted is not None and options.replicas > 0:
+                    await self._replicated(run, token, options, fresh)
+        if granted is None:
+            # Asked once the blocking connection is closed, through the client's pool.
+            raise await self._busy(token, locks)
+        return granted
+
+    async def _replicated(self, run: Run, token: str, options: Options, fresh: bool) -> None:
+        """Waits for the replicas to acknowledge a grant; `NotReplicated` if too few did."""
+        try:
+            acknowledged = int(await run("WAIT", options.replicas, options.replicas_timeout_ms))
+        except Exception:
+            # A cancellation is left to `_acquire_now`, which releases a fresh token shielded.
+            if fresh:
+                await self._release_token(token, options)
+            raise
+        if acknowledged < options.replicas:
+            if fresh:
+                await self._release_token(token, options)
+            raise NotReplicated(acknowledged, options.replicas)
 
     async def _send_acquire(
         self, run: Run, token: str, locks: Sequence[LockRequest], options: Options, fresh: bool
-    ) -> Tuple[float, int]:
-        """When the attempt that was granted was sent, and the grant's fence; `Busy` if refused.
+    ) -> Optional[Tuple[float, int]]:
+        """When the attempt that was granted was sent, and the grant's fence; None if refused.
 
         After a connection error the grant may or may not have happened; sending the same token
         again is then idempotent. It is retried at least once and while the wait budget lasts.
@@ -214,40 +239,83 @@ class AsyncPathLocks(Operations["Acquiring"]):
                 # An earlier attempt may have been granted before its reply was lost, and a
                 # waiter that queued since refused the retry: do not leave that grant behind.
                 self._release_later(token, options)
-            try:
-                blockers = await self.check(locks, token=token)
-            except CONNECTION_ERRORS:
-                blockers = []
-            raise Busy(self.key, locks, blockers)
+            return None
         return sent, fence_of(reply)
+
+    async def _busy(self, token: str, locks: Sequence[LockRequest]) -> Busy:
+        """The `Busy` of a refused request, with the blockers `PATHLOCK.CHECK` reports now. When
+        they cannot be read, it says so: an empty list would claim that nothing holds them."""
+        try:
+            return Busy(self.key, locks, await self.check(locks, token=token))
+        except CONNECTION_ERRORS as error:
+            return Busy(self.key, locks, [], check_error=error)
 
     async def _release_token(self, token: str, options: Options) -> None:
         try:
-            await self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+            await self._command("PATHLOCK.RELEASE", self.key, token)
+        except CONNECTION_ERRORS:
+            self._release_later(token, options)
+
+    async def _release_shielded(
+        self, token: str, locks: Sequence[LockRequest], options: Options
+    ) -> None:
+        """Releases the token of an acquire that ended before it became a lease, shielded from
+        a cancellation: a second one ends the wait for it, not the release."""
+        release = asyncio.ensure_future(self._release_unqueued(token, locks, options))
+        _keep(release)
+        try:
+            await asyncio.shield(release)
+        except asyncio.CancelledError:
+            pass
+        except Exception as error:
+            log.debug("pathlock: releasing %s failed: %r", token, error)
+
+    async def _release_unqueued(
+        self, token: str, locks: Sequence[LockRequest], options: Options
+    ) -> None:
+        """Sends RELEASE for a token once its request is no longer queued.
+
+        A waiting request leaves the queue when the server reads the close of its connection,
+        which redis-py closes on a cancellation; this RELEASE goes over another connection and
+        may be read first. A request still queued then could be granted after it, so the
+        RELEASE is sent again until a look at the queue, before it, no longer finds the token.
+        """
+        try:
+            while True:
+                queued = options.wait_ms > 0 and any(
+                    waiter.token == token for waiter in await self.waiters(locks[0][1])
+                )
+                await self._command("PATHLOCK.RELEASE", self.key, token)
+                if not queued:
+                    return
+                await asyncio.sleep(0.01)
         except CONNECTION_ERRORS:
             self._release_later(token, options)
 
     def _release_later(self, token: str, options: Options) -> None:
         until = asyncio.get_running_loop().time() + (options.wait_ms + options.ttl_ms) / 1000.0
-        _keep(asyncio.ensure_future(_release_later(self.client, self.key, token, until)))
+        _keep(asyncio.ensure_future(_release_later(self._command, self.key, token, until)))
 
     @asynccontextmanager
     async def _pinned(self) -> AsyncIterator[Run]:
-        """One connection to the key's master, held for a few commands."""
+        """A connection of its own to the key's master, outside the client's pool, held for the
+        commands of one blocking call and closed after them.
+
+        Not one of the pool's: a pool with `max_connections` would otherwise be emptied by as
+        many waits, and the renewals, which need a connection of it, would fail or queue until
+        their leases are lost. A connection of its own costs a connect per blocking call, small
+        beside a wait; and closing it is what takes a cancelled wait off the server's queue.
+        """
         client: Any = self.client
-        if not isinstance(client, RedisCluster):
-            pinned = client.client()
-            try:
-                yield pinned.execute_command
-            finally:
-                await pinned.aclose()
-            return
-        cluster: Any = client
-        await cluster.initialize()
-        node: Any = cluster.get_node_from_key(self.key)
-        # A connection of its own to the key's master: the cluster client has no public way to
-        # hold one of its pooled connections.
-        connection = node.connection_class(**node.connection_kwargs)
+        if isinstance(client, RedisCluster):
+            cluster: Any = client
+            await cluster.initialize()
+            # The cluster client has no public way to hold one of its pooled connections either.
+            node: Any = cluster.get_node_from_key(self.key)
+            connection = node.connection_class(**node.connection_kwargs)
+        else:
+            pool = client.connection_pool
+            connection = pool.connection_class(**pool.connection_kwargs)
 
         async def run(*args: Any) -> Any:
             await connection.send_command(*args)
@@ -334,7 +402,7 @@ class AsyncLease(LeaseState):
         #: released, so that nothing waits for the loss of a released lease.
         self.lost = AsyncLostSignal()
         self._owner = owner
-        self._client = owner.client
+        self._command = owner._command
         self._timers = owner._timers_of_loop()
 
     async def lock(
@@ -369,7 +437,7 @@ class AsyncLease(LeaseState):
         renewed, error = 0, None
         try:
             renewed = int(
-                await self._client.execute_command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
+                await self._command("PATHLOCK.RENEW", self.key, self.token, self.ttl_ms)
             )
         except ResponseError as raised:
             error = raised
@@ -408,10 +476,10 @@ class AsyncLease(LeaseState):
         self._released = True
         self.lost._ended.set()
         try:
-            await self._client.execute_command("PATHLOCK.RELEASE", self.key, self.token)
+            await self._command("PATHLOCK.RELEASE", self.key, self.token)
         except CONNECTION_ERRORS:
             until = self._timers.loop.time() + self._ttl
-            _keep(asyncio.ensure_future(_release_later(self._client, self.key, self.token, until)))
+            _keep(asyncio.ensure_future(_release_later(self._command, self.key, self.token, until)))
         except ResponseError as error:
             # A key overwritten by another value took the locks with it: nothing left to free.
             if not is_wrong_type(error):
@@ -449,7 +517,7 @@ class AsyncLease(LeaseState):
 
     async def _renew(self, sent: float) -> None:
         try:
-            answer: Any = await self._client.execute_command(
+            answer: Any = await self._command(
                 "PATHLOCK.RENEW", self.key, self.token, self.ttl_ms
             )
         except Exception as error:  # retried while the deadline is ahead, whatever it was
@@ -475,12 +543,12 @@ class AsyncLease(LeaseState):
                 log.exception("pathlock: on_lost callback failed")
 
 
-async def _release_later(client: Client, key: Key, token: str, until: float) -> None:
+async def _release_later(command: Run, key: Key, token: str, until: float) -> None:
     """Sends RELEASE for a token until it gets through or the locks have surely expired."""
     loop = asyncio.get_running_loop()
     while True:
         try:
-            await client.execute_command("PATHLOCK.RELEASE", key, token)
+            await command("PATHLOCK.RELEASE", key, token)
             return
         except Exception:
             if loop.time() >= until:

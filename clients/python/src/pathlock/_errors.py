@@ -5,7 +5,7 @@ Level 1: builds on `_types` only.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 from redis.exceptions import ResponseError
 
@@ -50,13 +50,23 @@ class Busy(PathLockError):
     `blockers` lists who holds them and why (their notes), so that an application can tell its
     user "`/A/C` is being moved by Alice". It is empty when nothing holds them any more: the
     holders let go between the refusal and the check, or only an earlier waiting request stood
-    in the way. Then the message says so, and trying again is the answer.
+    in the way. Then the message says so, and trying again is the answer. It is also empty when
+    the check itself failed (a connection error): then `check_error` is that error (None
+    otherwise, and the error's cause too), and the message says the blockers could not be read.
     """
 
-    def __init__(self, key: Key, locks: Sequence[LockRequest], blockers: Sequence[Blocker]) -> None:
+    def __init__(
+        self,
+        key: Key,
+        locks: Sequence[LockRequest],
+        blockers: Sequence[Blocker],
+        check_error: Optional[BaseException] = None,
+    ) -> None:
         self.key = key
         self.locks: Tuple[LockRequest, ...] = tuple(locks)
         self.blockers: Tuple[Blocker, ...] = tuple(blockers)
+        self.check_error = check_error
+        self.__cause__ = check_error
         wanted = ", ".join(f"{mode} {path}" for mode, path in self.locks)
         if self.blockers:
             held = "; ".join(
@@ -66,6 +76,12 @@ class Busy(PathLockError):
                 for b in self.blockers
             )
             super().__init__(f"busy: {wanted} in {shown(key)}: {held}")
+        elif check_error is not None:
+            # Never "nothing holds these paths": the client does not know who does.
+            super().__init__(
+                f"busy: {wanted} in {shown(key)}: the locks in the way could not be read "
+                f"({type(check_error).__name__}: {check_error}); try again"
+            )
         else:
             super().__init__(
                 f"busy: {wanted} in {shown(key)}: nothing holds these paths now: the holders let "

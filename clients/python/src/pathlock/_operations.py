@@ -5,7 +5,23 @@ Level 2: builds on `_requests` and `_types`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Optional, Sequence, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Generic,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
+
+import redis.asyncio.client
+import redis.asyncio.cluster
+import redis.client
+import redis.cluster
 
 from ._requests import Note, Options, checked, default_note, described, into, named, sibling
 from ._types import Key, LockRequest
@@ -25,10 +41,19 @@ if TYPE_CHECKING:
         on_lost: Callable[[Any], Any]
 
 
+#: Clients that queue commands instead of sending them; refused by both handles.
+PIPELINES = (
+    redis.client.Pipeline,
+    redis.cluster.ClusterPipeline,
+    redis.asyncio.client.Pipeline,
+    redis.asyncio.cluster.ClusterPipeline,
+)
+
 L = TypeVar("L")
+C = TypeVar("C")
 
 
-class Operations(Generic[L]):
+class Operations(Generic[C, L]):
     """Every operation asks for its locks in one all-or-nothing `PATHLOCK.ACQUIRE`.
 
     Each takes the keyword arguments `ttl_ms`, `wait_ms`, `replicas`, `replicas_timeout_ms`,
@@ -38,9 +63,17 @@ class Operations(Generic[L]):
     (`lock([("WRITE", "/")])`). Nothing is sent when an argument is refused (`ValueError`).
     """
 
+    #: The client classes this handle works on, and the other handle's name and clients, for
+    #: the message that refuses any other kind (`PathLocks` is blocking, `AsyncPathLocks`
+    #: asyncio; each would otherwise fail only once a command was sent, or granted).
+    _clients: Tuple[type, ...] = ()
+    _wants = ""
+    _other_clients: Tuple[type, ...] = ()
+    _instead = ""
+
     def __init__(
         self,
-        client: Any,
+        client: C,
         key: Key,
         *,
         ttl_ms: float = 30000,
@@ -50,8 +83,19 @@ class Operations(Generic[L]):
         note: Optional[Note] = None,
         on_lost: Optional[Callable[[Any], Any]] = None,
     ) -> None:
-        #: The redis-py client (sync or asyncio, one server or a cluster) the leases go through.
+        handle = type(self).__name__
+        if not isinstance(client, self._clients):
+            got = f"{type(client).__module__}.{type(client).__qualname__}"
+            hint = f": {self._instead}" if isinstance(client, self._other_clients) else ""
+            raise TypeError(f"{handle} takes {self._wants}, not a {got}{hint}")
+        if isinstance(client, PIPELINES):
+            # A pipeline is a client too, but queues the commands until it is executed.
+            raise TypeError(f"{handle} takes {self._wants}, not a pipeline")
+        #: The redis-py client (one server or a cluster) the leases go through.
         self.client = client
+        # Its `execute_command`, which some redis-py versions leave unannotated on a cluster.
+        untyped: Any = client
+        self._command: Callable[..., Any] = untyped.execute_command
         self.key = key
         #: The defaults of every lease, checked (a `ValueError` names what is wrong).
         self.options = Options(ttl_ms, wait_ms, replicas, replicas_timeout_ms, note, on_lost)
@@ -88,18 +132,18 @@ class Operations(Generic[L]):
         changes folders). A `new_name` with a `/`, empty, `.`, `..` or the current name is
         refused."""
         target = sibling(path, new_name)
-        locks = [("WRITE", path), ("WRITE", target)]
+        locks: List[LockRequest] = [("WRITE", path), ("WRITE", target)]
         return self._operation(locks, f"rename {path} -> {target}", overrides)
 
     def move(self, path: str, into_folder: str, **overrides: Unpack[Overrides]) -> L:
         """`WRITE path`, `WRITE into_folder/<last segment of path>`. Refused when `into_folder`
         is `path`, inside it, or the folder `path` is already in."""
-        locks = [("WRITE", path), ("WRITE", into(into_folder, path, "move"))]
+        locks: List[LockRequest] = [("WRITE", path), ("WRITE", into(into_folder, path, "move"))]
         return self._operation(locks, f"move {path} -> {into_folder}", overrides)
 
     def copy(self, path: str, into_folder: str, **overrides: Unpack[Overrides]) -> L:
         """`READ path`, `WRITE into_folder/<last segment of path>`, refused as `move` is."""
-        locks = [("READ", path), ("WRITE", into(into_folder, path, "copy"))]
+        locks: List[LockRequest] = [("READ", path), ("WRITE", into(into_folder, path, "copy"))]
         return self._operation(locks, f"copy {path} -> {into_folder}", overrides)
 
     def delete(self, path: str, **overrides: Unpack[Overrides]) -> L:

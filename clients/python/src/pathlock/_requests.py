@@ -13,9 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
-from ._types import Blocker, Key, LockRequest, Waiter
-
-MODES = ("READ", "WRITE")
+from ._types import Blocker, Key, LockRequest, Mode, Waiter
 
 #: Errors after which the command may or may not have run: an acquire is retried with its token,
 #: a renewal is retried while the deadline is ahead.
@@ -159,16 +157,22 @@ def named(path: str, what: str = "path") -> str:
             f"{what} {path!r} names the whole project, not a file or folder; to lock the whole "
             'project, say so: lock([("WRITE", "/")]) or lock([("READ", "/")])'
         )
+    refuse_dot_dot(path, what)
     return path
+
+
+def refuse_dot_dot(path: str, what: str) -> None:
+    """ValueError for a path with a `..` segment, before it is sent: the server would refuse it
+    with an error of its own, and every helper and `lock()` refuse it the same way here."""
+    if ".." in path.split("/"):
+        raise ValueError(f"{what} {path!r} has a '..' segment, which pathlock refuses")
 
 
 def normalised(path: str, what: str) -> List[str]:
     """The segments of a path that an operation compares with another, `..` refused: the server
     refuses it too, and it would make `/A/../A/C` look unrelated to `/A`."""
-    parts = segments(path)
-    if ".." in parts:
-        raise ValueError(f"{what} {path!r} has a '..' segment, which pathlock refuses")
-    return parts
+    refuse_dot_dot(path, what)
+    return segments(path)
 
 
 def into(into_folder: str, path: str, operation: str) -> str:
@@ -213,19 +217,28 @@ def sibling(path: str, new_name: str) -> str:
 def checked(locks: Sequence[LockRequest]) -> Tuple[LockRequest, ...]:
     """The requests with their modes upper-cased, or ValueError naming what is wrong. The root
     is allowed when it is written out (`/`); an empty path is refused."""
-    result = []
+    result: List[LockRequest] = []
     for request in locks:
         mode, path = request
-        if not isinstance(mode, str) or mode.upper() not in MODES:
-            raise ValueError(f"lock mode must be READ or WRITE, not {mode!r}")
         if not isinstance(path, str):
             raise ValueError(f"lock path must be a str, not {path!r}")
         if path == "":
             raise ValueError("lock path is empty; write '/' to lock the whole project")
-        result.append((mode.upper(), path))
+        refuse_dot_dot(path, "lock path")
+        result.append((mode_of(mode), path))
     if not result:
         raise ValueError("an operation needs at least one lock")
     return tuple(result)
+
+
+def mode_of(mode: Any) -> Mode:
+    """`"READ"` or `"WRITE"`, in any case, as the commands take it; ValueError otherwise."""
+    word = mode.upper() if isinstance(mode, str) else mode
+    if word == "READ":
+        return "READ"
+    if word == "WRITE":
+        return "WRITE"
+    raise ValueError(f"lock mode must be READ or WRITE, not {mode!r}")
 
 
 def described(locks: Sequence[LockRequest]) -> str:
@@ -306,7 +319,7 @@ def waiters_of(reply: Any) -> List[Waiter]:
     result = []
     for token, pairs, waited, left, note in reply or []:
         words = [text(word) for word in pairs]
-        locks = tuple(zip(words[0::2], words[1::2]))
+        locks = tuple((mode_of(mode), path) for mode, path in zip(words[0::2], words[1::2]))
         result.append(Waiter(text(token), locks, int(waited), int(left), note_of(note)))
     return result
 

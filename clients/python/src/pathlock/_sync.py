@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Type, Union
 
 import redis
+import redis.asyncio
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
@@ -44,7 +45,7 @@ Client = Union["redis.Redis", "RedisCluster"]
 Run = Callable[..., Any]
 
 
-class PathLocks(Operations["Lease"]):
+class PathLocks(Operations[Client, "Lease"]):
     """A Redis connection bound to one project key, with the defaults of every lease it takes.
 
     `client` is a `redis.Redis` or a `redis.RedisCluster`. `note` is the note of every lease
@@ -55,6 +56,11 @@ class PathLocks(Operations["Lease"]):
     lease's command; an acquire that blocks on the server (`wait_ms`, `replicas`) holds a
     connection of the pool of its own for as long as it blocks.
     """
+
+    _clients = (redis.Redis, RedisCluster)
+    _wants = "a redis.Redis or a redis.RedisCluster"
+    _other_clients = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
+    _instead = "use AsyncPathLocks with a redis.asyncio client"
 
     # Inspecting.
 
@@ -76,7 +82,7 @@ class PathLocks(Operations["Lease"]):
 
     def _run(self, *args: Any) -> Any:
         try:
-            return self.client.execute_command(*args)
+            return self._command(*args)
         except ResponseError as error:
             if is_wrong_type(error):
                 raise WrongType(self.key) from error
@@ -91,7 +97,12 @@ class PathLocks(Operations["Lease"]):
         if time.monotonic() - sent > options.period:
             # The grant waited on the server, and the client cannot tell when in that wait it
             # was made: a renewal proves the lease alive and dates its deadline.
-            sent = self._renew_now(token, options)
+            try:
+                sent = self._renew_now(token, options)
+            except BaseException:
+                # Granted, but the caller gets no lease to release: nobody else would.
+                self._release_token(token, options)
+                raise
         lease = Lease(self, token, fence, locks, options, sent)
         lease._schedule()
         return lease
@@ -106,30 +117,39 @@ class PathLocks(Operations["Lease"]):
         (`fresh` false) are never released that way, since that would free the lease too.
         """
         if not options.blocks:
-            return self._send_acquire(self.client.execute_command, token, locks, options, fresh)
-        # A call that blocks on the server holds its connection up: it gets one of its own, so
-        # that the renewals of other leases never queue behind it. WAIT also counts the writes
-        # of its own connection, so it must follow the ACQUIRE on that connection.
-        with self._pinned() as run:
-            sent, fence = self._send_acquire(run, token, locks, options, fresh)
-            if options.replicas == 0:
-                return sent, fence
-            try:
-                acknowledged = int(run("WAIT", options.replicas, options.replicas_timeout_ms))
-            except BaseException:
-                if fresh:
-                    self._release_token(token, options)
-                raise
-            if acknowledged < options.replicas:
-                if fresh:
-                    self._release_token(token, options)
-                raise NotReplicated(acknowledged, options.replicas)
-            return sent, fence
+            granted = self._send_acquire(
+                self._command, token, locks, options, fresh
+            )
+        else:
+            # A call that blocks on the server holds its connection up: it gets one of its own,
+            # so that the renewals of other leases never queue behind it. WAIT also counts the
+            # writes of its own connection, so it must follow the ACQUIRE on that connection.
+            with self._pinned() as run:
+                granted = self._send_acquire(run, token, locks, options, fresh)
+                if granted is not None and options.replicas > 0:
+                    self._replicated(run, token, options, fresh)
+        if granted is None:
+            # Asked once the blocking connection is closed, through the client's pool.
+            raise self._busy(token, locks)
+        return granted
+
+    def _replicated(self, run: Run, token: str, options: Options, fresh: bool) -> None:
+        """Waits for the replicas to acknowledge a grant; `NotReplicated` if too few did."""
+        try:
+            acknowledged = int(run("WAIT", options.replicas, options.replicas_timeout_ms))
+        except BaseException:
+            if fresh:
+                self._release_token(token, options)
+            raise
+        if acknowledged < options.replicas:
+            if fresh:
+                self._release_token(token, options)
+            raise NotReplicated(acknowledged, options.replicas)
 
     def _send_acquire(
         self, run: Run, token: str, locks: Sequence[LockRequest], options: Options, fresh: bool
-    ) -> Tuple[float, int]:
-        """When the attempt that was granted was sent, and the grant's fence; `Busy` if refused.
+    ) -> Optional[Tuple[float, int]]:
+        """When the attempt that was granted was sent, and the grant's fence; None if refused.
 
         After a connection error the grant may or may not have happened; sending the same token
         again is then idempotent. It is retried at least once and while the wait budget lasts.
@@ -158,12 +178,16 @@ class PathLocks(Operations["Lease"]):
                 # An earlier attempt may have been granted before its reply was lost, and a
                 # waiter that queued since refused the retry: do not leave that grant behind.
                 self._release_later(token, options)
-            try:
-                blockers = self.check(locks, token=token)
-            except CONNECTION_ERRORS:
-                blockers = []
-            raise Busy(self.key, locks, blockers)
+            return None
         return sent, fence_of(reply)
+
+    def _busy(self, token: str, locks: Sequence[LockRequest]) -> Busy:
+        """The `Busy` of a refused request, with the blockers `PATHLOCK.CHECK` reports now. When
+        they cannot be read, it says so: an empty list would claim that nothing holds them."""
+        try:
+            return Busy(self.key, locks, self.check(locks, token=token))
+        except CONNECTION_ERRORS as error:
+            return Busy(self.key, locks, [], check_error=error)
 
     def _renew_now(self, token: str, options: Options) -> float:
         sent = time.monotonic()
@@ -173,26 +197,39 @@ class PathLocks(Operations["Lease"]):
 
     def _release_token(self, token: str, options: Options) -> None:
         try:
-            self.client.execute_command("PATHLOCK.RELEASE", self.key, token)
+            self._command("PATHLOCK.RELEASE", self.key, token)
         except CONNECTION_ERRORS:
             self._release_later(token, options)
 
     def _release_later(self, token: str, options: Options) -> None:
         until = time.monotonic() + (options.wait_ms + options.ttl_ms) / 1000.0
-        _ReleaseLater(self.client.execute_command, self.key, token, until)._start()
+        _ReleaseLater(self._command, self.key, token, until)._start()
 
     @contextmanager
     def _pinned(self) -> Iterator[Run]:
-        """One connection of the pool to the key's master, held for a few commands."""
+        """A connection of its own to the key's master, outside the client's pool, held for the
+        commands of one blocking call and closed after them.
+
+        Not one of the pool's: a pool with `max_connections` would otherwise be emptied by as
+        many waits, and the renewals, which need a connection of it, would fail or queue until
+        their leases are lost. A connection of its own costs a connect per blocking call, small
+        beside a wait.
+        """
         client: Any = self.client
         if isinstance(client, RedisCluster):
             cluster: Any = client
             client = cluster.get_redis_connection(cluster.get_node_from_key(self.key))
-        pinned = client.client()
+        pool = client.connection_pool
+        connection = pool.connection_class(**pool.connection_kwargs)
+
+        def run(*args: Any) -> Any:
+            connection.send_command(*args)
+            return connection.read_response()
+
         try:
-            yield pinned.execute_command
+            yield run
         finally:
-            pinned.close()
+            connection.disconnect()
 
 
 class Lease(LeaseState):
@@ -216,7 +253,7 @@ class Lease(LeaseState):
     ) -> None:
         super().__init__(owner.key, token, fence, locks, options, sent)
         self._owner = owner
-        self._execute = owner.client.execute_command
+        self._execute = owner._command
         self._mutex = threading.Lock()
         # Set once the lease is lost or released, for `lost.wait()`. Made on first use: most
         # leases end without anyone waiting for their loss, and an Event (a Condition and its

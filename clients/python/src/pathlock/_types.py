@@ -5,10 +5,13 @@ Level 0: imports nothing of the package. `_errors` and `_requests` both build on
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple, Union
+from typing import Literal, NamedTuple, Optional, Tuple, Union
 
+#: A lock's mode. Type checkers hold requests to these two; at run time a mode in another case
+#: (`"write"`) is accepted too and sent upper-cased, as the other clients do.
+Mode = Literal["READ", "WRITE"]
 #: One lock an operation asks for: `("READ" | "WRITE", path)`.
-LockRequest = Tuple[str, str]
+LockRequest = Tuple[Mode, str]
 Key = Union[str, bytes]
 
 

@@ -7,11 +7,11 @@ and `SCAN ... TYPE path-lock`; nothing here changes the server.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 import redis
 
-from .. import Blocker, PathLocks, Waiter
+from .. import Blocker, LockRequest, PathLocks, Waiter
 from ._connection import Client, describe, primaries
 
 #: The module's type name, for `SCAN ... TYPE`.
@@ -61,7 +61,8 @@ def why(client: Client, key: str, mode: str, path: str, token: Optional[str]) ->
     an acquire without `WAIT` is refused while either is there, one with `WAIT` queues behind
     the waiters."""
     project = PathLocks(client, key)
-    blockers = project.check([(mode, path)], token=token)
+    # argparse let READ or WRITE through, upper-cased: the two modes LockRequest names.
+    blockers = project.check([cast(LockRequest, (mode, path))], token=token)
     queue = project.waiters()
     ahead = [
         waiter_dict(w, i + 1)
