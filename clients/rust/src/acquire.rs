@@ -14,7 +14,7 @@ use crate::connection::{is_transient, Conn, Links};
 use crate::error::{Error, LostReason};
 use crate::info::{integer, Blocker};
 use crate::options::{millis, Options};
-use crate::release::{release_in_background, release_now};
+use crate::release::{release_in_background, release_now, release_when_unqueued};
 use crate::request::LockRequest;
 
 /// A grant: its fence, and when the request that got it was sent (the lease's clock starts
@@ -181,12 +181,19 @@ impl Drop for Attempt {
         }
         if self.may_hold {
             // A grant is at the latest when the server's wait ends, and lives for the TTL.
-            release_in_background(
+            let expires_at = self.last_sent + self.ask.options.wait + self.ask.options.ttl;
+            let (shared, key, token) = (
                 self.shared.clone(),
                 self.ask.key.clone(),
                 self.ask.token.clone(),
-                self.last_sent + self.ask.options.wait + self.ask.options.ttl,
             );
+            if self.ask.options.wait.is_zero() {
+                release_in_background(shared, key, token, expires_at);
+            } else {
+                // A request that waits may still be queued, and granted after a RELEASE sent
+                // now: the RELEASE goes out once the server no longer lists it.
+                release_when_unqueued(shared, key, token, expires_at);
+            }
         }
     }
 }

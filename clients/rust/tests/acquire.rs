@@ -160,3 +160,71 @@ async fn a_cancelled_acquire_leaves_no_lock_behind() {
         0
     );
 }
+
+/// A waiter dropped just as the holder lets go: the server may grant the queued request before
+/// it reads the close of the waiter's connection, and the client's background RELEASE, sent on
+/// another connection, must not go out before that late grant. Repeated with random timing;
+/// each round must end with neither a lock nor a waiter left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_as_the_holder_releases_leaves_no_lock_behind() {
+    let server = Server::start();
+    let admin = server.admin().await;
+    // A long TTL: a lock left behind outlives the round's deadline rather than expiring.
+    let locks = server.locks("proj").await.ttl(ms(30_000));
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_nanos()
+        | 1;
+    let mut random = move |below: u32| {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed % below
+    };
+    let mut dropped = 0;
+    for _ in 0..200 {
+        let holder = locks.upload("/A").await.expect("granted");
+        let waiter = {
+            let locks = locks.clone();
+            tokio::spawn(async move { locks.upload("/A").wait(ms(10_000)).await })
+        };
+        let probe = admin.clone();
+        until(ms(2000), "the waiter to queue", || {
+            let mut probe = probe.clone();
+            async move { info_pathlock(&mut probe, "pathlock_clients_waiting").await == 1 }
+        })
+        .await;
+        let (release_turns, abort_turns) = (random(40), random(40));
+        let releasing = tokio::spawn(async move {
+            for _ in 0..release_turns {
+                tokio::task::yield_now().await;
+            }
+            holder.release().await.expect("released");
+        });
+        for _ in 0..abort_turns {
+            tokio::task::yield_now().await;
+        }
+        waiter.abort();
+        releasing.await.expect("release task");
+        match waiter.await {
+            Ok(granted) => granted.expect("granted").release().await.expect("released"),
+            Err(e) if e.is_cancelled() => dropped += 1,
+            Err(e) => panic!("waiter task: {e}"),
+        }
+        let probe = admin.clone();
+        until(ms(3000), "no lock and no waiter left", || {
+            let mut probe = probe.clone();
+            async move {
+                let waiters: Vec<redis::Value> = redis::cmd("PATHLOCK.WAITERS")
+                    .arg("proj")
+                    .query_async(&mut probe)
+                    .await
+                    .expect("WAITERS");
+                locks_of(&mut probe, "proj").await.is_empty() && waiters.is_empty()
+            }
+        })
+        .await;
+    }
+    eprintln!("{dropped} of 200 waiters were dropped before their grant came back");
+}
