@@ -57,6 +57,31 @@ pub async fn example(url: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The top-level README's shorter Rust example, line for line (`tests/newcomer.rs` checks that
+/// the README prints these lines, with the URL spelled out, and runs it), so rustfmt leaves it.
+#[rustfmt::skip]
+pub async fn overview(url: &str) -> Result<(), Failure> {
+    let locks = PathLocks::new(redis::Client::open(url)?, "proj:42");
+    let lease = match locks.move_into("/A/C", "/B").note("alice: move /A/C into /B").await {
+        Ok(lease) => lease,
+        Err(Error::Busy { blockers, .. }) => {
+            // Who holds it, and why (none named: free again, try again).
+            for b in &blockers {
+                let by = b.note.as_deref().unwrap_or(&b.token);
+                println!("{} is locked ({}) by {by}", b.path, b.mode);
+            }
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    tokio::select! {
+        done = move_folder("/A/C", "/B/C", lease.fence()) => done?,
+        Some(reason) = lease.lost() => return Err(format!("the move stopped: {reason}").into()),
+    }
+    lease.release().await?;
+    Ok(())
+}
+
 /// Stands in for the storage work, which would pass `fence` with each write.
 async fn move_folder(from: &str, to: &str, fence: u64) -> Result<(), Failure> {
     println!("moving {from} to {to} with fence {fence}");

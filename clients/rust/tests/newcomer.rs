@@ -36,6 +36,48 @@ async fn the_readme_example_runs() {
     bob.release().await.expect("released");
 }
 
+/// The top-level README's Rust example is `move_folder::overview`'s body, line for line (the
+/// URL spelled out), so it compiles; and it runs, free or blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_top_readme_example_compiles_and_runs() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let after = &readme[readme.find("**Rust**").expect("the Rust section")..];
+    let block = &after[after.find("```rust\n").expect("its example") + 8..];
+    let block = &block[..block.find("```").expect("the example's end")];
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/move_folder.rs"
+    ))
+    .expect("example");
+    let body = &example[example.find("pub async fn overview").expect("overview")..];
+    let body: Vec<&str> = body.lines().skip(1).map(str::trim).collect();
+    for line in block.lines().map(str::trim) {
+        let line = line.replace("\"redis://127.0.0.1/\"", "url");
+        assert!(
+            body.iter().any(|l| *l == line),
+            "README.md's Rust example line {line:?} is not in move_folder::overview"
+        );
+    }
+
+    let server = Server::start();
+    let mut admin = server.admin().await;
+    move_folder::overview(&server.url())
+        .await
+        .expect("the example runs");
+    assert!(locks_of(&mut admin, "proj:42").await.is_empty());
+    let bob = server
+        .locks("proj:42")
+        .await
+        .upload("/B/C")
+        .await
+        .expect("granted");
+    move_folder::overview(&server.url())
+        .await
+        .expect("the example stops, saying who holds /B/C");
+    bob.release().await.expect("released");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_newcomer_writes() {
     let server = Server::start();
