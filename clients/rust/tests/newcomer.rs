@@ -75,6 +75,8 @@ async fn the_top_readme_example_compiles_and_runs() {
     move_folder::overview(&server.url())
         .await
         .expect("the example stops, saying who holds /B/C");
+    // Refused, it took nothing: only Bob's upload is held.
+    assert_eq!(locks_of(&mut admin, "proj:42").await.len(), 1);
     bob.release().await.expect("released");
 }
 
