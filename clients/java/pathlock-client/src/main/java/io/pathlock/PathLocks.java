@@ -1067,10 +1067,17 @@ public final class PathLocks implements AutoCloseable {
         }
     }
 
-    /** A refusal, with the blockers {@code CHECK} reports right after it (none if that fails: the refusal stands). */
+    /**
+     * A refusal, with the blockers {@code CHECK} reports right after it. When that check fails the
+     * refusal stands, with no blockers and the check's failure as its cause: its message then says
+     * the blockers could not be read, not that nothing holds the paths.
+     */
     private CompletableFuture<Grant> busy(List<LockRequest> requests, String token) {
         return checkAsync(requests, token).handle((blockers, error) -> {
-            throw new Busy(key, requests, error == null ? blockers : List.of());
+            if (error != null) {
+                throw new Busy(key, requests, List.of(), Futures.unwrap(error));
+            }
+            throw new Busy(key, requests, blockers);
         });
     }
 

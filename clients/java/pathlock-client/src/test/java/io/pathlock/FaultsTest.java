@@ -120,6 +120,32 @@ class FaultsTest {
     }
 
     @Test
+    void aRefusalWhoseCheckFailsSaysTheBlockersCouldNotBeRead() {
+        // A user that may acquire but not check: the refusal's CHECK fails with NOPERM, every time.
+        String key = project();
+        server.command("ACL", "SETUSER", "nocheck", "reset", "on", ">pw", "~*", "+@all", "-pathlock.check");
+        try (Lease held = direct.project(key).move("/A/C", "/B")) {
+            PathLocks locks = server.connect(RedisURI.builder().withHost("127.0.0.1").withPort(server.port)
+                    .withAuthentication("nocheck", "pw").build()).project(key);
+            Busy busy = assertThrows(Busy.class, () -> locks.upload("/A/C/x"));
+            assertEquals(List.of(), busy.blockers());
+            ServerException checkError = assertInstanceOf(ServerException.class, busy.checkError().orElseThrow());
+            assertTrue(checkError.reply().startsWith("NOPERM"), checkError.reply());
+            assertEquals(checkError, busy.getCause());
+            // Never "nothing holds these paths": the client does not know who does.
+            assertEquals("busy: WRITE /A/C/x in \"" + key + "\": the locks in the way could not be read (ServerException: "
+                    + checkError.getMessage() + "); try again", busy.getMessage());
+            // A user that may check gets the blockers, and no check error.
+            Busy named = assertThrows(Busy.class, () -> direct.project(key).upload("/A/C/x"));
+            assertEquals(List.of("/A/C " + held.token()), named.blockers().stream().map(b -> b.path() + " " + b.token()).toList());
+            assertTrue(named.checkError().isEmpty());
+            assertEquals(null, named.getCause());
+        } finally {
+            server.command("ACL", "DELUSER", "nocheck");
+        }
+    }
+
+    @Test
     void throwsTheConnectionErrorWhenNoReplyComesInTimeAndFreesAGrantMadeMeanwhile() throws IOException {
         String key = project();
         PathLocks locks = proxied(Duration.ofSeconds(1)).project(key).ttl(Duration.ofSeconds(30));

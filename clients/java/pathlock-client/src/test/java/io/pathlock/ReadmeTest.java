@@ -3,6 +3,7 @@ package io.pathlock;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.lettuce.core.RedisURI;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -46,7 +47,9 @@ class ReadmeTest {
                 write(step, lease.fence());
             }
         } catch (Busy busy) {
-            if (busy.blockers().isEmpty()) {
+            if (busy.checkError().isPresent()) {
+                printed.add("/A/C is busy: try again");
+            } else if (busy.blockers().isEmpty()) {
                 printed.add("/A/C is free again: try again");
             }
             for (HeldLock b : busy.blockers()) {
@@ -81,6 +84,17 @@ class ReadmeTest {
             assertEquals(List.of("/A/C is free again: try again"), printed.subList(1, printed.size()));
             unrelated.release();
             Support.within(waiter, 3000).release();
+        }
+        // Refused, and who holds the paths could not be read (a user that may not CHECK): the
+        // example says the path is busy, not that it is free again.
+        server.command("ACL", "SETUSER", "readme-nocheck", "reset", "on", ">pw", "~*", "+@all", "-pathlock.check");
+        try (Lease other = locks.delete("/A")) {
+            PathLocks unchecked = server.connect(RedisURI.builder().withHost("127.0.0.1").withPort(server.port)
+                    .withAuthentication("readme-nocheck", "pw").build()).project(other.key());
+            example(unchecked);
+            assertEquals(List.of("/A/C is busy: try again"), printed.subList(2, printed.size()));
+        } finally {
+            server.command("ACL", "DELUSER", "readme-nocheck");
         }
     }
 

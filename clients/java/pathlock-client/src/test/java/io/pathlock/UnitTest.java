@@ -2,6 +2,7 @@ package io.pathlock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -120,6 +121,13 @@ class UnitTest {
         assertEquals("busy: READ /x in \"a\\\"b\\x0a\": nothing holds these paths now: the holders let go in between, "
                 + "or an earlier waiting request goes first; try again",
                 new Busy("a\"b\n", List.of(LockRequest.read("/x")), List.of()).getMessage());
+        // The blockers could not be read: the message says so, naming the check's failure.
+        ConnectionException lost = new ConnectionException("the server could not be reached (gone); the command's fate is unknown");
+        Busy unread = new Busy("proj:1", List.of(LockRequest.write("/B")), List.of(), lost);
+        assertEquals("busy: WRITE /B in \"proj:1\": the locks in the way could not be read (ConnectionException: the server "
+                + "could not be reached (gone); the command's fate is unknown); try again", unread.getMessage());
+        assertEquals(java.util.Optional.of(lost), unread.checkError());
+        assertSame(lost, unread.getCause());
         WrongType wrong = new WrongType("a\nb", "WRONGTYPE x");
         assertEquals("key \"a\\x0ab\" is not a pathlock project: it holds another type of value (check the key name)",
                 wrong.getMessage());

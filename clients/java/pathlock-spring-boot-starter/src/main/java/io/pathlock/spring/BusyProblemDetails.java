@@ -31,8 +31,10 @@ import org.springframework.web.bind.annotation.ExceptionHandler;
  *
  * When nothing holds the paths any more (the holders let go between the refusal and the client's
  * {@code CHECK}, or only an earlier waiting request was in the way), {@code blockers} is empty, the
- * detail says to try again, and {@code Retry-After: 1} says when. Blockers' tokens are left out:
- * a token lets whoever has it release or renew the owner's locks.
+ * detail says to try again, and {@code Retry-After: 1} says when. When the blockers could not be
+ * read ({@link Busy#checkError()}), {@code blockers} is empty too, with {@code Retry-After: 1} and a
+ * detail that says so, never that nothing holds the paths. Blockers' tokens are left out: a token
+ * lets whoever has it release or renew the owner's locks.
  *
  * <p>Its order is 0, ahead of an application's advice without one (which would otherwise take a
  * {@code Busy} for any other exception); {@code pathlock.mvc.problemdetails.enabled=false} leaves
@@ -74,7 +76,11 @@ public class BusyProblemDetails {
      */
     public static ProblemDetail problem(Busy busy) {
         String wanted = busy.requests().stream().map(LockRequest::path).distinct().collect(Collectors.joining(", "));
-        String detail = busy.blockers().isEmpty()
+        // A failed CHECK is not named to the HTTP client (its text may name the application's ACL
+        // user or server); the Busy's own message, with it, is for the application's log.
+        String detail = busy.blockers().isEmpty() && busy.checkError().isPresent()
+                ? "the locks in the way of " + wanted + " could not be read; try again"
+                : busy.blockers().isEmpty()
                 ? "nothing holds " + wanted + " now: the holders let go in between, or an earlier waiting request "
                         + "goes first; try again"
                 : busy.blockers().get(0).path() + " is locked: " + busy.blockers().stream()

@@ -4,8 +4,9 @@ import org.springframework.context.SmartLifecycle;
 import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactory;
 
 /**
- * Closes connections the starter opened on the connection factory's Lettuce client (the handle's,
- * the health check's) when the application context stops, while that client is still alive.
+ * Closes pathlock's connections on the connection factory's Lettuce client (every {@code
+ * PathLocks} bean's, the application's own among them, and the health check's) when the
+ * application context stops, while that client is still alive.
  *
  * <p>Spring Data Redis's {@link LettuceConnectionFactory} is a {@link SmartLifecycle} whose {@code
  * stop()} shuts its client down, and lifecycle beans stop before any bean is destroyed: a destroy
@@ -25,7 +26,7 @@ final class ClosingLifecycle implements SmartLifecycle {
     /**
      * Closes {@code resource} when the context stops, before {@code factory} stops.
      *
-     * @param resource what the starter opened on the factory's client
+     * @param resource what was opened on the factory's client
      * @param factory  the factory whose client it is
      */
     ClosingLifecycle(AutoCloseable resource, LettuceConnectionFactory factory) {

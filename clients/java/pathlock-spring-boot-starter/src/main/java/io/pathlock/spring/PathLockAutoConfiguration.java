@@ -8,8 +8,10 @@ import io.pathlock.PathLocks;
 import java.util.List;
 import java.util.function.Function;
 import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.beans.factory.config.ConfigurableListableBeanFactory;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
@@ -35,7 +37,9 @@ import org.springframework.data.redis.connection.lettuce.LettuceConnectionFactor
  * the Spring MVC problem details then go with; the {@code pathlock.*} defaults and the meters
  * reach that handle only as the application applies them ({@link
  * PathLockProperties#applyTo(PathLocks)}, {@code PathLocks.builder(client).observer(meters)}).
- * {@code pathlock.enabled=false} turns the starter off.
+ * Every {@code PathLocks} bean, the application's own too, is closed when the context stops,
+ * before a Lettuce connection factory shuts its client down. {@code pathlock.enabled=false} turns
+ * the starter off.
  */
 @AutoConfiguration(afterName = {
         // Spring Boot 4's, then Spring Boot 3's, auto-configuration of the connection factory.
@@ -53,9 +57,8 @@ public class PathLockAutoConfiguration {
     }
 
     /**
-     * The starter's own handle, unless the application has one, and what closes it in time.
-     * Member classes are read before the beans of the class that holds them, so the template below
-     * finds this handle.
+     * The starter's own handle, unless the application has one. Member classes are read before the
+     * beans of the class that holds them, so the template and the lifecycle below find this handle.
      */
     @Configuration(proxyBeanMethods = false)
     @ConditionalOnMissingBean(PathLocks.class)
@@ -65,8 +68,8 @@ public class PathLockAutoConfiguration {
          * The handle on the connection factory's Lettuce client, with the {@code pathlock.*}
          * defaults, reporting to every {@link PathLockObserver} bean (the Micrometer meters among
          * them). Its connections close when the application context stops, before the factory
-         * shuts its client down ({@link #pathLocksLifecycle}); the destroy method is for a context
-         * that never started.
+         * shuts its client down ({@link PathLockAutoConfiguration#pathLocksLifecycle}); the destroy
+         * method is for a context that never started.
          *
          * @param factory    the application's connection factory
          * @param properties the {@code pathlock.*} properties
@@ -91,19 +94,58 @@ public class PathLockAutoConfiguration {
                     builder::maxWaitingConnections).observer(observer).build(properties.getKeyPrefix() + BASE_KEY);
             return configure(locks, properties);
         }
+    }
 
-        /**
-         * Closes the handle when the context stops, in a phase above the factory's. Leases still
-         * held then are not released behind the work that holds them: they stop renewing and lapse
-         * at their TTL, each reported lost at its deadline (see {@link PathLocks#close()}).
-         *
-         * @param pathLocks the starter's handle
-         * @param factory   the application's connection factory
-         * @return the lifecycle
-         */
-        @Bean
-        ClosingLifecycle pathLocksLifecycle(PathLocks pathLocks, LettuceConnectionFactory factory) {
-            return new ClosingLifecycle(pathLocks, factory);
+    /**
+     * Closes every {@link PathLocks} bean when the context stops, in a phase above the factory's:
+     * the starter's handle, and an application's own, which its destroy method would close only
+     * after the factory had shut its client down (Lettuce then warned "Connection is already
+     * closed" for each connection). Leases still held then are not released behind the work that
+     * holds them: they stop renewing and lapse at their TTL, each reported lost at its deadline
+     * (see {@link PathLocks#close()}).
+     *
+     * @param beans   the context's beans, asked for its handles when it stops
+     * @param factory the application's connection factory
+     * @return the lifecycle
+     */
+    @Bean
+    @ConditionalOnBean(PathLocks.class)
+    @ConditionalOnSingleCandidate(LettuceConnectionFactory.class)
+    ClosingLifecycle pathLocksLifecycle(ConfigurableListableBeanFactory beans, LettuceConnectionFactory factory) {
+        return new ClosingLifecycle(new Handles(beans), factory);
+    }
+
+    /**
+     * The context's {@link PathLocks} singletons that exist when it stops, closed together. A bean
+     * not made by then (a lazy one never asked for) is left alone rather than made only to be
+     * closed; closing a handle twice, or one derived from another, does nothing more.
+     */
+    record Handles(ConfigurableListableBeanFactory beans) implements AutoCloseable {
+        @Override
+        public void close() {
+            RuntimeException failed = null;
+            for (String name : beans.getBeanNamesForType(PathLocks.class, false, false)) {
+                if (beans.containsSingleton(name) && beans.getSingleton(name) instanceof PathLocks locks) {
+                    // Each handle is closed even if another's close failed: their connections are separate.
+                    try {
+                        locks.close();
+                    } catch (RuntimeException e) {
+                        if (failed == null) {
+                            failed = e;
+                        } else {
+                            failed.addSuppressed(e);
+                        }
+                    }
+                }
+            }
+            if (failed != null) {
+                throw failed;
+            }
+        }
+
+        @Override
+        public String toString() {
+            return "the context's PathLocks beans";
         }
     }
 

@@ -11,6 +11,7 @@ import static org.springframework.test.web.servlet.result.MockMvcResultMatchers.
 import io.pathlock.Busy;
 import io.pathlock.Lease;
 import io.pathlock.LockRequest;
+import io.pathlock.ServerException;
 import io.pathlock.TestServers;
 import java.util.List;
 import org.hamcrest.Matchers;
@@ -87,6 +88,13 @@ class BusyProblemDetailsTest {
             // As the client throws it when the holder let go between the refusal and its CHECK.
             throw new Busy(locks.key(project), List.of(LockRequest.write("/A/f")), List.of());
         }
+
+        @PostMapping("/projects/{project}/unread")
+        String unread(@PathVariable String project) {
+            // As the client throws it when its CHECK after the refusal failed.
+            throw new Busy(locks.key(project), List.of(LockRequest.write("/A/f")), List.of(),
+                    new ServerException("NOPERM User app has no permissions to run the 'pathlock.check' command"));
+        }
     }
 
     @Autowired
@@ -126,6 +134,17 @@ class BusyProblemDetailsTest {
                 .andExpect(jsonPath("$.blockers").isEmpty())
                 .andExpect(jsonPath("$.detail").value(Matchers.startsWith("nothing holds /A/f now")))
                 .andExpect(jsonPath("$.detail").value(Matchers.endsWith("try again")));
+    }
+
+    @Test
+    void busyWhoseBlockersCouldNotBeReadNeverSaysNothingHoldsThem() throws Exception {
+        mvc.perform(post("/projects/mvc/unread"))
+                .andExpect(status().isConflict())
+                .andExpect(header().string("Retry-After", "1"))
+                .andExpect(jsonPath("$.blockers").isEmpty())
+                .andExpect(jsonPath("$.detail").value("the locks in the way of /A/f could not be read; try again"))
+                // The server's error names the application's ACL user: it stays in the application's log.
+                .andExpect(content().string(Matchers.not(Matchers.containsString("NOPERM"))));
     }
 
     @Test

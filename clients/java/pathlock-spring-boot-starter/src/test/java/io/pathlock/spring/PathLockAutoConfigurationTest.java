@@ -282,7 +282,7 @@ class PathLockAutoConfigurationTest {
                 .withPropertyValues("pathlock.ttl=7s", "pathlock.note=own-app", "pathlock.key-prefix=own:",
                         "pathlock.max-waiting-connections=2")
                 .run(context -> {
-                    assertThat(context).hasSingleBean(PathLocks.class).doesNotHaveBean("pathLocksLifecycle")
+                    assertThat(context).hasSingleBean(PathLocks.class).hasBean("pathLocksLifecycle")
                             .hasSingleBean(PathLockMeters.class).hasSingleBean(BusyProblemDetails.class);
                     PathLocks project = context.getBean(PathLockTemplate.class).project("configured");
                     assertThat(project.key()).isEqualTo("own:configured");

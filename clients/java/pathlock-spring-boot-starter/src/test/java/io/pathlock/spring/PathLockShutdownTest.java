@@ -6,6 +6,7 @@ import io.pathlock.Lease;
 import io.pathlock.LostReason;
 import io.pathlock.PathLocks;
 import io.pathlock.TestServers;
+import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
@@ -70,13 +71,31 @@ class PathLockShutdownTest {
     }
 
     @Test
-    void theApplicationsOwnHandleIsNotClosedByTheStarter() {
-        runner.withUserConfiguration(PathLockAutoConfigurationTest.OwnHandle.class).run(context -> {
-            assertThat(context).hasSingleBean(PathLocks.class).doesNotHaveBean("pathLocksLifecycle");
-            try (Lease lease = context.getBean(PathLockTemplate.class).project("own-stop").upload("/f")) {
-                assertThat(lease.locks()).hasSize(1);
-            }
-        });
+    void theApplicationsOwnHandleClosesBeforeTheFactorysClientToo(CapturedOutput output) throws Exception {
+        // A PathLocks bean of the application's (the README's way, a destroy method that closes
+        // it) on the factory's client: the starter closes it with its own, while that client lives.
+        Lease[] held = new Lease[1];
+        runner.withUserConfiguration(PathLockAutoConfigurationTest.OwnHandle.class)
+                .withPropertyValues("spring.data.redis.client-name=own-stopping").run(context -> {
+                    assertThat(context).hasSingleBean(PathLocks.class).hasBean("ownLocks");
+                    LettuceConnectionFactory factory = context.getBean(LettuceConnectionFactory.class);
+                    assertThat(context.getBean("pathLocksLifecycle", ClosingLifecycle.class).getPhase())
+                            .isGreaterThan(factory.getPhase());
+                    held[0] = context.getBean(PathLockTemplate.class).project("own-stopping").ttl(Duration.ofSeconds(1))
+                            .move("/A/C", "/B");
+                    assertThat(held[0].note()).isEqualTo("own");
+                    assertThat(clients()).anyMatch(line -> line.contains("name=own-stopping"));
+                });
+        Lease lease = held[0];
+        assertThat(server.command("PATHLOCK.LOCKS", lease.key())).hasSize(2);
+        assertThat(lease.isReleased()).isFalse();
+        assertThat(lease.lost().get(3, TimeUnit.SECONDS).reason()).isEqualTo(LostReason.EXPIRED);
+        for (int i = 0; i < 100 && clients().stream().anyMatch(line -> line.contains("name=own-stopping")); i++) {
+            PathLockAutoConfigurationTest.sleep(20);
+        }
+        assertThat(clients()).noneMatch(line -> line.contains("name=own-stopping"));
+        assertThat(output).doesNotContain("Connection is already closed");
+        lease.close();
     }
 
     @Test
