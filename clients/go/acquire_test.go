@@ -470,7 +470,8 @@ func TestAWaitingAcquireOnAClosedClientFails(t *testing.T) {
 	})
 
 	// What the README says of a lease held when the client is closed: it cannot release its
-	// locks (Release answers the error), and unreleased it is lost when its deadline passes.
+	// locks (Release answers the error), and unreleased it is lost (at its next renewal; see
+	// TestALeaseOnAClosedClientIsLostAtItsNextRenewal).
 	t.Run("a lease held", func(t *testing.T) {
 		t.Parallel()
 		key := testKey(t)

@@ -86,7 +86,8 @@ const (
 	// released with its token, or the key was deleted.
 	Gone LostReason = iota + 1
 	// Expired: no renewal succeeded before its deadline, counted on the client's own clock (the
-	// server was paused, stopped or out of reach).
+	// server was paused, stopped or out of reach), or none can: a renewal answered
+	// redis.ErrClosed, since the application closed its client, and the loss is reported then.
 	Expired
 	// Replaced: the key now holds another type of value, and the locks went with the old one.
 	Replaced
