@@ -4,7 +4,8 @@
 #
 #   scripts/deps.sh build   libclang (redis-module's bindings are generated with bindgen)
 #   scripts/deps.sh run     redis-server 7.0 or newer (module configs need 7.0)
-#   scripts/deps.sh test    redis-server, redis-cli, python3 -m venv (redis-py and pytest go in it)
+#   scripts/deps.sh test    redis-server, redis-cli, python3 -m venv (redis-py and pytest go in it),
+#                           openssl (the certificates of the pathlock command's TLS test)
 #   scripts/deps.sh bench   redis-server, redis-benchmark, matplotlib for the chart
 #   scripts/deps.sh fuzz    cargo-fuzz and a nightly toolchain (for `make fuzz` only)
 #   scripts/deps.sh miri    a nightly toolchain with Miri and its sysroot (for `make miri` only)
@@ -377,6 +378,11 @@ need_venv() {
     python3 -c 'import ensurepip, venv' 2>/dev/null || apt_install python3-venv
 }
 
+# tests/test_cli.py makes a CA and certificates with openssl for a server that listens with TLS.
+need_openssl() {
+    command -v openssl >/dev/null 2>&1 || apt_install openssl
+}
+
 # `make dist` packs the module with Debian's own tools and checks the package with lintian.
 need_dist() {
     local missing=()
@@ -392,7 +398,7 @@ for what in "$@"; do
     case "$what" in
     build) need_libclang ;;
     run) need_libclang; need_redis ;;
-    test) need_libclang; need_redis; need_venv ;;
+    test) need_libclang; need_redis; need_venv; need_openssl ;;
     bench) need_libclang; need_redis; need_python_module matplotlib matplotlib "the benchmark chart" ;;
     fuzz) need_fuzz ;;
     miri) need_miri ;;

@@ -151,11 +151,7 @@ func (g *grantAttempt) run(ctx context.Context) (granted, error) {
 				g.queue = true
 				continue
 			}
-			blockers, berr := g.l.blockers(ctx, g.a.token, g.a.requests)
-			if berr != nil {
-				return granted{}, berr
-			}
-			return granted{}, &BusyError{Key: g.l.key, Requests: g.a.requests, Blockers: blockers}
+			return granted{}, g.l.busy(ctx, g.a.token, g.a.requests)
 		}
 		if to, isAsk, ok := redirection(err); ok && g.pin != nil && redirects < maxRedirects {
 			// Only a blocking call's pinned connection sees these (go-redis follows them for Do):
@@ -301,14 +297,22 @@ func (g *grantAttempt) recoverEarlierGrant(ctx context.Context) (int64, bool) {
 	return held[0].Fence, true
 }
 
-// blockers are the live locks that refused a request, as PATHLOCK.CHECK reports them (none
-// when the server cannot be asked).
-func (l *Locks) blockers(ctx context.Context, token string, requests []Request) ([]HeldLock, error) {
-	held, err := l.check(ctx, requests, token)
-	if err != nil && transient(err) {
-		return nil, nil
+// busy is the error of a refused request: a [*BusyError] with the live locks that refused it,
+// as PATHLOCK.CHECK reports them. When the CHECK fails, the BusyError says so (CheckErr), since
+// no blockers would read as "nothing holds these paths"; but a key now of another type is a
+// [*WrongTypeError], and the end of the caller's context is that context's cause, as for any
+// other call.
+func (l *Locks) busy(ctx context.Context, token string, requests []Request) error {
+	blockers, err := l.check(ctx, requests, token)
+	switch {
+	case err == nil:
+		return &BusyError{Key: l.key, Requests: requests, Blockers: blockers}
+	case errors.As(err, new(*WrongTypeError)):
+		return err
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return context.Cause(ctx)
 	}
-	return held, err
+	return &BusyError{Key: l.key, Requests: requests, CheckErr: err}
 }
 
 func acquireArgs(key string, a ask, wait time.Duration) []any {

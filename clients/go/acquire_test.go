@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -468,7 +470,8 @@ func TestAWaitingAcquireOnAClosedClientFails(t *testing.T) {
 	})
 
 	// What the README says of a lease held when the client is closed: it cannot release its
-	// locks (Release answers the error), and unreleased it is lost when its deadline passes.
+	// locks (Release answers the error), and unreleased it is lost (at its next renewal; see
+	// TestALeaseOnAClosedClientIsLostAtItsNextRenewal).
 	t.Run("a lease held", func(t *testing.T) {
 		t.Parallel()
 		key := testKey(t)
@@ -511,4 +514,52 @@ func TestAWaitingAcquireOnAClosedClientFails(t *testing.T) {
 			t.Fatalf("left %v", got)
 		}
 	})
+}
+
+// When the PATHLOCK.CHECK that is to name the blockers of a refusal fails, the BusyError says
+// that they could not be read, never that nothing holds the paths: here the CHECK is refused
+// with NOPERM to an ACL user that may do anything but CHECK. The check's error is CheckErr,
+// which errors.As finds through Unwrap, while errors.Is(err, ErrBusy) still holds.
+func TestABusyWhoseCheckFailedSaysTheBlockersCouldNotBeRead(t *testing.T) {
+	t.Parallel()
+	var settings contractSettings
+	if err := decodeJSON(filepath.Join(contractDir, "contract.json"), &settings); err != nil || settings.Messages["busy_unread"] == "" {
+		t.Fatalf("the contract's busy_unread message: %v", err)
+	}
+	admin := sharedClient(t)
+	key := testKey(t)
+	user := "nocheck-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := admin.Do(bg, "ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all", "-pathlock.check").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(bg, "ACL", "DELUSER", user).Err() })
+	holder, err := mustNew(t, admin, key).Upload(bg, "/F/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(bg)
+	c := redis.NewClient(&redis.Options{Addr: sharedServer(t).addr(), Username: user, Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	locks := mustNew(t, c, key)
+	// Refused at once, and after a wait on the blocking pool.
+	for _, wait := range []time.Duration{0, 50 * time.Millisecond} {
+		lease, err := locks.Upload(bg, "/F/x", WithWait(wait))
+		var busy *BusyError
+		if lease != nil || !errors.As(err, &busy) || !errors.Is(err, ErrBusy) {
+			t.Fatalf("wait %v: want a *BusyError, got %v, %v", wait, lease, err)
+		}
+		var rerr redis.Error
+		if !errors.As(err, &rerr) || !strings.HasPrefix(rerr.Error(), "NOPERM") || busy.CheckErr == nil || len(busy.Blockers) != 0 {
+			t.Fatalf("wait %v: want the CHECK's NOPERM inside, got %#v", wait, busy)
+		}
+		want := strings.NewReplacer("{locks}", "WRITE /F/x", "{key}", key, "{check_error}", busy.CheckErr.Error()).
+			Replace(settings.Messages["busy_unread"])
+		if err.Error() != want || strings.Contains(err.Error(), "nothing holds") {
+			t.Fatalf("wait %v: message %q, want %q", wait, err, want)
+		}
+	}
+	// The same user's CHECK refused is the error of Check itself, not a Busy.
+	if _, err := locks.Check(bg, []Request{{Write, "/F/x"}}, ""); errors.Is(err, ErrBusy) || err == nil {
+		t.Fatalf("Check: %v", err)
+	}
 }

@@ -34,12 +34,18 @@ var (
 
 // BusyError is returned when an operation's locks are busy. Blockers are the live locks in the
 // way, as PATHLOCK.CHECK saw them just after the refusal, with their notes. They are empty when
-// only an earlier waiting request was in the way, or the holders let go in between (or the
-// server could not be asked): the message then says so, and trying again may succeed.
+// only an earlier waiting request was in the way, or the holders let go in between: the message
+// then says so, and trying again may succeed. They are empty too when the CHECK itself failed:
+// then CheckErr is its error and the message says that the locks in the way could not be read.
 type BusyError struct {
 	Key      string
 	Requests []Request
 	Blockers []HeldLock
+	// CheckErr is the error of the PATHLOCK.CHECK that was to name the blockers (a connection
+	// error, a NOPERM of an ACL user without +pathlock.check, a closed client), nil when it
+	// answered. Unwrap returns it, so that errors.Is and errors.As find it (redis.ErrClosed, a
+	// redis.Error) while errors.Is(err, ErrBusy) still holds: the acquire was refused either way.
+	CheckErr error
 }
 
 // Error is the contract's text (clients/contract/contract.json), the same in every client:
@@ -51,6 +57,10 @@ func (e *BusyError) Error() string {
 		wanted[i] = r.String()
 	}
 	head := "busy: " + strings.Join(wanted, ", ") + " in \"" + escapeKey(e.Key) + "\": "
+	if len(e.Blockers) == 0 && e.CheckErr != nil {
+		// Never "nothing holds these paths": the client does not know who does.
+		return head + "the locks in the way could not be read (" + e.CheckErr.Error() + "); try again"
+	}
 	if len(e.Blockers) == 0 {
 		return head + "nothing holds these paths now: the holders let go in between, or an " +
 			"earlier waiting request goes first; try again"
@@ -65,6 +75,9 @@ func (e *BusyError) Error() string {
 // Is makes errors.Is(err, ErrBusy) true.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
+// Unwrap answers CheckErr: nil when the blockers could be read.
+func (e *BusyError) Unwrap() error { return e.CheckErr }
+
 // LostReason tells why a lease was lost.
 type LostReason int
 
@@ -73,7 +86,8 @@ const (
 	// released with its token, or the key was deleted.
 	Gone LostReason = iota + 1
 	// Expired: no renewal succeeded before its deadline, counted on the client's own clock (the
-	// server was paused, stopped or out of reach).
+	// server was paused, stopped or out of reach), or none can: a renewal answered
+	// redis.ErrClosed, since the application closed its client, and the loss is reported then.
 	Expired
 	// Replaced: the key now holds another type of value, and the locks went with the old one.
 	Replaced

@@ -2,9 +2,12 @@ package pathlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 type status int
@@ -285,6 +288,11 @@ func (l *Lease) renew() {
 		reason = Gone
 	case wrongType(err):
 		reason = Replaced
+	case errors.Is(err, redis.ErrClosed):
+		// The application closed its client: no renewal can succeed before the deadline, nor
+		// ever, so the loss is reported now (as expired) rather than after retries that cannot
+		// succeed.
+		reason = Expired
 	default:
 		// A connection error, a server briefly unable to serve: the lease is not lost while
 		// its deadline is ahead.

@@ -245,3 +245,27 @@ func TestALeaseIsReleasedWhenItsContextEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A lease held when the application closes its client is lost at its next renewal, which
+// answers redis.ErrClosed: a closed client never comes back, so the watchdog does not retry
+// until the deadline. Its context ends with the *LeaseLostError as its cause.
+func TestALeaseOnAClosedClientIsLostAtItsNextRenewal(t *testing.T) {
+	t.Parallel()
+	const ttl = 3 * time.Second
+	c := sharedServer(t).client()
+	lease, err := mustNew(t, c, testKey(t), WithTTL(ttl)).Upload(bg, "/A/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := time.Now()
+	_ = c.Close()
+	// The first renewal goes out a third of the TTL after the grant.
+	took := lostWithin(t, lease, closed, ttl/3+slack)
+	var lost *LeaseLostError
+	if !errors.As(context.Cause(lease.Context()), &lost) || lost.Reason != Expired || lease.Err() != lost {
+		t.Fatalf("after %v: cause %v, Err %v", took, context.Cause(lease.Context()), lease.Err())
+	}
+	if err := lease.Release(bg); err != nil {
+		t.Fatalf("Release of a lost lease: %v", err)
+	}
+}

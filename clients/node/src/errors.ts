@@ -7,17 +7,24 @@ import type { Blocker, LockRequest } from "./types";
  * one (the server serves waiters first come, first served). `blockers` are the live locks that
  * `PATHLOCK.CHECK` reported right after the refusal, with their notes. It is empty when nothing
  * holds the paths any more (the holders let go in between, or only an earlier waiting request was
- * in the way): the message then says so, and trying again is the answer.
+ * in the way): the message then says so, and trying again is the answer. It is also empty when
+ * the `CHECK` itself failed (a connection error, a `NOPERM`): then `checkError` is that error (also
+ * the error's `cause`; both undefined otherwise), and the message says the blockers could not be
+ * read, never that nothing holds them.
  */
 export class BusyError extends Error {
   override readonly name = "BusyError";
+  /** The error of the `PATHLOCK.CHECK` that was to name the blockers; undefined when it answered. */
+  readonly checkError: Error | undefined;
 
   constructor(
     readonly key: string,
     readonly locks: LockRequest[],
     readonly blockers: Blocker[],
+    checkError?: Error,
   ) {
-    super(busyMessage(key, locks, blockers));
+    super(busyMessage(key, locks, blockers, checkError), checkError === undefined ? undefined : { cause: checkError });
+    this.checkError = checkError;
   }
 }
 
@@ -41,8 +48,12 @@ export function quoted(key: string): string {
 }
 
 // The texts are the contract's (clients/contract/contract.json), the same in every client.
-function busyMessage(key: string, locks: LockRequest[], blockers: Blocker[]): string {
+function busyMessage(key: string, locks: LockRequest[], blockers: Blocker[], checkError?: Error): string {
   const wanted = locks.map((l) => `${l.mode} ${l.path}`).join(", ");
+  if (blockers.length === 0 && checkError !== undefined) {
+    // Never "nothing holds these paths": the client does not know who does.
+    return `busy: ${wanted} in ${quoted(key)}: the locks in the way could not be read (${checkError.name}: ${checkError.message}); try again`;
+  }
   if (blockers.length === 0) {
     return `busy: ${wanted} in ${quoted(key)}: nothing holds these paths now: the holders let go in between, or an earlier waiting request goes first; try again`;
   }

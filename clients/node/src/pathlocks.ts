@@ -366,16 +366,26 @@ export class PathLocks implements AsyncDisposable {
         // queued since can make the retry fail. Do not leave that grant behind.
         this.releaseLater(token, ttlMs);
       }
-      const blockers = await this.check(locks, { token }).catch((error: unknown) => {
-        if (isReplyError(error) || error instanceof WrongTypeError) {
-          throw error;
-        }
-        return [];
-      });
-      throw new BusyError(this.key, locks, blockers);
+      throw await this.busy(locks, token);
     }
     const [, fence] = reply as [string, number | string];
     return { fence: Number(fence), sentAt };
+  }
+
+  /**
+   * The `BusyError` of a refused request, with the blockers `PATHLOCK.CHECK` reports now. When
+   * the `CHECK` fails, it says so (`checkError`): an empty list would claim that nothing holds
+   * them. A key now of another type is a `WrongTypeError`, as for any other call.
+   */
+  private async busy(locks: LockRequest[], token: string): Promise<Error> {
+    try {
+      return new BusyError(this.key, locks, await this.check(locks, { token }));
+    } catch (error) {
+      if (error instanceof WrongTypeError) {
+        return error;
+      }
+      return new BusyError(this.key, locks, [], error instanceof Error ? error : new Error(String(error)));
+    }
   }
 
   /**

@@ -1,7 +1,9 @@
 // Connections that drop after a grant, a renewal in flight at release, and a server that stops.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import path from "node:path";
 import { after, before, describe, it } from "node:test";
-import { type Lease, LeaseLostError, PathLocks } from "../dist/index.js";
+import { BusyError, type Lease, LeaseLostError, PathLocks } from "../dist/index.js";
 import { Proxy, Server, closeClients, sleep } from "./harness";
 
 describe("faults", () => {
@@ -121,6 +123,53 @@ describe("faults", () => {
     // Someone else gets the path at once.
     const next = await locks.upload("/A");
     await next.release();
+  });
+
+  // When the PATHLOCK.CHECK that is to name the blockers fails, BusyError says that they could
+  // not be read, never that nothing holds the paths: here the CHECK is refused with NOPERM to an
+  // ACL user that may do anything but CHECK.
+  it("a Busy whose CHECK failed says the blockers could not be read, with the error as its cause", async () => {
+    const key = project();
+    const admin = server.client();
+    await admin.call("ACL", "SETUSER", "nocheck", "reset", "on", ">pw", "~*", "&*", "+@all", "-pathlock.check");
+    const holder = await new PathLocks(admin, key).upload("/F/x");
+    try {
+      const locks = new PathLocks(server.client({ username: "nocheck", password: "pw" }), key);
+      // Refused at once, and after a wait on a connection of the blocking pool.
+      for (const waitMs of [0, 50]) {
+        const error = await locks.upload("/F/x", { waitMs }).then(
+          () => assert.fail("granted"),
+          (e: unknown) => e,
+        );
+        assert.ok(error instanceof BusyError, String(error));
+        assert.deepEqual(error.blockers, []);
+        assert.ok(error.checkError instanceof Error && error.checkError.name === "ReplyError");
+        assert.match(error.checkError.message, /^NOPERM /);
+        assert.equal(error.cause, error.checkError);
+        const template: string = JSON.parse(readFileSync(path.resolve(__dirname, "../../contract/contract.json"), "utf8"))
+          .messages.busy_unread;
+        assert.equal(
+          error.message,
+          template
+            .replace("{locks}", "WRITE /F/x")
+            .replace("{key}", key)
+            .replace("{check_error}", `ReplyError: ${error.checkError.message}`),
+        );
+      }
+      // A Busy whose CHECK answered has neither.
+      const named = await new PathLocks(admin, key).upload("/F/x").then(
+        () => assert.fail("granted"),
+        (e: unknown) => e,
+      );
+      assert.ok(named instanceof BusyError && named.checkError === undefined && !("cause" in named));
+      assert.deepEqual(
+        named.blockers.map((b) => b.token),
+        [holder.token],
+      );
+    } finally {
+      await holder.release();
+      await admin.call("ACL", "DELUSER", "nocheck");
+    }
   });
 });
 

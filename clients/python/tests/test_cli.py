@@ -21,9 +21,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from servers import REPO, Server, cluster, wait_until
+from servers import REPO, Server, cluster, free_port, wait_until
 
-from pathlock.cli import main
+from pathlock.cli import EXIT_NOT_GRANTED, main
 
 # The README's example: its tokens given explicitly, so that only times and fences vary.
 ALICE = "0b5d3f62-3c5e-4c1e-9d1f-2f6c1a0e8b7a"
@@ -170,7 +170,7 @@ def test_why_names_the_blocker_and_the_queue(client: "redis.Redis", server: Serv
     )
     wait_until(lambda: client.execute_command("PATHLOCK.WAITERS", "proj:42"), what="bob to queue")
     code, out = run("why", "proj:42", "write", "/A/C/D/new.txt", port=server.port)
-    assert code == 0
+    assert code == EXIT_NOT_GRANTED
     lines = out.splitlines()
     assert lines[0] == "WRITE /A/C/D/new.txt on proj:42 would not be granted now"
     assert lines[1] == "held in its way:"
@@ -475,3 +475,103 @@ def test_why_counts_a_waiter_that_no_lock_explains(client: "redis.Redis", server
     client.execute_command("PATHLOCK.RELEASE", "q", "reader")
     assert blocked.read_response()[0] == b"writer"
     blocked.disconnect()
+
+
+def test_why_exits_3_when_the_request_would_not_be_granted(
+    client: "redis.Redis", server: Server
+) -> None:
+    """A shell script tests `pathlock why` by its exit status: 0 granted now, 3 not (with
+    `--json` too); 1 stays for an error (a key of another type, tested above)."""
+    client.execute_command("PATHLOCK.ACQUIRE", "q", "TOKEN", "t", "TTL", 60000, "WRITE", "/A")
+
+    def status(*args: str) -> int:
+        command = [str(SCRIPT), "why", "q", *args, "-p", str(server.port)]
+        return subprocess.run(command, capture_output=True, timeout=60, check=False).returncode
+
+    assert EXIT_NOT_GRANTED == 3
+    assert status("READ", "/A/x") == 3
+    assert status("READ", "/A/x", "--json") == 3
+    assert status("READ", "/B") == 0
+    assert status("READ", "/A/x", "--token", "t") == 0  # the owner's own lock is not in its way
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tuple[Server, int, Path]]:
+    """A server that also listens with TLS and asks clients for a certificate, with a CA of the
+    test's own (made with openssl) that signed its certificate and a client's; the CA, the
+    certificates and their keys in the folder it answers."""
+    certs = tmp_path_factory.mktemp("tls")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=certs, check=True, capture_output=True, timeout=60)
+
+    openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pathlock test CA",
+        "-keyout", "ca.key", "-out", "ca.crt",
+    )  # fmt: skip
+    (certs / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("server", "client"):
+        openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr",
+        )  # fmt: skip
+        openssl(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", "san.ext", "-out", f"{name}.crt",
+        )  # fmt: skip
+    # A CA directory is read by the hashed names that `openssl rehash` links.
+    (certs / "cadir").mkdir()
+    (certs / "cadir" / "ca.pem").write_bytes((certs / "ca.crt").read_bytes())
+    openssl("rehash", "cadir")
+    tls_port = free_port()
+    server = Server(
+        "--tls-port", str(tls_port), "--tls-cert-file", str(certs / "server.crt"),
+        "--tls-key-file", str(certs / "server.key"), "--tls-ca-cert-file", str(certs / "ca.crt"),
+        "--tls-auth-clients", "yes",
+    )  # fmt: skip
+    server.client().execute_command(
+        "PATHLOCK.ACQUIRE", "tls", "TOKEN", "t", "TTL", 600000, "WRITE", "/A"
+    )
+    yield server, tls_port, certs
+    server.close()
+
+
+def test_tls_options_reach_a_tls_server(
+    tls_server: Tuple[Server, int, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--tls --cacert --cert --key` (redis-cli's names) connect to a server that asks for a
+    client certificate; without the CA or the certificate the connection is refused."""
+    _, port, certs = tls_server
+    ca, cert, key = (str(certs / name) for name in ("ca.crt", "client.crt", "client.key"))
+
+    def run_tls(*args: str) -> Tuple[int, str]:
+        out = io.StringIO()
+        return main(["waiters", "tls", *args], out=out), out.getvalue()
+
+    mine = ["--cert", cert, "--key", key]
+    where = ["-p", str(port)]
+    assert run_tls("--tls", "--cacert", ca, *mine, *where) == (0, "tls: nobody waiting\n")
+    # The options go before the subcommand too; a CA directory; a rediss:// URL.
+    out = io.StringIO()
+    cadir = str(certs / "cadir")
+    assert main(["--tls", "--cacertdir", cadir, *mine, *where, "tree", "tls"], out=out) == 0
+    assert out.getvalue().startswith("tls: 1 lock held by 1 owner")
+    url = f"rediss://127.0.0.1:{port}"
+    assert run_tls("--url", url, "--cacert", ca, *mine) == (0, "tls: nobody waiting\n")
+    assert run_tls("--tls", "--insecure", *mine, *where) == (0, "tls: nobody waiting\n")
+    capsys.readouterr()
+    # Without the CA, the server's certificate is not trusted; without the client's, the
+    # server refuses the connection.
+    assert run_tls("--tls", *mine, *where)[0] == 1
+    assert "certificate verify failed" in capsys.readouterr().err
+    assert run_tls("--tls", "--cacert", ca, *where)[0] == 1
+    # A TLS setting without TLS is refused rather than ignored.
+    for args in (
+        ["--cacert", ca, *where],
+        ["--insecure", *where],
+        ["--url", f"redis://127.0.0.1:{port}", "--tls"],
+        ["--url", f"redis://127.0.0.1:{port}", "--cacert", ca],
+        ["--tls", "--cacert", ca, "--key", key, *where],
+    ):
+        assert run_tls(*args) == (2, ""), args
+        assert capsys.readouterr().err.startswith("pathlock: "), args

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import random
 import subprocess
@@ -18,9 +19,10 @@ from typing import Any, List
 import pytest
 import redis
 import redis.asyncio
+from redis.exceptions import NoPermissionError
 
 from helpers import KEY, held, run_async
-from servers import Server, wait_until
+from servers import REPO, Server, wait_until
 
 from pathlock import AsyncPathLocks, Busy, PathLocks
 
@@ -194,6 +196,48 @@ def test_busy_whose_check_failed_says_the_blockers_are_unknown(
             assert busy.__cause__ is busy.check_error
             assert "nothing holds" not in str(busy)
             assert "could not be read (ConnectionError: the check was cut off)" in str(busy)
+
+
+def test_busy_whose_check_is_refused_by_acl_says_the_blockers_are_unknown(
+    server: Server, client: redis.Redis
+) -> None:
+    """A user that may do anything but `PATHLOCK.CHECK` gets `Busy` with the `NOPERM` as its
+    `check_error`, from the sync and the asyncio client, never the `NOPERM` alone."""
+    client.execute_command(
+        "ACL", "SETUSER", "nocheck", "reset", "on", ">pw", "~*", "&*", "+@all", "-pathlock.check"
+    )
+
+    def unknown(busy: Busy) -> None:
+        assert busy.blockers == () and isinstance(busy.check_error, NoPermissionError)
+        assert busy.__cause__ is busy.check_error
+        assert str(busy) == (
+            json.loads((REPO / "clients/contract/contract.json").read_text())["messages"][
+                "busy_unread"
+            ]
+            .replace("{locks}", "WRITE /F/x")
+            .replace("{key}", KEY)
+            .replace("{check_error}", f"NoPermissionError: {busy.check_error}")
+        )
+
+    async def body(aclient: redis.asyncio.Redis) -> None:
+        for wait_ms in (0, 50):
+            with pytest.raises(Busy) as refused:
+                await AsyncPathLocks(aclient, KEY).upload("/F/x", wait_ms=wait_ms)
+            unknown(refused.value)
+
+    try:
+        with PathLocks(client, KEY).upload("/F/x"):
+            nocheck = redis.Redis(
+                host="127.0.0.1", port=server.port, username="nocheck", password="pw"
+            )
+            for wait_ms in (0, 50):
+                with pytest.raises(Busy) as refused:
+                    PathLocks(nocheck, KEY).upload("/F/x", wait_ms=wait_ms)
+                unknown(refused.value)
+            nocheck.close()
+            run_async(server.port, body, username="nocheck", password="pw")
+    finally:
+        client.execute_command("ACL", "DELUSER", "nocheck")
 
 
 # A client of the wrong kind for the handle.

@@ -51,8 +51,9 @@ class Busy(PathLockError):
     user "`/A/C` is being moved by Alice". It is empty when nothing holds them any more: the
     holders let go between the refusal and the check, or only an earlier waiting request stood
     in the way. Then the message says so, and trying again is the answer. It is also empty when
-    the check itself failed (a connection error): then `check_error` is that error (None
-    otherwise, and the error's cause too), and the message says the blockers could not be read.
+    the check itself failed (a connection error, or a `NOPERM` for an ACL user without
+    `+pathlock.check`): then `check_error` is that error (None otherwise, and the error's cause
+    too), and the message says the blockers could not be read.
     """
 
     def __init__(

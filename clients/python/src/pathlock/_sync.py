@@ -186,7 +186,11 @@ class PathLocks(Operations[Client, "Lease"]):
         they cannot be read, it says so: an empty list would claim that nothing holds them."""
         try:
             return Busy(self.key, locks, self.check(locks, token=token))
-        except CONNECTION_ERRORS as error:
+        except WrongType:
+            raise  # The key now holds another type of value: so says any later call too.
+        except (*CONNECTION_ERRORS, ResponseError) as error:
+            # A connection error, or a refusal of the CHECK alone (NOPERM for an ACL user
+            # without +pathlock.check): the acquire was refused all the same.
             return Busy(self.key, locks, [], check_error=error)
 
     def _renew_now(self, token: str, options: Options) -> float:

@@ -6,9 +6,14 @@
     pathlock top                       the busiest projects of a server or cluster
 
 Each takes `--watch [SECONDS]` (redraw until Ctrl-C) and `--json`, and the connection options of
-redis-cli (`-h`, `-p`, `-a`, `--user`, `-n`, `--tls`, `-c`) or `--url`. Colour on a terminal,
-plain text when piped or when `NO_COLOR` is set. Installed with the Python client as the
-console script `pathlock`; `python -m pathlock.cli` is the same.
+redis-cli (`-h`, `-p`, `-a`, `--user`, `-n`, `--tls` with `--cacert`, `--cacertdir`, `--cert`,
+`--key`, `--insecure`, `-c`) or `--url`. Colour on a terminal, plain text when piped or when
+`NO_COLOR` is set. Installed with the Python client as the console script `pathlock`;
+`python -m pathlock.cli` is the same.
+
+Exit status: 0, 1 when the server could not be asked (or answered an error), 2 for a usage
+error, and 3 when `why` (without `--watch`) finds the request would not be granted now, so that
+a script can test it: `if pathlock why proj:42 WRITE /A; then ...`.
 """
 
 from __future__ import annotations
@@ -24,12 +29,22 @@ import redis
 
 from .. import WrongType
 from . import _draw, _views
-from ._connection import Client, add_options, connect
+from ._connection import Client, add_options, connect, tls_problem
 
 #: Longest `--watch` interval, and the shortest, in seconds.
 WATCH_RANGE = (0.1, 3600.0)
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+#: `why`'s status when the request would not be granted now; distinct from EXIT_ERROR, so that a
+#: script tells "busy" from "could not ask".
+EXIT_NOT_GRANTED = 3
+
+
+EXIT_STATUS = (
+    f"exit status: {EXIT_OK}; {EXIT_ERROR} when the server could not be asked or answered an "
+    f"error; {EXIT_USAGE} for a usage error; {EXIT_NOT_GRANTED} when `why` (without --watch) "
+    "finds that the request would not be granted now"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="pathlock",
         add_help=False,
         description="Look at pathlock's locks and queues on a Redis or Valkey server or cluster.",
+        epilog=EXIT_STATUS,
     )
     main.add_argument("--help", action="help", help="show this help and exit")
     add_options(main, defaults=True)
@@ -70,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     tree.add_argument("path", nargs="?", help="only at or under this path")
 
     why = subcommand("why", "what blocks a request now, and who is queued before it")
+    why.epilog = (
+        f"exit status: {EXIT_OK} when the request would be granted now, {EXIT_NOT_GRANTED} when "
+        f"it would not (without --watch), {EXIT_ERROR} when the server could not be asked"
+    )
     why.add_argument("key", help="the project key")
     why.add_argument("mode", type=str.upper, choices=("READ", "WRITE"), help="READ or WRITE")
     why.add_argument("path", help="the path asked for")
@@ -160,17 +180,26 @@ def main(argv: Optional[List[str]] = None, out: TextIO = sys.stdout) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    problem = tls_problem(options)
+    if problem:
+        print(f"pathlock: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     paint = _draw.Paint(_colour(options.color, out), _unicode(out))
     view = _view(options)
 
-    def frame(client: Client) -> str:
-        data = view(client)
+    def render(data: Dict[str, Any]) -> str:
         return json.dumps(data) if options.json else DRAW[options.command](data, paint)
+
+    def frame(client: Client) -> str:
+        return render(view(client))
 
     try:
         client = connect(options)
         if options.watch is None:
-            print(frame(client), file=out)
+            data = view(client)
+            print(render(data), file=out)
+            if options.command == "why" and not data["free"]:
+                return EXIT_NOT_GRANTED
             return EXIT_OK
         return _watch(client, frame, options, out)
     except KeyboardInterrupt:

@@ -1,5 +1,6 @@
 """How the `pathlock` command reaches a server: the options redis-cli users know (`-h`, `-p`,
-`-a`, `--user`, `-n`, `--tls`, `-c`) or `--url`, and a cluster found by asking the server.
+`-a`, `--user`, `-n`, `--tls` with `--cacert`, `--cacertdir`, `--cert`, `--key`, `--insecure`,
+`-c`) or `--url`, and a cluster found by asking the server.
 
 A server that answers `cluster_enabled:1` in `INFO cluster` is reached through
 `redis.RedisCluster`, so `-c` is needed only to insist on it.
@@ -47,6 +48,43 @@ def add_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     group.add_argument(
         "--tls", action="store_true", default=default(False), help="connect with TLS"
     )
+    # redis-cli's names for the TLS settings; each needs --tls (or a rediss:// URL).
+    group.add_argument(
+        "--cacert",
+        dest="tls_cacert",
+        default=default(None),
+        metavar="FILE",
+        help="trust the CA certificates of this PEM file (with --tls)",
+    )
+    group.add_argument(
+        "--cacertdir",
+        dest="tls_cacertdir",
+        default=default(None),
+        metavar="DIR",
+        help="trust the CA certificates of this directory (with --tls)",
+    )
+    group.add_argument(
+        "--cert",
+        dest="tls_cert",
+        default=default(None),
+        metavar="FILE",
+        help="the client's certificate, for a server that asks for one (with --tls)",
+    )
+    # Not `key`, which is the project key of the subcommands.
+    group.add_argument(
+        "--key",
+        dest="tls_key",
+        default=default(None),
+        metavar="FILE",
+        help="the private key of --cert",
+    )
+    group.add_argument(
+        "--insecure",
+        dest="tls_insecure",
+        action="store_true",
+        default=default(False),
+        help="do not verify the server's certificate nor its host name (with --tls)",
+    )
     group.add_argument(
         "-c",
         "--cluster",
@@ -56,12 +94,58 @@ def add_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     )
 
 
+#: The TLS options (as redis-cli names them) and the redis-py connection argument each sets.
+TLS_OPTIONS = {
+    "--cacert": "ssl_ca_certs",
+    "--cacertdir": "ssl_ca_path",
+    "--cert": "ssl_certfile",
+    "--key": "ssl_keyfile",
+}
+
+
+def _tls_option(options: argparse.Namespace, name: str) -> Any:
+    """The value of a TLS option, by its name on the command line (`--key` is `tls_key`)."""
+    return getattr(options, "tls_" + name[2:])
+
+
+def _uses_tls(options: argparse.Namespace) -> bool:
+    return bool(options.tls) or (options.url or "").startswith("rediss://")
+
+
+def tls_problem(options: argparse.Namespace) -> Optional[str]:
+    """Why the TLS options cannot be used together, if they cannot: a TLS setting without TLS
+    would be ignored, and a connection the user meant to protect would go out in the clear."""
+    given = [name for name in (*TLS_OPTIONS, "--insecure") if _tls_option(options, name)]
+    if options.url and options.tls and not options.url.startswith("rediss://"):
+        return "--tls with --url needs a rediss:// URL"
+    if given and not _uses_tls(options):
+        return f"{', '.join(given)} needs --tls (or a rediss:// URL)"
+    if options.tls_key and not options.tls_cert:
+        return "--key needs --cert"
+    return None
+
+
+def _tls_kwargs(options: argparse.Namespace) -> Dict[str, Any]:
+    """redis-py's connection arguments for the TLS options given (none without TLS)."""
+    if not _uses_tls(options):
+        return {}
+    kwargs: Dict[str, Any] = {
+        argument: _tls_option(options, name)
+        for name, argument in TLS_OPTIONS.items()
+        if _tls_option(options, name)
+    }
+    if options.tls_insecure:
+        kwargs.update(ssl_cert_reqs="none", ssl_check_hostname=False)
+    return kwargs
+
+
 def connect(options: argparse.Namespace) -> Client:
-    """A client of the server or cluster the options name."""
+    """A client of the server or cluster the options name (checked by `tls_problem` first)."""
     password = options.password or os.environ.get("REDISCLI_AUTH") or None
     common: Dict[str, Any] = dict(socket_timeout=TIMEOUT_S, socket_connect_timeout=TIMEOUT_S)
+    tls = _tls_kwargs(options)
     if options.url:
-        single: redis.Redis = redis.Redis.from_url(options.url, **common)
+        single: redis.Redis = redis.Redis.from_url(options.url, **common, **tls)
     else:
         single = redis.Redis(
             host=options.host,
@@ -71,6 +155,7 @@ def connect(options: argparse.Namespace) -> Client:
             password=password,
             ssl=options.tls,
             **common,
+            **tls,
         )
     if not options.cluster and not _cluster_enabled(single):
         return single
@@ -81,8 +166,9 @@ def connect(options: argparse.Namespace) -> Client:
         port=kwargs.get("port", options.port),
         username=kwargs.get("username"),
         password=kwargs.get("password"),
-        ssl=options.tls or (options.url or "").startswith("rediss://"),
+        ssl=_uses_tls(options),
         **common,
+        **tls,
     )
 
 
