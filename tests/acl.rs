@@ -5,6 +5,10 @@
 //! hold for every command, even for a user given them all. What the server is told of each
 //! command (flags, key specs, categories beside the reference) is in `command_docs.rs`.
 
+use std::io::Write;
+use std::net::TcpStream;
+use std::thread;
+
 use crate::common::*;
 
 /// Whether the server lets modules declare ACL categories: `ACL CAT` then lists `pathlock`.
@@ -270,4 +274,79 @@ fn key_patterns_hold_for_a_user_given_every_command() {
         1,
         "alice changed nothing"
     );
+}
+
+/// What the clients need beyond the lock commands (`docs/operations.md`): the recipe user is
+/// refused `WAIT`, `CLIENT ID` and `CLIENT UNBLOCK`, and gives up a wait by closing its
+/// connection, which takes the request off the queue; the documented additions
+/// (`+wait +client|id +client|unblock`) grant exactly those three.
+#[test]
+fn the_recipe_user_gives_up_a_wait_by_closing_and_the_documented_additions_unblock() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let categories = has_categories(&mut admin);
+    assert!(take(
+        &mut admin,
+        "proj:1",
+        "holder",
+        &["TTL", "60000", "WRITE", "/A"]
+    ));
+    let mut app = user(&server, &mut admin, "app", &application_rules(categories));
+    assert_refused(
+        &mut app,
+        "NOPERM",
+        &[
+            &[b"WAIT", b"0", b"1"],
+            &[b"CLIENT", b"ID"],
+            &[b"CLIENT", b"UNBLOCK", b"1"],
+        ],
+    );
+    // A waiting acquire of the recipe user, on a connection that closes while it waits.
+    let mut waiter = TcpStream::connect(("127.0.0.1", server.port)).expect("connect");
+    for args in [
+        &["AUTH", "app", "pw"][..],
+        &[
+            "PATHLOCK.ACQUIRE",
+            "proj:1",
+            "TOKEN",
+            "w",
+            "WAIT",
+            "60000",
+            "WRITE",
+            "/A/f",
+        ],
+    ] {
+        let words: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        waiter.write_all(&resp(&words)).expect("send");
+    }
+    wait_for_waiters(&mut admin, 1);
+    drop(waiter);
+    wait_for_waiters(&mut admin, 0);
+    assert_eq!(count_entries(&mut app, &["PATHLOCK.WAITERS", "proj:1"]), 0);
+
+    // The additions: the waiting connection's id, and an unblock that answers its wait nil.
+    let mut rules = application_rules(categories);
+    rules.extend(["+wait", "+client|id", "+client|unblock"]);
+    let mut waiting = user(&server, &mut admin, "app", &rules);
+    let acked: i64 = cmd("WAIT").arg(&[0, 1]).query(&mut app).expect("WAIT");
+    assert_eq!(acked, 0, "no replicas");
+    let id: i64 = cmd("CLIENT")
+        .arg("ID")
+        .query(&mut waiting)
+        .expect("CLIENT ID");
+    let blocked = thread::spawn(move || {
+        let reply: Option<(String, i64)> = cmd("PATHLOCK.ACQUIRE")
+            .arg(&["proj:1", "WAIT", "60000", "WRITE", "/A/f"])
+            .query(&mut waiting)
+            .expect("ACQUIRE");
+        reply
+    });
+    wait_for_waiters(&mut admin, 1);
+    let unblocked: i64 = cmd("CLIENT")
+        .arg(&["UNBLOCK", &id.to_string()])
+        .query(&mut app)
+        .expect("CLIENT UNBLOCK");
+    assert_eq!(unblocked, 1);
+    assert_eq!(blocked.join().expect("waiter"), None);
+    wait_for_waiters(&mut admin, 0);
 }

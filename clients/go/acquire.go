@@ -339,6 +339,9 @@ type pinned struct {
 	// CLIENT UNBLOCK then takes a waiting request off the queue (go-redis does not interrupt a
 	// read when a context is cancelled, only when its deadline passes).
 	id int64
+	// own is set instead of id for a user who may not run CLIENT ID or CLIENT UNBLOCK: conn is
+	// then the connection of its own that a cancellation closes (unblock.go).
+	own *ownConn
 }
 
 // pin takes a connection of the blocking pool to the key's server (or addr's, after a
@@ -355,12 +358,24 @@ func (l *Locks) pin(ctx context.Context, addr string, s settings) (*pinned, erro
 		timeout += s.replicasTimeout
 	}
 	p := &pinned{pool: pool, conn: node.WithTimeout(timeout).Conn(), node: node}
-	if ctx.Done() != nil && s.wait > 0 {
-		if p.id, err = p.conn.ClientID(ctx).Result(); err != nil {
+	if ctx.Done() == nil || s.wait <= 0 {
+		return p, nil
+	}
+	if !pool.noUnblock.Load() {
+		p.id, err = p.conn.ClientID(ctx).Result()
+		if err == nil {
+			return p, nil
+		}
+		if !redis.HasErrorPrefix(err, noPermission) {
 			p.close()
 			return nil, err
 		}
+		pool.noUnblock.Store(true)
 	}
+	// The user may not unblock: the wait runs on a connection of its own (unblock.go).
+	_ = p.conn.Close()
+	p.own = dialOwn(node)
+	p.conn = p.own.client.WithTimeout(timeout).Conn()
 	return p, nil
 }
 
@@ -372,13 +387,22 @@ func (p *pinned) do(ctx context.Context, asking bool, args []any) (any, error) {
 			return nil, err
 		}
 	}
+	if p.own != nil {
+		stop := context.AfterFunc(ctx, p.own.cut)
+		defer stop()
+	}
 	if p.id != 0 {
 		unblocked := make(chan struct{})
 		stop := context.AfterFunc(ctx, func() {
 			defer close(unblocked)
 			unblock, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			_ = p.node.Do(unblock, "CLIENT", "UNBLOCK", p.id).Err()
+			err := p.node.Do(unblock, "CLIENT", "UNBLOCK", p.id).Err()
+			if redis.HasErrorPrefix(err, noPermission) {
+				// Given CLIENT ID but not CLIENT UNBLOCK: this wait runs to its end, the
+				// next ones on connections of their own.
+				p.pool.noUnblock.Store(true)
+			}
 		})
 		defer func() {
 			// An UNBLOCK on its way must land before the connection goes back to the pool,
@@ -393,6 +417,9 @@ func (p *pinned) do(ctx context.Context, asking bool, args []any) (any, error) {
 
 func (p *pinned) close() {
 	_ = p.conn.Close()
+	if p.own != nil {
+		_ = p.own.client.Close()
+	}
 	p.pool.put()
 }
 

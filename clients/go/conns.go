@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,6 +53,9 @@ type blockingPool struct {
 	// grace is added to a blocking call's own length for its read timeout: the application's
 	// read timeout, which is what it allows any command beyond its work on the server.
 	grace time.Duration
+	// noUnblock is set once the server refused CLIENT ID or CLIENT UNBLOCK to the client's
+	// user (unblock.go).
+	noUnblock atomic.Bool
 
 	// The registry's bookkeeping, under poolsMu: the application client it was made from (its
 	// key in pools), how many calls use it now, when the last one gave it back, and the timer

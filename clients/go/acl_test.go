@@ -1,0 +1,142 @@
+package pathlock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// recipeUser makes an ACL user as docs/operations.md's application recipe does (the lock
+// commands on proj:* keys, nothing else: the pathlock category where the server has module
+// categories, the commands by name on Redis 7.0), plus extra rules, and answers a client
+// logged in as that user, closed when the test ends.
+func recipeUser(t *testing.T, s *server, extra ...string) *redis.Client {
+	t.Helper()
+	admin := s.client()
+	defer admin.Close()
+	categories, err := admin.Do(bg, "ACL", "CAT").StringSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := []any{"~proj:*", "+@pathlock"}
+	if !slices.Contains(categories, "pathlock") {
+		rules = []any{"~proj:*", "+pathlock.acquire", "+pathlock.release", "+pathlock.renew",
+			"+pathlock.locks", "+pathlock.check", "+pathlock.waiters"}
+	}
+	name := strings.NewReplacer("/", "-").Replace(t.Name())
+	args := append([]any{"ACL", "SETUSER", name, "reset", "on", ">pw"}, rules...)
+	for _, rule := range extra {
+		args = append(args, rule)
+	}
+	if err := admin.Do(bg, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), Username: name, Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Under the documented recipe (no CLIENT ID, no CLIENT UNBLOCK, no WAIT), a waiting acquire
+// with a context that can end is still granted, and cancelling it takes the request off the
+// queue: the pinned connection is closed instead of unblocked. Given CLIENT ID and CLIENT
+// UNBLOCK, the unblock does it.
+func TestTheDocumentedACLUserWaitsAndCancels(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		extra []string
+	}{
+		{"recipe", nil},
+		{"with CLIENT ID and UNBLOCK", []string{"+client|id", "+client|unblock"}},
+		{"with CLIENT ID only", []string{"+client|id"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := sharedServer(t)
+			client := recipeUser(t, s, c.extra...)
+			key := testKey(t)
+			locks := mustNew(t, client, key)
+
+			// A plain acquire, renewed past its TTL, and released.
+			holder, err := locks.Delete(bg, "/A", WithTTL(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(500 * time.Millisecond)
+			if err := holder.Err(); err != nil {
+				t.Fatalf("the holder's lease: %v", err)
+			}
+
+			// A waiting acquire with a context that can end, granted when the holder releases.
+			ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+			defer cancel()
+			time.AfterFunc(300*time.Millisecond, func() { _ = holder.Release(bg) })
+			waiter, err := locks.Upload(ctx, "/A/f", WithWait(5*time.Second))
+			if err != nil {
+				t.Fatalf("the waiting acquire: %v", err)
+			}
+
+			// Cancelled while it waits: the request leaves the queue at once.
+			ctx, cancelCause := context.WithCancelCause(bg)
+			stop := errors.New("the user gave up")
+			time.AfterFunc(300*time.Millisecond, func() { cancelCause(stop) })
+			wait := 20 * time.Second
+			if c.name == "with CLIENT ID only" {
+				wait = time.Second
+			}
+			started := time.Now()
+			_, err = locks.Upload(ctx, "/A/f", WithWait(wait))
+			if err != stop {
+				t.Fatalf("want the context's cause, got %v", err)
+			}
+			if c.name == "with CLIENT ID only" {
+				// CLIENT UNBLOCK refused: the wait above ran to its end (1 s), but the next
+				// one closes its connection instead.
+				ctx, cancelCause = context.WithCancelCause(bg)
+				time.AfterFunc(300*time.Millisecond, func() { cancelCause(stop) })
+				started = time.Now()
+				_, err = locks.Upload(ctx, "/A/f", WithWait(20*time.Second))
+				if err != stop {
+					t.Fatalf("want the context's cause, got %v", err)
+				}
+			}
+			if took := time.Since(started); took > 3*time.Second {
+				t.Fatalf("the cancelled wait took %v", took)
+			}
+			waitUntil(t, 3*time.Second, "the cancelled waiter to leave the queue", func() bool {
+				w, err := locks.Waiters(bg, "")
+				return err == nil && len(w) == 0
+			})
+			if err := waiter.Release(bg); err != nil {
+				t.Fatal(err)
+			}
+			if got := held(t, s.client(), key); len(got) != 0 {
+				t.Fatalf("held %v", got)
+			}
+		})
+	}
+}
+
+// The replicas option needs WAIT: under the recipe it fails with the server's NOPERM, and the
+// grant it made is released.
+func TestReplicasUnderTheDocumentedACLUserFailAndHoldNothing(t *testing.T) {
+	t.Parallel()
+	s := sharedServer(t)
+	client := recipeUser(t, s)
+	key := testKey(t)
+	locks := mustNew(t, client, key)
+	_, err := locks.Upload(bg, "/A", WithReplicas(1), WithReplicasTimeout(100*time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("want NOPERM, got %v", err)
+	}
+	admin := s.client()
+	defer admin.Close()
+	waitUntil(t, 3*time.Second, "the grant to be released", func() bool {
+		return len(held(t, admin, key)) == 0
+	})
+}

@@ -1,0 +1,103 @@
+//! The application user of `docs/operations.md`'s ACL recipe (the lock commands on `proj:*` keys,
+//! nothing else: the `pathlock` category where the server has module categories, the commands by
+//! name on Redis 7.0) uses every feature of the client but `replicas`, which needs `WAIT`: a
+//! plain acquire renewed past its TTL, a waiting acquire, and a dropped waiting acquire, which
+//! leaves the server's queue when its connection closes. Without `WAIT`, an acquire with replicas
+//! fails with the server's `NOPERM` and holds nothing.
+
+mod common;
+
+use common::*;
+use pathlock_client::{Error, PathLocks};
+
+/// Makes the recipe user `app` (password `pw`) and answers a handle on `key` logged in as it.
+async fn recipe_user(server: &Server, key: &str) -> PathLocks {
+    let mut admin = server.admin().await;
+    let categories: Vec<String> = redis::cmd("ACL")
+        .arg("CAT")
+        .query_async(&mut admin)
+        .await
+        .expect("ACL CAT");
+    let rules: &[&str] = if categories.iter().any(|c| c == "pathlock") {
+        &["~proj:*", "+@pathlock"]
+    } else {
+        &[
+            "~proj:*",
+            "+pathlock.acquire",
+            "+pathlock.release",
+            "+pathlock.renew",
+            "+pathlock.locks",
+            "+pathlock.check",
+            "+pathlock.waiters",
+        ]
+    };
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "app", "reset", "on", ">pw"])
+        .arg(rules)
+        .query_async(&mut admin)
+        .await
+        .expect("ACL SETUSER");
+    let client =
+        redis::Client::open(format!("redis://app:pw@127.0.0.1:{}/", server.port)).expect("url");
+    PathLocks::new(client, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recipe_user_locks_waits_gives_up_and_cannot_ask_for_replicas() {
+    let server = Server::start();
+    let mut admin = server.admin().await;
+    let locks = recipe_user(&server, "proj:rust").await.ttl(ms(300));
+
+    // A plain acquire, renewed past its TTL.
+    let holder = locks.delete("/A").await.expect("granted");
+    tokio::time::sleep(ms(500)).await;
+    assert!(!holder.is_lost(), "renewed past its TTL");
+
+    // A waiting acquire, granted when the holder lets go.
+    let releasing = tokio::spawn(async move {
+        tokio::time::sleep(ms(300)).await;
+        holder.release().await.expect("released");
+    });
+    let waited = locks
+        .upload("/A/f")
+        .wait(ms(5000))
+        .await
+        .expect("granted after the wait");
+    releasing.await.expect("release task");
+
+    // A waiting acquire dropped while it waits leaves the queue.
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.upload("/A/f").wait(ms(20_000)).await })
+    };
+    until(ms(3000), "the waiter to queue", || {
+        let locks = locks.clone();
+        async move { locks.waiters(None).await.expect("WAITERS").len() == 1 }
+    })
+    .await;
+    waiter.abort();
+    assert!(waiter.await.expect_err("dropped").is_cancelled());
+    until(ms(3000), "the dropped waiter to leave the queue", || {
+        let locks = locks.clone();
+        async move { locks.waiters(None).await.expect("WAITERS").is_empty() }
+    })
+    .await;
+
+    // Replicas need WAIT: refused, and the grant is released.
+    match locks
+        .upload("/B")
+        .replicas(1)
+        .replicas_timeout(ms(100))
+        .await
+    {
+        Err(Error::Redis(e)) => assert!(e.to_string().contains("NOPERM"), "{e}"),
+        other => panic!("want NOPERM, got {other:?}"),
+    }
+    until(ms(3000), "the refused grant to be released", || {
+        let mut admin = admin.clone();
+        async move { locks_of(&mut admin, "proj:rust").await.len() == 1 }
+    })
+    .await;
+    waited.release().await.expect("released");
+    assert!(locks_of(&mut admin, "proj:rust").await.is_empty());
+}
