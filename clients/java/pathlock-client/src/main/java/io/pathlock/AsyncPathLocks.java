@@ -17,8 +17,12 @@ import java.util.concurrent.CompletableFuture;
  *
  * <p>A request that cannot be right (no locks, a root path, a move into the path's own subtree)
  * throws {@link IllegalArgumentException} at once, before anything is sent; everything else,
- * {@link Busy} among it, fails the future. Cancelling a future gives the call up: a wait on the
- * server leaves the server's queue, and whatever may have been granted is released.
+ * {@link Busy} among it, fails the future. Completing an acquire's future yourself gives the call
+ * up, as cancelling it does: {@code cancel}, {@code orTimeout} and {@code completeOnTimeout} (which
+ * complete that same future), {@code complete}, {@code completeExceptionally} and
+ * {@code obtrudeValue}/{@code obtrudeException}. A wait on the server leaves the server's queue at
+ * once, and whatever may have been granted meanwhile is released. A stage derived from it
+ * ({@code thenApply}, {@code copy()}, ...) is another future: completing that one gives nothing up.
  */
 public final class AsyncPathLocks {
     private final PathLocks locks;

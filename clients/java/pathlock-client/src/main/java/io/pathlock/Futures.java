@@ -5,6 +5,7 @@ import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Supplier;
 
 /** Waiting for the client's futures from the caller's thread, and taking them apart. */
@@ -79,6 +80,54 @@ final class Futures {
             return call.get();
         } catch (RuntimeException e) {
             return CompletableFuture.failedFuture(e);
+        }
+    }
+
+    /**
+     * The future an acquire hands to the caller, completed by the client only through
+     * {@link #settle}; any other completion (cancel, {@code orTimeout}, {@code completeOnTimeout},
+     * {@code complete}, {@code completeExceptionally}, {@code obtrude*}) is the caller's and runs
+     * {@code giveUp}. The caller's completions count alike because a Java caller bounds a future
+     * with {@code orTimeout} (which completes this very instance) or completes it itself, and
+     * expects any of them to end the call as {@code cancel} does; otherwise the wait would stay
+     * queued on the server until its own end and its grant would be held until then.
+     */
+    static final class Handed<T> {
+        private final CompletableFuture<T> future = new CompletableFuture<>();
+        private final AtomicBoolean settling = new AtomicBoolean();
+
+        /**
+         * {@code giveUp} runs on the thread that completes the future, a JDK timer thread for
+         * {@code orTimeout}, so it must not block.
+         */
+        Handed(Runnable giveUp) {
+            future.whenComplete((value, error) -> {
+                // Set before the client completes the future: a completion that comes first is
+                // the caller's. One that comes between the two is seen by settle, which gives up
+                // what the client was about to hand out.
+                if (!settling.get()) {
+                    giveUp.run();
+                }
+            });
+        }
+
+        CompletableFuture<T> future() {
+            return future;
+        }
+
+        /**
+         * The client's own completion: true if the caller gets {@code value}, false if the caller
+         * had completed the future first, when whatever {@code value} holds is the client's to free.
+         */
+        boolean settle(T value) {
+            settling.set(true);
+            return future.complete(value);
+        }
+
+        /** The client's own failure; if the caller completed the future first, it is dropped. */
+        void fail(Throwable error) {
+            settling.set(true);
+            future.completeExceptionally(error);
         }
     }
 

@@ -288,7 +288,9 @@ public final class Lease implements AutoCloseable {
     /**
      * {@link #lock(Collection, AcquireOptions)} without blocking: the future completes with the
      * fence of the grant. Arguments that cannot be right, and a lease already released, throw at
-     * once.
+     * once. Completing the future yourself ({@code cancel}, {@code orTimeout}, {@code complete},
+     * ...) gives the call up, as for {@link AsyncPathLocks}: the wait leaves the server's queue,
+     * and the locks this call would have added are released.
      *
      * @param requests the locks
      * @param options  the call's settings (no other TTL)
@@ -338,7 +340,11 @@ public final class Lease implements AutoCloseable {
         PathLocks.Call call = new PathLocks.Call(owner.redis());
         long started = System.nanoTime();
         boolean[] waited = new boolean[1];
-        CompletableFuture<Long> result = new CompletableFuture<>();
+        // Any completion but the client's own gives the call up, as for an acquire.
+        Futures.Handed<Long> result = new Futures.Handed<>(() -> {
+            call.cancel();
+            cleanup.run();
+        });
         proveHeld()
                 .thenCompose(ok -> owner.grant(token, wanted, merged, lockNote, cleanup, call))
                 .thenApply(grant -> {
@@ -374,18 +380,14 @@ public final class Lease implements AutoCloseable {
                     RuntimeException failure = error == null ? null : Errors.of(error, owner.key(), merged);
                     owner.observed("nested", started, failure, waited[0]);
                     if (failure != null) {
-                        result.completeExceptionally(failure);
-                    } else {
-                        result.complete(fence);
+                        result.fail(failure);
+                    } else if (!result.settle(fence)) {
+                        // The caller completed the future as the grant came: what this call
+                        // added is freed, as when the caller's completion comes first.
+                        cleanup.run();
                     }
                 });
-        result.whenComplete((fence, error) -> {
-            if (result.isCancelled()) {
-                call.cancel();
-                cleanup.run();
-            }
-        });
-        return result;
+        return result.future();
     }
 
     /**

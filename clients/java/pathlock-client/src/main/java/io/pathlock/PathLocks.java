@@ -805,7 +805,12 @@ public final class PathLocks implements AutoCloseable {
         Call call = new Call(redis);
         long started = System.nanoTime();
         boolean[] waited = new boolean[1];
-        CompletableFuture<Lease> result = new CompletableFuture<>();
+        // Any completion but the client's own gives the call up: the dedicated connection closed
+        // takes a wait off the server's queue, and the token released frees a grant that raced it.
+        Futures.Handed<Lease> result = new Futures.Handed<>(() -> {
+            call.cancel();
+            cleanup.run();
+        });
         grant(token, requests, merged, lockNote, cleanup, call)
                 .thenApply(grant -> {
                     waited[0] = grant.waited();
@@ -836,23 +841,18 @@ public final class PathLocks implements AutoCloseable {
                     RuntimeException failure = error == null ? null : Errors.of(error, key, merged);
                     observed(operation, started, failure, waited[0]);
                     if (failure != null) {
-                        result.completeExceptionally(failure);
+                        result.fail(failure);
                         return;
                     }
-                    // Counted held before the caller can release it; a call given up on (cancelled,
-                    // or an interrupted caller) while it was granted releases it, which ends it.
+                    // Counted held before the caller can release it; a call given up on (its future
+                    // completed by the caller, or an interrupted caller) while it was granted
+                    // releases it, which ends it.
                     lease.handedOut();
-                    if (!result.complete(lease)) {
+                    if (!result.settle(lease)) {
                         lease.releaseAsync();
                     }
                 });
-        result.whenComplete((lease, error) -> {
-            if (result.isCancelled()) {
-                call.cancel();
-                cleanup.run();
-            }
-        });
-        return result;
+        return result.future();
     }
 
     /** Reports an acquire's end to the observer: {@code operation} is its description, whose first word names it. */
@@ -880,8 +880,9 @@ public final class PathLocks implements AutoCloseable {
     }
 
     /**
-     * One call's dedicated connection, so that giving the call up (a cancelled future, an
-     * interrupted caller) closes it, which takes a wait off the server's queue.
+     * One call's dedicated connection, so that giving the call up (its future completed by the
+     * caller, cancelled or otherwise, or an interrupted caller) closes it, which takes a wait off
+     * the server's queue.
      */
     static final class Call {
         private final Redis redis;
