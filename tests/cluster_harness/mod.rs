@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
+use redis::{RedisResult, ServerErrorKind};
 
 use crate::common::*;
 
@@ -409,15 +410,15 @@ pub fn follow(address: &str, command: &redis::Cmd) -> (redis::RedisResult<Value>
             return (reply, address, redirects);
         };
         match error.kind() {
-            redis::ErrorKind::Moved | redis::ErrorKind::Ask => {
+            redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
                 let Some((to, _)) = error.redirect_node() else {
                     return (reply, address, redirects);
                 };
-                asking = error.kind() == redis::ErrorKind::Ask;
+                asking = error.kind() == redis::ErrorKind::Server(ServerErrorKind::Ask);
                 address = to.to_string();
                 redirects += 1;
             }
-            redis::ErrorKind::TryAgain => {
+            redis::ErrorKind::Server(ServerErrorKind::TryAgain) => {
                 asking = false;
                 redirects += 1;
                 thread::sleep(Duration::from_millis(20));
@@ -530,12 +531,15 @@ pub fn migration_states(con: &mut Connection) -> Vec<String> {
             let fields: Vec<(String, Value)> = match job {
                 Value::Map(pairs) => pairs
                     .iter()
-                    .filter_map(|(k, v)| Some((redis::from_redis_value(k).ok()?, v.clone())))
+                    .filter_map(|(k, v)| Some((redis::from_redis_value_ref(k).ok()?, v.clone())))
                     .collect(),
                 Value::Array(items) => items
                     .chunks(2)
                     .filter_map(|kv| {
-                        Some((redis::from_redis_value(&kv[0]).ok()?, kv.get(1)?.clone()))
+                        Some((
+                            redis::from_redis_value_ref(&kv[0]).ok()?,
+                            kv.get(1)?.clone(),
+                        ))
                     })
                     .collect(),
                 _ => return None,
@@ -543,7 +547,7 @@ pub fn migration_states(con: &mut Connection) -> Vec<String> {
             fields
                 .into_iter()
                 .find(|(k, _)| k == "state")
-                .and_then(|(_, v)| redis::from_redis_value(&v).ok())
+                .and_then(|(_, v)| redis::from_redis_value(v).ok())
         })
         .collect()
 }
@@ -748,14 +752,14 @@ pub fn reshard_under_load(mover: Mover) {
     let served = cluster.served_ranges();
     for node in &cluster.nodes {
         let mut con = node.conn();
-        let keys_here: Vec<String> = redis::Iter::collect(
-            cmd("SCAN")
-                .cursor_arg(0)
-                .arg(&["COUNT", "1000"])
-                .clone()
-                .iter(&mut con)
-                .expect("SCAN"),
-        );
+        let keys_here: Vec<String> = cmd("SCAN")
+            .cursor_arg(0)
+            .arg(&["COUNT", "1000"])
+            .clone()
+            .iter(&mut con)
+            .expect("SCAN")
+            .collect::<RedisResult<_>>()
+            .expect("SCAN");
         let ranges = served.get(&node.port).cloned().unwrap_or_default();
         for key in keys_here {
             let slot: i64 = cmd("CLUSTER")

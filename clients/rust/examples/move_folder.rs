@@ -34,6 +34,7 @@ pub async fn example(url: &str) -> Result<(), Failure> {
             }
             if blockers.is_empty() {
                 // Nobody holds them now: they let go in between, or a waiting request goes first.
+                // Or the check that names them failed (`check_error`): unknown, not nobody.
                 println!("the folders were busy a moment ago; try again");
             }
             return Ok(());

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::{Cmd, RedisError, Value};
 use tokio::time::Instant;
 
 use crate::connection::{is_transient, Conn, Links};
@@ -88,8 +88,10 @@ pub(crate) async fn grant(ask: Ask) -> Result<Granted, Error> {
                     Some(fence) => break (sent, fence),
                     None => {
                         attempt.may_hold = attempt.unsure && attempt.ask.fresh;
+                        let (blockers, check_error) = attempt.blockers().await?;
                         return Err(Error::Busy {
-                            blockers: attempt.blockers().await?,
+                            blockers,
+                            check_error,
                             key: attempt.ask.key.clone(),
                             locks: attempt.ask.requests.clone(),
                         });
@@ -257,17 +259,18 @@ impl Attempt {
         Blocker::parse_all(&listed)?.first().map(|lock| lock.fence)
     }
 
-    /// The live locks that refused this request, as `PATHLOCK.CHECK` reports them (none when
-    /// the server cannot be asked).
-    async fn blockers(&mut self) -> Result<Vec<Blocker>, Error> {
+    /// The live locks that refused this request, as `PATHLOCK.CHECK` reports them; when the
+    /// server cannot be asked (an error `is_transient` accepts), none, with that error: an empty list alone
+    /// would claim that nothing holds the paths. Any other error fails the acquire.
+    async fn blockers(&mut self) -> Result<(Vec<Blocker>, Option<RedisError>), Error> {
         let mut check = redis::cmd("PATHLOCK.CHECK");
         check.arg(&self.ask.key).arg("TOKEN").arg(&self.ask.token);
         for request in &self.ask.requests {
             check.arg(request.mode.as_str()).arg(&request.path);
         }
         match self.shared.send(&check).await {
-            Ok(reply) => Ok(Blocker::parse_all(&reply).unwrap_or_default()),
-            Err(e) if is_transient(&e) => Ok(Vec::new()),
+            Ok(reply) => Ok((Blocker::parse_all(&reply).unwrap_or_default(), None)),
+            Err(e) if is_transient(&e) => Ok((Vec::new(), Some(e))),
             Err(e) => Err(Error::about(&self.ask.key, e)),
         }
     }

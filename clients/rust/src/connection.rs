@@ -12,8 +12,11 @@ use redis::aio::{
 };
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, Value};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, RedisError, RedisFuture, RedisResult, ServerErrorKind,
+    Value,
+};
 use tokio::sync::OnceCell;
 
 /// A redis-rs async connection the client can share between the caller, the watchdogs and the
@@ -43,9 +46,10 @@ impl Connection for ClusterConnection {
     fn send_for_key<'a>(&'a mut self, key: &'a [u8], cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         // redis-rs would send a keyless WAIT to every master and keep the smallest count, which
         // asks the wrong nodes: only the replicas of the key's master carry the grant.
-        let route = Route::new(get_slot(key), SlotAddr::Master);
+        let route = Route::with_key(key, SlotAddr::Master);
         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-        Box::pin(async move { self.route_command(cmd, routing).await })
+        // redis-rs 1.x's `route_command` takes the command by value.
+        Box::pin(async move { self.route_command(cmd.clone(), routing).await })
     }
 }
 
@@ -64,20 +68,35 @@ pub trait Connect: Send + Sync + 'static {
 }
 
 /// One server: a `ConnectionManager` shared by the leases, which reconnects at once after a
-/// failure (redis-rs 0.27 otherwise waits a second or more between attempts, longer than a short
-/// lease lives), and a `MultiplexedConnection` for each blocking call.
+/// failure (redis-rs otherwise waits between attempts, with a backoff that soon grows longer than
+/// a short lease lives), and a `MultiplexedConnection` for each blocking call.
+///
+/// Neither has a response timeout or a connection timeout, as under redis-rs 0.27: redis-rs 1.x
+/// gives its connections 500 ms to answer by default, which would fail every `ACQUIRE ... WAIT`
+/// and replicas' `WAIT` that blocks longer on the server, and the watchdog already bounds each
+/// renewal by the lease's deadline on its own clock.
 impl Connect for redis::Client {
     type Shared = ConnectionManager;
     type Blocking = MultiplexedConnection;
 
     fn connect(&self) -> impl Future<Output = RedisResult<ConnectionManager>> + Send {
-        let config = ConnectionManagerConfig::new().set_number_of_retries(0);
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_response_timeout(None)
+            .set_connection_timeout(None);
         ConnectionManager::new_with_config(self.clone(), config)
     }
 
     fn connect_blocking(&self) -> impl Future<Output = RedisResult<MultiplexedConnection>> + Send {
         let client = self.clone();
-        async move { client.get_multiplexed_async_connection().await }
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(None);
+        async move {
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        }
     }
 }
 
@@ -215,11 +234,12 @@ pub(crate) fn is_transient(e: &RedisError) -> bool {
     e.is_io_error()
         || matches!(
             e.kind(),
-            ErrorKind::TryAgain
-                | ErrorKind::ClusterDown
-                | ErrorKind::MasterDown
-                | ErrorKind::BusyLoadingError
-                | ErrorKind::ReadOnly
-                | ErrorKind::ClusterConnectionNotFound
+            ErrorKind::Server(
+                ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ReadOnly
+            ) | ErrorKind::ClusterConnectionNotFound
         )
 }

@@ -63,13 +63,17 @@ impl fmt::Display for Quoted<'_> {
 pub enum Error {
     /// The locks are held by someone else (or promised to an earlier waiter). `blockers` are the
     /// live locks in the way as `PATHLOCK.CHECK` saw them just after the refusal, with their
-    /// notes. It is empty when nothing holds the paths any more: the blockers let go in between
-    /// (or the server could not be asked), or only an earlier waiting request was in the way;
-    /// the message then says so, and trying again is the answer.
+    /// notes. It is empty when nothing holds the paths any more: the blockers let go in between,
+    /// or only an earlier waiting request was in the way; the message then says so, and trying
+    /// again is the answer. It is also empty when the check itself failed (a connection error,
+    /// or a server briefly unable to serve): then `check_error` is that error (`None` otherwise;
+    /// it is also the error's `source()`), and the message says that the locks in the way could
+    /// not be read, never that nothing holds them.
     Busy {
         key: String,
         locks: Vec<LockRequest>,
         blockers: Vec<Blocker>,
+        check_error: Option<RedisError>,
     },
     /// The lease `token` on `key` was lost, for `reason`; work under it must stop.
     Lost {
@@ -110,6 +114,7 @@ impl fmt::Display for Error {
                 key,
                 locks,
                 blockers,
+                check_error,
             } => {
                 f.write_str("busy: ")?;
                 for (i, lock) in locks.iter().enumerate() {
@@ -117,6 +122,10 @@ impl fmt::Display for Error {
                     write!(f, "{comma}{} {}", lock.mode, lock.path)?;
                 }
                 write!(f, " in {}: ", Quoted(key))?;
+                if let (true, Some(e)) = (blockers.is_empty(), check_error) {
+                    // Never "nothing holds these paths": the client does not know who does.
+                    return write!(f, "the locks in the way could not be read ({e}); try again");
+                }
                 if blockers.is_empty() {
                     return f.write_str(
                         "nothing holds these paths now: the holders let go in between, or an \
@@ -153,6 +162,10 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Redis(e) => Some(e),
+            Error::Busy {
+                check_error: Some(e),
+                ..
+            } => Some(e),
             _ => None,
         }
     }

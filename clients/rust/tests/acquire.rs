@@ -228,3 +228,70 @@ async fn a_waiter_dropped_as_the_holder_releases_leaves_no_lock_behind() {
     }
     eprintln!("{dropped} of 200 waiters were dropped before their grant came back");
 }
+
+/// A refusal whose `PATHLOCK.CHECK` fails with a connection error: the `Busy` carries that error
+/// and says that the locks in the way could not be read, never that nothing holds them (someone
+/// does); a check that gets through names the holder and carries no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_whose_check_failed_says_the_blockers_are_unknown() {
+    let server = Server::start();
+    let mut admin = server.admin().await;
+    let holder = server.locks("proj").await;
+    let held = holder.upload("/F/x").await.expect("the holder's lease");
+    let proxy = Proxy::start(server.port).await;
+    let locks = locks_via(proxy.port, "proj").await;
+
+    // Without a wait the ACQUIRE and the CHECK share the handle's connection; with one, the
+    // ACQUIRE runs on a connection of its own and the CHECK on the shared one.
+    for wait in [ms(0), ms(50)] {
+        proxy.set(Behaviour::Forward);
+        match locks.upload("/F/x").wait(wait).await {
+            Err(Error::Busy {
+                blockers,
+                check_error: None,
+                ..
+            }) => {
+                let tokens: Vec<&str> = blockers.iter().map(|b| b.token.as_str()).collect();
+                assert_eq!(tokens, [held.token()], "wait {wait:?}");
+            }
+            other => panic!("expected busy with the holder, got {other:?}"),
+        }
+
+        proxy.set(Behaviour::CutOnCheck);
+        let error = locks
+            .upload("/F/x")
+            .wait(wait)
+            .await
+            .expect_err("the path is held");
+        let message = error.to_string();
+        let source = std::error::Error::source(&error).map(ToString::to_string);
+        let Error::Busy {
+            blockers,
+            check_error: Some(check_error),
+            ..
+        } = error
+        else {
+            panic!("expected busy with the check's error, got {error:?}");
+        };
+        assert!(blockers.is_empty(), "{blockers:?}");
+        assert!(check_error.is_io_error(), "{check_error}");
+        assert_eq!(source, Some(check_error.to_string()));
+        assert_eq!(
+            message,
+            format!(
+                "busy: WRITE /F/x in \"proj\": the locks in the way could not be read \
+                 ({check_error}); try again"
+            )
+        );
+        assert!(!message.contains("nothing holds"), "{message}");
+    }
+    // The refused requests left nothing behind: the holder's lock alone.
+    proxy.set(Behaviour::Forward);
+    let tokens: Vec<String> = locks_of(&mut admin, "proj")
+        .await
+        .into_iter()
+        .map(|(_, _, token, _)| token)
+        .collect();
+    assert_eq!(tokens, [held.token()]);
+    held.release().await.expect("released");
+}

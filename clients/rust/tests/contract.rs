@@ -73,10 +73,7 @@ impl Topology {
 
     async fn flush(&self) {
         for port in self.master_ports() {
-            let mut con = client(port)
-                .get_multiplexed_async_connection()
-                .await
-                .expect("admin");
+            let mut con = admin_of(port).await;
             run(&mut con, &["FLUSHALL"]).await;
             run(&mut con, &["CONFIG", "RESETSTAT"]).await;
         }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use pathlock_client::PathLocks;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::AsyncConnectionConfig;
 
 /// What the client's tests ask of a server beyond the module's harness (used within the tests
 /// only, so the futures need not be `Send`).
@@ -34,10 +35,7 @@ impl ClientSide for Server {
     }
 
     async fn admin(&self) -> MultiplexedConnection {
-        client(self.port)
-            .get_multiplexed_async_connection()
-            .await
-            .expect("admin connection")
+        admin_of(self.port).await
     }
 
     async fn locks(&self, key: &str) -> PathLocks {
@@ -70,6 +68,17 @@ pub async fn acknowledging_replica_of(master: &Server) -> Server {
     }
 }
 
+/// A connection for a test's own commands to a loopback port, which waits for any reply as
+/// long as it takes: redis-rs 1.x gives up on a reply after 500 ms by default, less than the
+/// tests' own blocking commands (`ACQUIRE ... WAIT`) and a busy machine may take.
+pub async fn admin_of(port: u16) -> MultiplexedConnection {
+    let config = AsyncConnectionConfig::new().set_response_timeout(None);
+    client(port)
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("admin connection")
+}
+
 /// The client of a loopback port (a server's, or a proxy's in front of it).
 pub fn client(port: u16) -> redis::Client {
     redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("url")
@@ -81,12 +90,15 @@ pub async fn locks_via(port: u16, key: &str) -> PathLocks {
     PathLocks::with_connection(client(port), manager(port).await, key)
 }
 
-/// A `ConnectionManager` to a loopback port that reconnects within 50 ms (redis-rs waits up to
-/// a minute between attempts by default, far longer than a short lease lives).
+/// A `ConnectionManager` to a loopback port that reconnects at once (redis-rs backs off between
+/// attempts by default, soon longer than a short lease lives), and waits for any reply as long as
+/// it takes (see [`admin_of`]).
 pub async fn manager(port: u16) -> ConnectionManager {
     ConnectionManager::new_with_config(
         client(port),
-        ConnectionManagerConfig::new().set_number_of_retries(0),
+        ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_response_timeout(None),
     )
     .await
     .expect("connection manager")

@@ -1,6 +1,7 @@
 //! A TCP proxy between the client and a real server, to break the connection at chosen moments:
 //! refuse new connections, cut the open ones, cut one right after the server granted an
-//! `ACQUIRE` (so its reply is lost), or delay what the client sends.
+//! `ACQUIRE` (so its reply is lost), cut one instead of passing on a `PATHLOCK.CHECK`, or delay
+//! what the client sends.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +19,9 @@ pub enum Behaviour {
     /// Pass through until the client sends a `PATHLOCK.ACQUIRE`; then close that connection
     /// instead of delivering the server's reply, and behave as `then` from there on.
     CutAfterAcquire { then: After },
+    /// Pass through, except a chunk with a `PATHLOCK.CHECK`: close that connection instead of
+    /// sending it on, so that the check fails with a connection error and nothing else does.
+    CutOnCheck,
     /// Hold each chunk the client sends for this long before passing it on.
     Delay(Duration),
 }
@@ -112,6 +116,7 @@ async fn serve(client: TcpStream, upstream: u16, state: Arc<State>) {
                 Behaviour::CutAfterAcquire { then } if contains(&buf[..n], b"PATHLOCK.ACQUIRE") => {
                     acquire_sent.send_replace(Some(then));
                 }
+                Behaviour::CutOnCheck if contains(&buf[..n], b"PATHLOCK.CHECK") => return,
                 _ => {}
             }
             if to_server.write_all(&buf[..n]).await.is_err() {
