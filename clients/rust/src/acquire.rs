@@ -268,10 +268,14 @@ impl Attempt {
         for request in &self.ask.requests {
             check.arg(request.mode.as_str()).arg(&request.path);
         }
+        // Any failure of the check but a WRONGTYPE (the key was overwritten, which the caller must
+        // hear as such) leaves the refusal standing with the blockers unknown, as in the other
+        // clients: a connection error, a server briefly unable to serve, or a NOPERM for an ACL
+        // user without `PATHLOCK.CHECK`, which would otherwise hide that the paths were busy.
         match self.shared.send(&check).await {
             Ok(reply) => Ok((Blocker::parse_all(&reply).unwrap_or_default(), None)),
-            Err(e) if is_transient(&e) => Ok((Vec::new(), Some(e))),
-            Err(e) => Err(Error::about(&self.ask.key, e)),
+            Err(e) if e.code() == Some("WRONGTYPE") => Err(Error::about(&self.ask.key, e)),
+            Err(e) => Ok((Vec::new(), Some(e))),
         }
     }
 

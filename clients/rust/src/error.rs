@@ -66,7 +66,8 @@ pub enum Error {
     /// notes. It is empty when nothing holds the paths any more: the blockers let go in between,
     /// or only an earlier waiting request was in the way; the message then says so, and trying
     /// again is the answer. It is also empty when the check itself failed (a connection error,
-    /// or a server briefly unable to serve): then `check_error` is that error (`None` otherwise;
+    /// a server briefly unable to serve, a `NOPERM` for an ACL user who may not run
+    /// `PATHLOCK.CHECK`): then `check_error` is that error (`None` otherwise;
     /// it is also the error's `source()`), and the message says that the locks in the way could
     /// not be read, never that nothing holds them.
     Busy {

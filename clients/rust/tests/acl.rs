@@ -90,7 +90,7 @@ async fn the_recipe_user_locks_waits_gives_up_and_cannot_ask_for_replicas() {
         .replicas_timeout(ms(100))
         .await
     {
-        Err(Error::Redis(e)) => assert!(e.to_string().contains("NOPERM"), "{e}"),
+        Err(Error::Redis(e)) => assert_eq!(e.code(), Some("NOPERM"), "{e}"),
         other => panic!("want NOPERM, got {other:?}"),
     }
     until(ms(3000), "the refused grant to be released", || {
@@ -100,4 +100,61 @@ async fn the_recipe_user_locks_waits_gives_up_and_cannot_ask_for_replicas() {
     .await;
     waited.release().await.expect("released");
     assert!(locks_of(&mut admin, "proj:rust").await.is_empty());
+}
+
+/// A user who may take locks but not run `PATHLOCK.CHECK`: a refusal is still `Busy`, with the
+/// check's `NOPERM` as `check_error` and a message that says the blockers could not be read, never
+/// that nothing holds the paths (the contract's `busy_unread`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_whose_check_is_refused_is_busy_with_the_check_error() {
+    let server = Server::start();
+    let mut admin = server.admin().await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "nocheck",
+            "reset",
+            "on",
+            ">pw",
+            "~*",
+            "+@all",
+            "-pathlock.check",
+        ])
+        .query_async(&mut admin)
+        .await
+        .expect("ACL SETUSER");
+    let holder = PathLocks::new(client(server.port), "proj:nocheck")
+        .delete("/A")
+        .await
+        .expect("granted");
+    let client =
+        redis::Client::open(format!("redis://nocheck:pw@127.0.0.1:{}/", server.port)).expect("url");
+    let locks = PathLocks::new(client, "proj:nocheck");
+    for wait in [None, Some(ms(200))] {
+        let acquire = locks.upload("/A/f");
+        let refused = match wait {
+            Some(wait) => acquire.wait(wait).await,
+            None => acquire.await,
+        };
+        match refused {
+            Err(
+                ref error @ Error::Busy {
+                    ref blockers,
+                    check_error: Some(ref check_error),
+                    ..
+                },
+            ) => {
+                assert!(blockers.is_empty());
+                assert_eq!(check_error.code(), Some("NOPERM"), "{check_error}");
+                let message = error.to_string();
+                assert!(
+                    message.contains("the locks in the way could not be read")
+                        && !message.contains("nothing holds"),
+                    "{message}"
+                );
+            }
+            other => panic!("want Busy with the check's NOPERM, got {other:?}"),
+        }
+    }
+    holder.release().await.expect("released");
 }
