@@ -192,6 +192,7 @@ async function interruptible(
 
 async function unblock(connection: Client, node: Redis, id: Promise<unknown>, settled: Promise<void>): Promise<void> {
   let unblocked = false;
+  let asked = false;
   try {
     // The waiting connection cannot carry the unblock, and the application's client may be
     // closed or in another state: a short-lived duplicate of the node reaches the same server.
@@ -199,16 +200,22 @@ async function unblock(connection: Client, node: Redis, id: Promise<unknown>, se
     other.on("error", () => undefined);
     try {
       unblocked = Number(await other.call("CLIENT", "UNBLOCK", String(await id))) === 1;
+      asked = true;
     } finally {
       other.disconnect();
     }
   } catch {
-    // The server could not be asked: closing the connection below does what the unblock would.
+    // The server could not be asked, or refused (an ACL user without CLIENT ID or CLIENT
+    // UNBLOCK, as docs/operations.md's recipe is): closing the connection below does what the
+    // unblock would.
   }
   if (unblocked) {
     return;
   }
-  const replied = await Promise.race([settled.then(() => true), sleep(UNBLOCK_GRACE_MS).then(() => false)]);
+  // The grace is for an unblock that found the command no longer blocked, its reply on its way;
+  // when nothing was found out, waiting for a reply would only delay the close.
+  const replied =
+    asked && (await Promise.race([settled.then(() => true), sleep(UNBLOCK_GRACE_MS).then(() => false)]));
   if (!replied) {
     connection.disconnect();
   }
