@@ -328,12 +328,21 @@ public final class Lease implements AutoCloseable {
         }
         Settings merged = settings.with(options);
         String lockNote = options.note() != null ? (options.note().isEmpty() ? null : options.note()) : note;
+        // The paths this call added are listed once granted (below); when they are released
+        // instead, they leave the list too, every mode of them, as a release frees every mode the
+        // token holds on a path, so that the list says what the server will hold.
+        Runnable unlist = () -> {
+            synchronized (mu) {
+                locks.removeIf(mine -> added.contains(Paths.normalise(mine.path())));
+            }
+        };
         Runnable cleanup = PathLocks.once(() -> {
             if (!added.isEmpty()) {
                 synchronized (mu) {
                     most = 0;
                     countUnsureUntil = System.nanoTime() + ttlNanos;
                 }
+                unlist.run();
                 owner.releaseLater(token, added, ttlMs);
             }
         });
@@ -383,7 +392,10 @@ public final class Lease implements AutoCloseable {
                         result.fail(failure);
                     } else if (!result.settle(fence)) {
                         // The caller completed the future as the grant came: what this call
-                        // added is freed, as when the caller's completion comes first.
+                        // added is freed, as when the caller's completion comes first. That
+                        // completion may have run the cleanup before the grant listed the paths,
+                        // so they are taken off the list here as well.
+                        unlist.run();
                         cleanup.run();
                     }
                 });

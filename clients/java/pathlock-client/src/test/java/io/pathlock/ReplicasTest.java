@@ -52,4 +52,26 @@ class ReplicasTest {
         locks.upload("/A/C/x", AcquireOptions.with().waitFor(Duration.ofMillis(200))).release();
     }
 
+    @Test
+    @Order(2)
+    void locksAddedUnderALeaseButNotReplicatedLeaveItsListToo() throws InterruptedException {
+        PathLocks locks = servers.master().connect().project("proj:r2");
+        try (Lease lease = locks.upload("/A/f")) {
+            // Two replicas asked for, one there: the grant of /B is released, and the lease's list
+            // must say what the server holds (it kept naming /B, which nothing renewed).
+            NotReplicated refused = assertThrows(NotReplicated.class, () -> lease.lock(
+                    List.of(LockRequest.write("/B")),
+                    AcquireOptions.with().replicas(2).replicasTimeout(Duration.ofMillis(100))));
+            assertTrue(refused.getMessage().contains("2"), refused.getMessage());
+            assertEquals(List.of("/A/f"), lease.locks().stream().map(LockRequest::path).toList());
+            long until = System.nanoTime() + Duration.ofSeconds(5).toNanos();
+            List<Object> held = servers.master().command("PATHLOCK.LOCKS", "proj:r2");
+            while (held.size() != 1 && System.nanoTime() < until) {
+                Thread.sleep(20);
+                held = servers.master().command("PATHLOCK.LOCKS", "proj:r2");
+            }
+            assertEquals(List.of("/A/f"), held.stream().map(e -> Admin.str(Admin.array(e).get(0))).toList());
+        }
+    }
+
 }
