@@ -51,8 +51,9 @@ func setRecipeUser(t *testing.T, s *server, extra ...string) string {
 
 // clusterRules are the rules docs/operations.md adds to the application recipe on a cluster:
 // the slot map (CLUSTER SLOTS), go-redis's COMMAND (each command otherwise waits for a refused
-// COMMAND and logs it), and ioredis's ready check (CLUSTER INFO) and the Node client's PING.
-var clusterRules = []string{"+cluster|slots", "+cluster|info", "+command", "+ping"}
+// COMMAND and logs it); Lettuce's CLUSTER NODES, ioredis's ready check (CLUSTER INFO) and the
+// PING of the Node client and redis-rs are for the other clients.
+var clusterRules = []string{"+cluster|slots", "+cluster|nodes", "+cluster|info", "+command", "+ping"}
 
 // Under the documented cluster rule line, on every node, a ClusterClient locks, renews, waits
 // and releases on each master; without the cluster additions, every command fails with the

@@ -77,7 +77,8 @@ describe("a 3-master cluster", () => {
 
   // docs/operations.md's application recipe plus its cluster rules, set on every node (ACL users
   // are per node): CLUSTER SLOTS and CLUSTER INFO for ioredis, PING for the connection of a
-  // waiting acquire. Without PING, a waiting acquire is refused as the docs say.
+  // waiting acquire (CLUSTER NODES and COMMAND are for the other clients). Without PING, a
+  // waiting acquire is refused as the docs say.
   const clusterUser = async (name: string, extra: string[]): Promise<Cluster> => {
     for (const node of nodes) {
       const admin = node.client();
@@ -93,7 +94,13 @@ describe("a 3-master cluster", () => {
   };
 
   it("runs the documented ACL user of a cluster: acquire, renew, wait and release on every master", async () => {
-    const client = await clusterUser("app-cluster", ["+cluster|slots", "+cluster|info", "+command", "+ping"]);
+    const client = await clusterUser("app-cluster", [
+      "+cluster|slots",
+      "+cluster|nodes",
+      "+cluster|info",
+      "+command",
+      "+ping",
+    ]);
     for (let i = 0; i < 4; i += 1) {
       const locks = new PathLocks(client, `proj:acl${i}`, { ttlMs: 300 });
       const holder = await locks.delete("/A");

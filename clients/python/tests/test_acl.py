@@ -79,9 +79,9 @@ def test_the_recipe_user_cancels_a_waiting_acquire(
 
 
 # The rules docs/operations.md adds to the recipe on a cluster: the slot map (CLUSTER SLOTS) and
-# redis-py's COMMAND, which RedisCluster reads at connect; CLUSTER INFO and PING are for ioredis
-# and the Node client, and cost nothing here.
-CLUSTER_RULES = ("+cluster|slots", "+cluster|info", "+command", "+ping")
+# redis-py's COMMAND, which RedisCluster reads at connect; CLUSTER NODES (Lettuce), CLUSTER INFO
+# and PING (ioredis, the Node client, redis-rs) are for the other clients.
+CLUSTER_RULES = ("+cluster|slots", "+cluster|nodes", "+cluster|info", "+command", "+ping")
 CLUSTER_KEYS = [f"proj:acl{i}" for i in range(4)]
 
 

@@ -212,12 +212,18 @@ async fn cluster_user(
 
 /// `docs/operations.md`'s cluster line: redis-rs reads the slot map with `CLUSTER SLOTS` and
 /// sends `PING` on each node connection it opens (refused, it goes on, but each refusal fills the
-/// node's `ACL LOG`); `CLUSTER INFO` and `COMMAND` are for the other drivers. Without the
+/// node's `ACL LOG`); `CLUSTER NODES`, `CLUSTER INFO` and `COMMAND` are for the other drivers. Without the
 /// additions every command fails on the refused `CLUSTER SLOTS`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_recipe_user_with_the_cluster_rules_locks_and_waits_on_a_cluster() {
     let cluster = Cluster::start_with_replicas(0);
-    let rules = ["+cluster|slots", "+cluster|info", "+command", "+ping"];
+    let rules = [
+        "+cluster|slots",
+        "+cluster|nodes",
+        "+cluster|info",
+        "+command",
+        "+ping",
+    ];
     let client = cluster_user(&cluster, "app", &rules).await;
     for i in 0..4 {
         let locks = PathLocks::new(client.clone(), format!("proj:acl{i}")).ttl(ms(300));
