@@ -202,3 +202,54 @@ func TestReplicasUnderTheDocumentedACLUserFailAndHoldNothing(t *testing.T) {
 		return len(held(t, admin, key)) == 0
 	})
 }
+
+// The documented cluster user follows a slot moved to another master: go-redis reads the slot
+// map again (CLUSTER SLOTS) after the MOVED of a renewal, and a waiting acquire, whose pool still
+// maps the slot to the old master, follows it to the new one.
+func TestTheDocumentedACLUserFollowsAMovedSlot(t *testing.T) {
+	t.Parallel()
+	nodes, err := newCluster(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.close()
+		}
+	})
+	var name string
+	for _, n := range nodes {
+		name = setRecipeUser(t, n, clusterRules...)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}, Username: name, Password: "pw"})
+	t.Cleanup(func() { _ = cc.Close() })
+	key := testKey(t)
+	locks := mustNew(t, cc, key, WithTTL(3*time.Second))
+	first, err := locks.Upload(bg, "/warm", WithWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Release(bg)
+	holder, err := locks.Delete(bg, "/A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := redirections(t, nodes)
+	migrateSlot(t, nodes, key)
+	time.AfterFunc(500*time.Millisecond, func() { _ = holder.Release(bg) })
+	waiter, err := locks.Upload(bg, "/A/f", WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Release(bg)
+	if holder.IsLost() {
+		t.Fatal(holder.Err())
+	}
+	if redirections(t, nodes) == before {
+		t.Fatal("no node answered MOVED or ASK: the slot move was not followed")
+	}
+	time.Sleep(1200 * time.Millisecond) // the waiter's renewals, on the new master
+	if err := waiter.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
