@@ -17,6 +17,16 @@ import (
 // logged in as that user, closed when the test ends.
 func recipeUser(t *testing.T, s *server, extra ...string) *redis.Client {
 	t.Helper()
+	name := setRecipeUser(t, s, extra...)
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), Username: name, Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// setRecipeUser makes recipeUser's ACL user (password pw) on s and answers its name. ACL users
+// are per node: a cluster's test makes it on every node.
+func setRecipeUser(t *testing.T, s *server, extra ...string) string {
+	t.Helper()
 	admin := s.client()
 	defer admin.Close()
 	categories, err := admin.Do(bg, "ACL", "CAT").StringSlice()
@@ -28,7 +38,7 @@ func recipeUser(t *testing.T, s *server, extra ...string) *redis.Client {
 		rules = []any{"~proj:*", "+pathlock.acquire", "+pathlock.release", "+pathlock.renew",
 			"+pathlock.locks", "+pathlock.check", "+pathlock.waiters"}
 	}
-	name := strings.NewReplacer("/", "-").Replace(t.Name())
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	args := append([]any{"ACL", "SETUSER", name, "reset", "on", ">pw"}, rules...)
 	for _, rule := range extra {
 		args = append(args, rule)
@@ -36,9 +46,61 @@ func recipeUser(t *testing.T, s *server, extra ...string) *redis.Client {
 	if err := admin.Do(bg, args...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), Username: name, Password: "pw"})
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return name
+}
+
+// clusterRules are the rules docs/operations.md adds to the application recipe on a cluster:
+// the slot map (CLUSTER SLOTS), go-redis's COMMAND (each command otherwise waits for a refused
+// COMMAND and logs it); Lettuce's CLUSTER NODES, ioredis's ready check (CLUSTER INFO) and the
+// PING of the Node client and redis-rs are for the other clients.
+var clusterRules = []string{"+cluster|slots", "+cluster|nodes", "+cluster|info", "+command", "+ping"}
+
+// Under the documented cluster rule line, on every node, a ClusterClient locks, renews, waits
+// and releases on each master; without the cluster additions, every command fails with the
+// refusal of CLUSTER SLOTS, as the docs say.
+func TestTheDocumentedACLUserOnACluster(t *testing.T) {
+	t.Parallel()
+	nodes := sharedCluster(t)
+	userClient := func(t *testing.T, extra ...string) *redis.ClusterClient {
+		var name string
+		for _, n := range nodes {
+			name = setRecipeUser(t, n, extra...)
+		}
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}, Username: name, Password: "pw"})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	t.Run("with the cluster rules", func(t *testing.T) {
+		cc := userClient(t, clusterRules...)
+		for _, key := range clusterKeys(t) {
+			locks := mustNew(t, cc, key)
+			holder, err := locks.Delete(bg, "/A", WithTTL(300*time.Millisecond))
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			time.AfterFunc(400*time.Millisecond, func() { _ = holder.Release(bg) })
+			waiter, err := locks.Upload(bg, "/A/f", WithWait(5*time.Second))
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			if err := holder.Err(); err != nil {
+				t.Fatalf("%s: the holder, renewed past its TTL: %v", key, err)
+			}
+			if err := waiter.Release(bg); err != nil {
+				t.Fatal(err)
+			}
+			if got := held(t, cc, key); len(got) != 0 {
+				t.Fatalf("%s: left %v", key, got)
+			}
+		}
+	})
+	t.Run("without them", func(t *testing.T) {
+		cc := userClient(t)
+		_, err := mustNew(t, cc, clusterKeys(t)[0]).Delete(bg, "/A")
+		if err == nil || !strings.Contains(err.Error(), "'cluster|slots'") {
+			t.Fatalf("want the refusal of CLUSTER SLOTS, got %v", err)
+		}
+	})
 }
 
 // Under the documented recipe (no CLIENT ID, no CLIENT UNBLOCK, no WAIT), a waiting acquire
@@ -139,4 +201,55 @@ func TestReplicasUnderTheDocumentedACLUserFailAndHoldNothing(t *testing.T) {
 	waitUntil(t, 3*time.Second, "the grant to be released", func() bool {
 		return len(held(t, admin, key)) == 0
 	})
+}
+
+// The documented cluster user follows a slot moved to another master: go-redis reads the slot
+// map again (CLUSTER SLOTS) after the MOVED of a renewal, and a waiting acquire, whose pool still
+// maps the slot to the old master, follows it to the new one.
+func TestTheDocumentedACLUserFollowsAMovedSlot(t *testing.T) {
+	t.Parallel()
+	nodes, err := newCluster(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.close()
+		}
+	})
+	var name string
+	for _, n := range nodes {
+		name = setRecipeUser(t, n, clusterRules...)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].addr()}, Username: name, Password: "pw"})
+	t.Cleanup(func() { _ = cc.Close() })
+	key := testKey(t)
+	locks := mustNew(t, cc, key, WithTTL(3*time.Second))
+	first, err := locks.Upload(bg, "/warm", WithWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Release(bg)
+	holder, err := locks.Delete(bg, "/A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := redirections(t, nodes)
+	migrateSlot(t, nodes, key)
+	time.AfterFunc(500*time.Millisecond, func() { _ = holder.Release(bg) })
+	waiter, err := locks.Upload(bg, "/A/f", WithWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Release(bg)
+	if holder.IsLost() {
+		t.Fatal(holder.Err())
+	}
+	if redirections(t, nodes) == before {
+		t.Fatal("no node answered MOVED or ASK: the slot move was not followed")
+	}
+	time.Sleep(1200 * time.Millisecond) // the waiter's renewals, on the new master
+	if err := waiter.Err(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -74,4 +74,49 @@ describe("a 3-master cluster", () => {
       assert.equal(await admin.exists("app:proj:pfx"), 0);
     }
   });
+
+  // docs/operations.md's application recipe plus its cluster rules, set on every node (ACL users
+  // are per node): CLUSTER SLOTS and CLUSTER INFO for ioredis, PING for the connection of a
+  // waiting acquire (CLUSTER NODES and COMMAND are for the other clients). Without PING, a
+  // waiting acquire is refused as the docs say.
+  const clusterUser = async (name: string, extra: string[]): Promise<Cluster> => {
+    for (const node of nodes) {
+      const admin = node.client();
+      const categories = (await admin.call("ACL", "CAT")) as string[];
+      const rules = categories.includes("pathlock")
+        ? ["+@pathlock"]
+        : ["acquire", "release", "renew", "locks", "check", "waiters"].map((c) => `+pathlock.${c}`);
+      await admin.call("ACL", "SETUSER", name, "reset", "on", ">pw", "~proj:*", ...rules, ...extra);
+      admin.disconnect();
+    }
+    // INFO, ioredis's ready check of a node, is refused too: it would log that it skips it.
+    return cluster({ redisOptions: { username: name, password: "pw", enableReadyCheck: false } });
+  };
+
+  it("runs the documented ACL user of a cluster: acquire, renew, wait and release on every master", async () => {
+    const client = await clusterUser("app-cluster", [
+      "+cluster|slots",
+      "+cluster|nodes",
+      "+cluster|info",
+      "+command",
+      "+ping",
+    ]);
+    for (let i = 0; i < 4; i += 1) {
+      const locks = new PathLocks(client, `proj:acl${i}`, { ttlMs: 300 });
+      const holder = await locks.delete("/A");
+      setTimeout(() => void holder.release(), 400);
+      const waited = await locks.upload("/A/f", { waitMs: 5000 });
+      assert.equal(holder.lost, false, "renewed past its TTL");
+      await waited.release();
+      assert.deepEqual(await locks.locks(), []);
+    }
+  });
+
+  it("refuses a waiting acquire of the cluster user without PING, and nothing else", async () => {
+    const client = await clusterUser("app-cluster-noping", ["+cluster|slots", "+cluster|info"]);
+    const locks = new PathLocks(client, "proj:acl-noping");
+    const lease = await locks.delete("/A");
+    await assert.rejects(locks.upload("/B", { waitMs: 1000 }), /NOPERM.*'ping'/);
+    await lease.release();
+  });
 });

@@ -5,8 +5,11 @@
 //! leaves the server's queue when its connection closes. Without `WAIT`, an acquire with replicas
 //! fails with the server's `NOPERM` and holds nothing.
 
+#[path = "../../../tests/cluster_harness/mod.rs"]
+mod cluster_harness;
 mod common;
 
+use cluster_harness::Cluster;
 use common::*;
 use pathlock_client::{Error, PathLocks};
 
@@ -157,4 +160,104 @@ async fn a_refusal_whose_check_is_refused_is_busy_with_the_check_error() {
         }
     }
     holder.release().await.expect("released");
+}
+
+/// Sets the recipe user `name` (password `pw`), plus `extra` rules, on every node of a cluster:
+/// ACL users are per node.
+async fn recipe_user_on_every_node(cluster: &Cluster, name: &str, extra: &[&str]) {
+    for node in &cluster.nodes {
+        let mut admin = node.admin().await;
+        let categories: Vec<String> = redis::cmd("ACL")
+            .arg("CAT")
+            .query_async(&mut admin)
+            .await
+            .expect("ACL CAT");
+        let rules: &[&str] = if categories.iter().any(|c| c == "pathlock") {
+            &["~proj:*", "+@pathlock"]
+        } else {
+            &[
+                "~proj:*",
+                "+pathlock.acquire",
+                "+pathlock.release",
+                "+pathlock.renew",
+                "+pathlock.locks",
+                "+pathlock.check",
+                "+pathlock.waiters",
+            ]
+        };
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", name, "reset", "on", ">pw"])
+            .arg(rules)
+            .arg(extra)
+            .query_async(&mut admin)
+            .await
+            .expect("ACL SETUSER");
+    }
+}
+
+/// A cluster client of the recipe user, its user set on every node with `extra` rules.
+async fn cluster_user(
+    cluster: &Cluster,
+    name: &str,
+    extra: &[&str],
+) -> redis::cluster::ClusterClient {
+    recipe_user_on_every_node(cluster, name, extra).await;
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("redis://{name}:pw@127.0.0.1:{}/", n.port))
+        .collect();
+    redis::cluster::ClusterClient::new(urls).expect("cluster client")
+}
+
+/// `docs/operations.md`'s cluster line: redis-rs reads the slot map with `CLUSTER SLOTS` and
+/// sends `PING` on each node connection it opens (refused, it goes on, but each refusal fills the
+/// node's `ACL LOG`); `CLUSTER NODES`, `CLUSTER INFO` and `COMMAND` are for the other drivers. Without the
+/// additions every command fails on the refused `CLUSTER SLOTS`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recipe_user_with_the_cluster_rules_locks_and_waits_on_a_cluster() {
+    let cluster = Cluster::start_with_replicas(0);
+    let rules = [
+        "+cluster|slots",
+        "+cluster|nodes",
+        "+cluster|info",
+        "+command",
+        "+ping",
+    ];
+    let client = cluster_user(&cluster, "app", &rules).await;
+    for i in 0..4 {
+        let locks = PathLocks::new(client.clone(), format!("proj:acl{i}")).ttl(ms(300));
+        let holder = locks.delete("/A").await.expect("granted");
+        let releasing = tokio::spawn(async move {
+            tokio::time::sleep(ms(400)).await;
+            assert!(!holder.is_lost(), "renewed past its TTL");
+            holder.release().await.expect("released");
+        });
+        let waited = locks
+            .upload("/A/f")
+            .wait(ms(5000))
+            .await
+            .expect("granted after the wait");
+        releasing.await.expect("the holder");
+        waited.release().await.expect("released");
+    }
+    for node in &cluster.nodes {
+        let mut admin = node.admin().await;
+        let log: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query_async(&mut admin)
+            .await
+            .expect("ACL LOG");
+        assert!(log.is_empty(), "refused on {}: {log:?}", node.port);
+    }
+
+    let bare = cluster_user(&cluster, "bare", &[]).await;
+    let refused = PathLocks::new(bare, "proj:acl0").delete("/A").await;
+    match refused {
+        Err(Error::Redis(e)) if e.to_string().contains("'cluster|slots'") => {}
+        other => panic!(
+            "want the refusal of CLUSTER SLOTS, got {:?}",
+            other.map(|_| ())
+        ),
+    }
 }
