@@ -229,12 +229,34 @@ async fn the_recipe_user_with_the_cluster_rules_locks_and_waits_on_a_cluster() {
     }
     for node in &cluster.nodes {
         let mut admin = node.admin().await;
-        let log: Vec<redis::Value> = redis::cmd("ACL")
+        let log: Vec<Vec<redis::Value>> = redis::cmd("ACL")
             .arg("LOG")
             .query_async(&mut admin)
             .await
             .expect("ACL LOG");
-        assert!(log.is_empty(), "refused on {}: {log:?}", node.port);
+        // What each entry refused, but `CLIENT SETINFO`: redis-rs names its library with it on
+        // servers that have it (Redis 7.2 and later, Valkey), and goes on when it is refused, as
+        // docs/operations.md says; Redis 7.0 answers it as an unknown command, logged nowhere.
+        let refused: Vec<String> = log
+            .iter()
+            .filter_map(|entry| {
+                let at = entry
+                    .iter()
+                    .position(|field| field == &redis::Value::BulkString(b"object".to_vec()))?;
+                match entry.get(at + 1)? {
+                    redis::Value::BulkString(object) => {
+                        Some(String::from_utf8_lossy(object).into_owned())
+                    }
+                    other => Some(format!("{other:?}")),
+                }
+            })
+            .filter(|object| object != "client|setinfo")
+            .collect();
+        assert!(
+            refused.is_empty(),
+            "refused on {}: {refused:?} ({log:?})",
+            node.port
+        );
     }
 
     let bare = cluster_user(&cluster, "bare", &[]).await;
